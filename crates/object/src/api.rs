@@ -1,0 +1,167 @@
+//! The interface the S3 front end calls, and the types it carries.
+
+use std::collections::BTreeMap;
+use std::pin::Pin;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::Stream;
+
+use crate::error::Result;
+
+/// A request body as it arrives: chunks of bytes, or an I/O error from the front end's decoder
+/// (signature checks, checksum trailers). An error aborts the write; nothing is committed.
+pub type ByteStream = Pin<Box<dyn Stream<Item = std::io::Result<Bytes>> + Send>>;
+
+/// An object body on its way out. An error mid-stream aborts the response.
+pub type ObjectStream = Pin<Box<dyn Stream<Item = Result<Bytes>> + Send>>;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketInfo {
+    pub name: String,
+    /// Creation time, nanoseconds since the Unix epoch.
+    pub created_ns: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub bucket: String,
+    pub key: String,
+    pub size: u64,
+    /// Nanoseconds since the Unix epoch.
+    pub mod_time_ns: i64,
+    /// Hex, without quotes.
+    pub etag: String,
+    /// Lower-case standard header names (content-type, cache-control, ...) to values.
+    pub headers: BTreeMap<String, String>,
+    /// User metadata without the `x-amz-meta-` prefix.
+    pub user_meta: BTreeMap<String, String>,
+    pub checksums: BTreeMap<String, String>,
+    pub parts: usize,
+}
+
+/// A byte range as the client asked for it (HTTP `Range: bytes=...`), before it is resolved
+/// against the object's size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HttpRange {
+    /// `bytes=first-last`, inclusive.
+    FromTo(u64, u64),
+    /// `bytes=first-`.
+    From(u64),
+    /// `bytes=-n`: the last n bytes.
+    Suffix(u64),
+}
+
+impl HttpRange {
+    /// Resolves the range against an object of `size` bytes into `(offset, length)`, as S3 does:
+    /// a last byte past the end is clamped; a first byte at or past the end, or an empty suffix,
+    /// is not satisfiable.
+    pub fn resolve(self, size: u64) -> Result<(u64, u64)> {
+        use crate::Error::InvalidRange;
+        match self {
+            HttpRange::FromTo(first, last) => {
+                if first >= size || last < first {
+                    return Err(InvalidRange { size });
+                }
+                let last = last.min(size - 1);
+                Ok((first, last - first + 1))
+            }
+            HttpRange::From(first) => {
+                if first >= size {
+                    return Err(InvalidRange { size });
+                }
+                Ok((first, size - first))
+            }
+            HttpRange::Suffix(n) => {
+                if n == 0 || size == 0 {
+                    return Err(InvalidRange { size });
+                }
+                let n = n.min(size);
+                Ok((size - n, n))
+            }
+        }
+    }
+}
+
+/// Options of a PUT.
+#[derive(Debug, Clone, Default)]
+pub struct PutOptions {
+    /// The declared body length, when known (Content-Length or x-amz-decoded-content-length).
+    pub size: Option<u64>,
+    /// Content-MD5 sent by the client; the write fails with `BadDigest` if the body differs.
+    pub content_md5: Option<[u8; 16]>,
+    pub headers: BTreeMap<String, String>,
+    pub user_meta: BTreeMap<String, String>,
+    pub checksums: BTreeMap<String, String>,
+}
+
+/// The answer to a GET: what the object is, which bytes follow, and the bytes.
+pub struct GetObjectReader {
+    pub info: ObjectInfo,
+    /// `(offset, length)` of the bytes in `body`; `(0, size)` without a range.
+    pub range: (u64, u64),
+    pub body: ObjectStream,
+}
+
+impl std::fmt::Debug for GetObjectReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GetObjectReader")
+            .field("info", &self.info)
+            .field("range", &self.range)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A listing request, one page.
+#[derive(Debug, Clone, Default)]
+pub struct ListOptions {
+    pub prefix: String,
+    /// Exclusive: return entries strictly after this key or common prefix.
+    pub marker: Option<String>,
+    pub delimiter: Option<String>,
+    /// 1..=1000 (the front end clamps); 0 returns an empty, non-truncated page.
+    pub max_keys: usize,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ListResult {
+    pub objects: Vec<ObjectInfo>,
+    pub common_prefixes: Vec<String>,
+    pub is_truncated: bool,
+    /// When truncated: the last key or common prefix of this page (the next marker).
+    pub next_marker: Option<String>,
+}
+
+/// Everything the S3 front end needs from the storage below it.
+#[async_trait]
+pub trait ObjectLayer: Send + Sync + 'static {
+    async fn make_bucket(&self, bucket: &str) -> Result<()>;
+    async fn bucket_info(&self, bucket: &str) -> Result<BucketInfo>;
+    async fn list_buckets(&self) -> Result<Vec<BucketInfo>>;
+    /// Fails with `BucketNotEmpty` if any object remains.
+    async fn delete_bucket(&self, bucket: &str) -> Result<()>;
+
+    /// Streams `body` into the object, replacing any previous version once committed on a
+    /// write quorum. Memory use is bounded by a few blocks, whatever the object size.
+    async fn put_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: ByteStream,
+        opts: PutOptions,
+    ) -> Result<ObjectInfo>;
+
+    async fn get_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        range: Option<HttpRange>,
+    ) -> Result<GetObjectReader>;
+
+    async fn object_info(&self, bucket: &str, key: &str) -> Result<ObjectInfo>;
+
+    /// Deleting a key that does not exist succeeds (as in S3).
+    async fn delete_object(&self, bucket: &str, key: &str) -> Result<()>;
+
+    async fn list_objects(&self, bucket: &str, opts: ListOptions) -> Result<ListResult>;
+}

@@ -1,0 +1,205 @@
+//! Healing one object: find the drives whose copy is missing, outdated or corrupt, rebuild their
+//! shards from the others, and commit them the same way a PUT does.
+
+use std::sync::Arc;
+
+use quarry_disk::{DriveError, ObjectMeta};
+use quarry_erasure::bitrot;
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use crate::error::{Error, Result};
+use crate::get::ShardReader;
+use crate::quorum::{pick_meta, MetaQuorum};
+use crate::set::ErasureSet;
+
+/// What healing one object did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HealResult {
+    /// Drive endpoints whose copy was rewritten.
+    pub healed: Vec<String>,
+    /// Drive endpoints that could not be healed now (offline, failing), with the reason.
+    pub failed: Vec<(String, String)>,
+}
+
+impl ErasureSet {
+    /// Heals `bucket/key` in place. An object that no longer exists is nothing to heal.
+    pub async fn heal_object(self: &Arc<Self>, bucket: &str, key: &str) -> Result<HealResult> {
+        let _guard = self.locks.lock(format!("{bucket}/{key}")).await;
+        let answers = crate::quorum::on_all(&self.drives, |d| {
+            let (b, k) = (bucket.to_string(), key.to_string());
+            async move { d.read_meta(&b, &k).await }
+        })
+        .await;
+        let (meta, metas) = match pick_meta(&answers) {
+            MetaQuorum::Found { meta, metas } => (meta, metas),
+            MetaQuorum::NotFound => return Ok(HealResult::default()),
+            MetaQuorum::NoQuorum { have, need } => return Err(Error::ReadQuorum { have, need }),
+        };
+        let mut result = HealResult::default();
+        let n = self.drives.len();
+
+        // Which drives need a new copy: those that answered "not there", "corrupt" or with
+        // another version. Drives that could not be asked at all are left for later.
+        let mut targets: Vec<usize> = Vec::new();
+        for (pos, a) in answers.iter().enumerate() {
+            match a {
+                Ok(_) if metas[pos].is_some() => {}
+                Ok(_)
+                | Err(DriveError::FileNotFound)
+                | Err(DriveError::VolumeNotFound)
+                | Err(DriveError::CorruptMeta(_))
+                | Err(DriveError::Truncated { .. }) => targets.push(pos),
+                Err(e) => result
+                    .failed
+                    .push((self.drives[pos].endpoint().to_string(), e.to_string())),
+            }
+        }
+
+        // Verify every shard of the drives that do have this version.
+        let reader = ShardReader::new(self.clone(), bucket, key, &meta, metas.clone())?;
+        let n_shards = reader.erasure.total_shards();
+        let mut bad = vec![false; n];
+        for part in &meta.parts {
+            for block in 0..reader.erasure.block_count(part.size).max(1) {
+                for shard in 0..n_shards {
+                    if let Some(pos) = reader.holder[shard] {
+                        if !bad[pos] && reader.read_chunk(part, block, shard).await.is_none() {
+                            bad[pos] = true;
+                        }
+                    }
+                }
+            }
+        }
+        for (pos, b) in bad.iter().enumerate() {
+            if *b && !targets.contains(&pos) {
+                targets.push(pos);
+            }
+        }
+        if targets.is_empty() {
+            return Ok(result);
+        }
+        // The rebuilt shards come only from drives that are good.
+        let mut source_metas = metas.clone();
+        for &pos in &targets {
+            source_metas[pos] = None;
+        }
+        let source = ShardReader::new(self.clone(), bucket, key, &meta, source_metas)?;
+        let k = source.erasure.data_shards();
+        if source.holder.iter().filter(|h| h.is_some()).count() < k {
+            return Err(Error::Corrupt(format!(
+                "{bucket}/{key}: fewer than {k} good shards remain; cannot heal"
+            )));
+        }
+
+        for &pos in &targets {
+            if matches!(answers[pos], Err(DriveError::VolumeNotFound)) {
+                if let Err(e) = self.drives[pos].make_volume(bucket).await {
+                    if !matches!(e, DriveError::VolumeExists) {
+                        result
+                            .failed
+                            .push((self.drives[pos].endpoint().to_string(), e.to_string()));
+                    }
+                }
+            }
+        }
+
+        let tmp_id = Uuid::new_v4();
+        let shard_of = |pos: usize| meta.erasure.distribution[pos] as usize - 1;
+        let mut new_inline: Vec<Vec<u8>> = vec![Vec::new(); targets.len()];
+        let mut writers = Vec::new();
+        let inline = meta.data_dir.is_none();
+        let mut ok_targets: Vec<bool> = vec![true; targets.len()];
+        for part in &meta.parts {
+            if !inline {
+                writers.clear();
+                let data_dir = meta.data_dir.unwrap_or_default();
+                for (t, &pos) in targets.iter().enumerate() {
+                    match self.drives[pos].create_shard_writer(tmp_id, data_dir, part.number).await {
+                        Ok(w) => writers.push(Some(w)),
+                        Err(e) => {
+                            ok_targets[t] = false;
+                            writers.push(None);
+                            result.failed.push((self.drives[pos].endpoint().to_string(), e.to_string()));
+                        }
+                    }
+                }
+            }
+            for block in 0..source.erasure.block_count(part.size) {
+                let mut shards: Vec<Option<Vec<u8>>> = vec![None; n_shards];
+                let mut good = 0;
+                for (shard, slot) in shards.iter_mut().enumerate() {
+                    if good >= k {
+                        break;
+                    }
+                    if let Some(c) = source.read_chunk(part, block, shard).await {
+                        *slot = Some(c);
+                        good += 1;
+                    }
+                }
+                source
+                    .erasure
+                    .reconstruct(&mut shards)
+                    .map_err(|e| Error::Corrupt(format!("{bucket}/{key}: {e}")))?;
+                for (t, &pos) in targets.iter().enumerate() {
+                    if !ok_targets[t] {
+                        continue;
+                    }
+                    let chunk = shards[shard_of(pos)].as_deref().unwrap_or_default();
+                    if inline {
+                        bitrot::frame_into(chunk, &mut new_inline[t]);
+                    } else if let Some(w) = writers[t].as_mut() {
+                        let mut framed = Vec::with_capacity(bitrot::HASH_LEN + chunk.len());
+                        bitrot::frame_into(chunk, &mut framed);
+                        if let Err(e) = w.write(&framed).await {
+                            ok_targets[t] = false;
+                            result.failed.push((self.drives[pos].endpoint().to_string(), e.to_string()));
+                        }
+                    }
+                }
+            }
+            if !inline {
+                for (t, w) in writers.drain(..).enumerate() {
+                    if let Some(w) = w {
+                        if ok_targets[t] {
+                            if let Err(e) = w.finish().await {
+                                ok_targets[t] = false;
+                                result
+                                    .failed
+                                    .push((self.drives[targets[t]].endpoint().to_string(), e.to_string()));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+
+        for (t, &pos) in targets.iter().enumerate() {
+            if !ok_targets[t] {
+                continue;
+            }
+            let mut m: ObjectMeta = meta.clone();
+            m.erasure.index = meta.erasure.distribution[pos];
+            m.inline = if inline {
+                Some(std::mem::take(&mut new_inline[t]))
+            } else {
+                None
+            };
+            let drive = &self.drives[pos];
+            match drive.rename_data(tmp_id, bucket, key, &m).await {
+                Ok(()) => result.healed.push(drive.endpoint().to_string()),
+                Err(e) => {
+                    warn!(drive = drive.endpoint(), bucket, key, error = %e, "heal commit failed");
+                    result.failed.push((drive.endpoint().to_string(), e.to_string()));
+                }
+            }
+        }
+        for &pos in &targets {
+            let _ = self.drives[pos].delete_tmp(tmp_id).await;
+        }
+        if !result.healed.is_empty() {
+            info!(bucket, key, healed = ?result.healed, "healed object");
+        }
+        Ok(result)
+    }
+}

@@ -1,0 +1,143 @@
+//! Listing: a sorted merge of the walks of every drive of a set. A key is listed when a read
+//! quorum of drives agrees on one version of it; keys held only by a minority (debris of a
+//! write that never reached quorum) are not.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use quarry_disk::{DriveError, ObjectMeta, WalkEntry, WalkOptions};
+
+use crate::api::{ListOptions, ListResult};
+use crate::error::{Error, Result};
+use crate::quorum::{on_all, pick_meta, MetaQuorum};
+use crate::set::{object_info, ErasureSet};
+
+/// One listed name: an object or a common prefix.
+enum Item {
+    Object(crate::api::ObjectInfo),
+    Prefix(String),
+}
+
+impl ErasureSet {
+    pub async fn list_objects(self: &Arc<Self>, bucket: &str, opts: ListOptions) -> Result<ListResult> {
+        self.require_bucket(bucket).await?;
+        let mut result = ListResult::default();
+        if opts.max_keys == 0 {
+            return Ok(result);
+        }
+        let delimiter = opts.delimiter.clone().filter(|d| !d.is_empty());
+        // Drives group by '/' themselves (without reading below it); other delimiters are
+        // applied here over a full walk.
+        let delimited = delimiter.as_deref() == Some("/");
+        let limit = opts.max_keys + 1;
+        let quorum = self.set_read_quorum();
+        let mut marker = opts.marker.clone();
+        let mut items: Vec<Item> = Vec::new();
+
+        loop {
+            let walk = WalkOptions {
+                prefix: opts.prefix.clone(),
+                marker: marker.clone(),
+                delimited,
+                limit,
+            };
+            let answers = on_all(&self.drives, |d| {
+                let (b, w) = (bucket.to_string(), walk.clone());
+                async move { d.walk(&b, &w).await }
+            })
+            .await;
+            let ok: Vec<&Vec<WalkEntry>> = answers.iter().filter_map(|a| a.as_ref().ok()).collect();
+            if ok.len() < quorum {
+                if answers
+                    .iter()
+                    .any(|a| matches!(a, Err(DriveError::VolumeNotFound)))
+                {
+                    return Err(Error::BucketNotFound);
+                }
+                return Err(Error::ReadQuorum {
+                    have: ok.len(),
+                    need: quorum,
+                });
+            }
+            // Entries up to `bound` are complete on every drive that answered: a drive that
+            // returned a full page may hold more after its last entry.
+            let bound: Option<String> = ok
+                .iter()
+                .filter(|e| e.len() >= limit)
+                .filter_map(|e| e.last().map(|l| l.name().to_string()))
+                .min();
+            let mut merged: BTreeMap<String, (usize, Vec<ObjectMeta>)> = BTreeMap::new();
+            for entries in &ok {
+                for e in entries.iter() {
+                    if let Some(b) = &bound {
+                        if e.name() > b.as_str() {
+                            break;
+                        }
+                    }
+                    let slot = merged.entry(e.name().to_string()).or_default();
+                    slot.0 += 1;
+                    if let WalkEntry::Object { meta, .. } = e {
+                        slot.1.push(meta.clone());
+                    }
+                }
+            }
+            let mut last_name = None;
+            for (name, (count, metas)) in merged {
+                last_name = Some(name.clone());
+                if name.ends_with('/') && metas.is_empty() {
+                    // A common prefix from a delimited walk.
+                    if count >= quorum {
+                        items.push(Item::Prefix(name));
+                    }
+                    continue;
+                }
+                let mut answers: Vec<std::result::Result<ObjectMeta, DriveError>> =
+                    metas.into_iter().map(Ok).collect();
+                answers.resize_with(ok.len(), || Err(DriveError::FileNotFound));
+                if let MetaQuorum::Found { meta, .. } = pick_meta(&answers) {
+                    match delimiter.as_deref().filter(|_| !delimited) {
+                        Some(d) => {
+                            let rest = &name[opts.prefix.len()..];
+                            match rest.find(d) {
+                                Some(i) => {
+                                    let cp = name[..opts.prefix.len() + i + d.len()].to_string();
+                                    let seen = matches!(items.last(), Some(Item::Prefix(p)) if *p == cp);
+                                    let before_marker = opts.marker.as_deref().is_some_and(|m| cp.as_str() <= m);
+                                    if !seen && !before_marker {
+                                        items.push(Item::Prefix(cp));
+                                    }
+                                }
+                                None => items.push(Item::Object(object_info(bucket, &name, &meta))),
+                            }
+                        }
+                        None => items.push(Item::Object(object_info(bucket, &name, &meta))),
+                    }
+                }
+                if items.len() > opts.max_keys {
+                    break;
+                }
+            }
+            if items.len() > opts.max_keys || bound.is_none() {
+                break;
+            }
+            // More may follow on the drives that filled their page: continue after what is known.
+            marker = bound.or(last_name);
+        }
+
+        result.is_truncated = items.len() > opts.max_keys;
+        items.truncate(opts.max_keys);
+        if result.is_truncated {
+            result.next_marker = items.last().map(|i| match i {
+                Item::Object(o) => o.key.clone(),
+                Item::Prefix(p) => p.clone(),
+            });
+        }
+        for i in items {
+            match i {
+                Item::Object(o) => result.objects.push(o),
+                Item::Prefix(p) => result.common_prefixes.push(p),
+            }
+        }
+        Ok(result)
+    }
+}

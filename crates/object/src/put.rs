@@ -1,0 +1,494 @@
+//! Streaming PUT: the body is cut into blocks, each block is erasure coded, and every drive's
+//! framed chunk goes to that drive's writer task while the next block is read. Memory stays at a
+//! few blocks whatever the object size; nothing is visible until the commit reaches write quorum.
+
+use std::sync::Arc;
+
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
+use md5::{Digest, Md5};
+use quarry_disk::{Drive, DriveError, ErasureInfo, ObjectMeta, PartInfo, ShardWriter, META_VERSION};
+use quarry_erasure::{bitrot, Erasure, BITROT_BLAKE3, CODEC_RS_VANDERMONDE};
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tracing::warn;
+use uuid::Uuid;
+
+use crate::api::{ByteStream, ObjectInfo, PutOptions};
+use crate::error::{Error, Result};
+use crate::quorum::{count_ok, on_all};
+use crate::set::{now_ns, object_info, ErasureSet};
+
+/// Framed chunks queued per drive before the reader waits: bounds memory per PUT.
+const WRITE_QUEUE_BLOCKS: usize = 2;
+
+/// Cuts a byte stream into blocks of exactly `block_size` bytes (the last may be shorter).
+pub(crate) struct BlockReader {
+    body: ByteStream,
+    block_size: usize,
+    pending: Bytes,
+    eof: bool,
+}
+
+impl BlockReader {
+    pub(crate) fn new(body: ByteStream, block_size: usize) -> Self {
+        BlockReader {
+            body,
+            block_size,
+            pending: Bytes::new(),
+            eof: false,
+        }
+    }
+
+    /// The next block; an empty block means the body has ended.
+    pub(crate) async fn next_block(&mut self) -> std::io::Result<Bytes> {
+        // Fast path: a network chunk that holds a whole block is sliced, not copied.
+        if self.pending.len() >= self.block_size {
+            return Ok(self.pending.split_to(self.block_size));
+        }
+        let mut buf = BytesMut::with_capacity(self.block_size);
+        buf.extend_from_slice(&std::mem::take(&mut self.pending));
+        while buf.len() < self.block_size && !self.eof {
+            match self.body.next().await {
+                None => self.eof = true,
+                Some(chunk) => {
+                    let mut chunk = chunk?;
+                    let want = self.block_size - buf.len();
+                    if buf.is_empty() && chunk.len() >= self.block_size {
+                        self.pending = chunk.split_off(self.block_size);
+                        return Ok(chunk);
+                    }
+                    if chunk.len() > want {
+                        self.pending = chunk.split_off(want);
+                    }
+                    buf.extend_from_slice(&chunk);
+                }
+            }
+        }
+        Ok(buf.freeze())
+    }
+}
+
+/// One drive's writer: a task that appends framed chunks to the shard file.
+struct DriveWriter {
+    tx: mpsc::Sender<Bytes>,
+    task: JoinHandle<std::result::Result<(), DriveError>>,
+}
+
+impl DriveWriter {
+    fn spawn(mut w: Box<dyn ShardWriter>) -> Self {
+        let (tx, mut rx) = mpsc::channel::<Bytes>(WRITE_QUEUE_BLOCKS);
+        let task = tokio::spawn(async move {
+            while let Some(b) = rx.recv().await {
+                w.write(&b).await?;
+            }
+            w.finish().await
+        });
+        DriveWriter { tx, task }
+    }
+}
+
+/// Where the framed shards of one object go: held in memory while the object may still be stored
+/// inline, then streamed to one shard file per drive.
+pub(crate) struct ShardSink {
+    drives: Vec<Arc<dyn Drive>>,
+    /// For each drive position, the 0-based shard index it stores.
+    shard_of: Vec<usize>,
+    tmp_id: Uuid,
+    data_dir: Uuid,
+    part: u32,
+    inline_limit: usize,
+    write_quorum: usize,
+    /// Some while every drive's shard is small enough to be inline.
+    inline: Option<Vec<Vec<u8>>>,
+    writers: Vec<Option<DriveWriter>>,
+    /// Drive positions that failed; their error is logged once.
+    failed: Vec<bool>,
+    scratch: Vec<Vec<u8>>,
+}
+
+/// What one drive ended up with.
+pub(crate) enum ShardOutcome {
+    Inline(Vec<u8>),
+    File,
+    Failed,
+}
+
+impl ShardSink {
+    pub(crate) fn new(
+        drives: Vec<Arc<dyn Drive>>,
+        distribution: &[u8],
+        tmp_id: Uuid,
+        data_dir: Uuid,
+        part: u32,
+        inline_limit: usize,
+        write_quorum: usize,
+    ) -> Self {
+        let n = drives.len();
+        ShardSink {
+            shard_of: distribution.iter().map(|&s| s as usize - 1).collect(),
+            drives,
+            tmp_id,
+            data_dir,
+            part,
+            inline_limit,
+            write_quorum,
+            inline: Some(vec![Vec::new(); n]),
+            writers: (0..n).map(|_| None).collect(),
+            failed: vec![false; n],
+            scratch: Vec::new(),
+        }
+    }
+
+    fn alive(&self) -> usize {
+        self.failed.iter().filter(|f| !**f).count()
+    }
+
+    fn check_quorum(&self) -> Result<()> {
+        let alive = self.alive();
+        if alive < self.write_quorum {
+            return Err(Error::WriteQuorum {
+                have: alive,
+                need: self.write_quorum,
+            });
+        }
+        Ok(())
+    }
+
+    /// Encodes one block of object data and hands each drive its framed chunk.
+    pub(crate) async fn write_block(&mut self, erasure: &Erasure, block: &[u8]) -> Result<()> {
+        let mut shards = std::mem::take(&mut self.scratch);
+        erasure
+            .encode(block, &mut shards)
+            .map_err(|e| Error::Internal(e.to_string()))?;
+        let framed_len = bitrot::HASH_LEN + shards.first().map_or(0, |s| s.len());
+        let result = self.send_shards(&shards, framed_len).await;
+        self.scratch = shards;
+        result
+    }
+
+    async fn send_shards(&mut self, shards: &[Vec<u8>], framed_len: usize) -> Result<()> {
+        if let Some(bufs) = &mut self.inline {
+            if bufs[0].len() + framed_len <= self.inline_limit {
+                for (pos, buf) in bufs.iter_mut().enumerate() {
+                    bitrot::frame_into(&shards[self.shard_of[pos]], buf);
+                }
+                return Ok(());
+            }
+            self.open_writers().await?;
+        }
+        let mut sends = Vec::with_capacity(self.drives.len());
+        for (pos, w) in self.writers.iter().enumerate() {
+            if let Some(w) = w {
+                let mut framed = Vec::with_capacity(framed_len);
+                bitrot::frame_into(&shards[self.shard_of[pos]], &mut framed);
+                sends.push((pos, w.tx.clone(), Bytes::from(framed)));
+            }
+        }
+        let results =
+            futures::future::join_all(sends.into_iter().map(|(pos, tx, b)| async move {
+                (pos, tx.send(b).await.is_ok())
+            }))
+            .await;
+        for (pos, ok) in results {
+            if !ok {
+                // The writer task ended early: its error is collected in finish().
+                self.failed[pos] = true;
+            }
+        }
+        self.check_quorum()
+    }
+
+    /// Leaves inline mode: opens a shard file on every drive and writes what was buffered.
+    async fn open_writers(&mut self) -> Result<()> {
+        let bufs = self.inline.take().unwrap_or_default();
+        let (tmp_id, data_dir, part) = (self.tmp_id, self.data_dir, self.part);
+        let opened = on_all(&self.drives, |d| async move {
+            d.create_shard_writer(tmp_id, data_dir, part).await
+        })
+        .await;
+        for (pos, (w, buf)) in opened.into_iter().zip(bufs).enumerate() {
+            match w {
+                Ok(w) => {
+                    let dw = DriveWriter::spawn(w);
+                    if !buf.is_empty() && dw.tx.send(Bytes::from(buf)).await.is_err() {
+                        self.failed[pos] = true;
+                    }
+                    self.writers[pos] = Some(dw);
+                }
+                Err(e) => {
+                    warn!(drive = self.drives[pos].endpoint(), error = %e, "cannot open shard file");
+                    self.failed[pos] = true;
+                }
+            }
+        }
+        self.check_quorum()
+    }
+
+    /// Flushes and syncs every shard file; says what each drive holds.
+    pub(crate) async fn finish(mut self) -> Vec<ShardOutcome> {
+        if let Some(bufs) = self.inline.take() {
+            return bufs.into_iter().map(ShardOutcome::Inline).collect();
+        }
+        let mut out = Vec::with_capacity(self.drives.len());
+        for (pos, w) in std::mem::take(&mut self.writers).into_iter().enumerate() {
+            let outcome = match w {
+                None => ShardOutcome::Failed,
+                Some(DriveWriter { tx, task }) => {
+                    drop(tx);
+                    match task.await {
+                        Ok(Ok(())) if !self.failed[pos] => ShardOutcome::File,
+                        Ok(Ok(())) => ShardOutcome::Failed,
+                        Ok(Err(e)) => {
+                            warn!(drive = self.drives[pos].endpoint(), error = %e, "shard write failed");
+                            ShardOutcome::Failed
+                        }
+                        Err(e) => {
+                            warn!(drive = self.drives[pos].endpoint(), error = %e, "shard writer task failed");
+                            ShardOutcome::Failed
+                        }
+                    }
+                }
+            };
+            out.push(outcome);
+        }
+        out
+    }
+}
+
+impl Drop for ShardSink {
+    fn drop(&mut self) {
+        for w in self.writers.iter().flatten() {
+            w.task.abort();
+        }
+    }
+}
+
+/// Removes a write's tmp directory on every drive unless disarmed: covers errors, and a request
+/// future dropped mid-upload (client gone).
+pub(crate) struct TmpGuard {
+    drives: Vec<Arc<dyn Drive>>,
+    tmp_id: Uuid,
+    armed: bool,
+}
+
+impl TmpGuard {
+    pub(crate) fn new(drives: Vec<Arc<dyn Drive>>, tmp_id: Uuid) -> Self {
+        TmpGuard {
+            drives,
+            tmp_id,
+            armed: true,
+        }
+    }
+
+    pub(crate) fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for TmpGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let drives = std::mem::take(&mut self.drives);
+        let tmp_id = self.tmp_id;
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                for d in drives {
+                    if let Err(e) = d.delete_tmp(tmp_id).await {
+                        warn!(drive = d.endpoint(), error = %e, "cannot remove tmp data of an aborted write");
+                    }
+                }
+            });
+        }
+    }
+}
+
+impl ErasureSet {
+    pub async fn put_object(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        body: ByteStream,
+        opts: PutOptions,
+    ) -> Result<ObjectInfo> {
+        self.require_bucket(bucket).await?;
+        let erasure = self.new_erasure()?;
+        let distribution = self.distribution(bucket, key);
+        let tmp_id = Uuid::new_v4();
+        let data_dir = Uuid::new_v4();
+        let mut tmp_guard = TmpGuard::new(self.drives.clone(), tmp_id);
+        let write_quorum = self.set_write_quorum();
+
+        let mut sink = ShardSink::new(
+            self.drives.clone(),
+            &distribution,
+            tmp_id,
+            data_dir,
+            1,
+            self.cfg.inline_limit,
+            write_quorum,
+        );
+        let mut reader = BlockReader::new(body, erasure.block_size());
+        let mut md5 = Md5::new();
+        let mut size: u64 = 0;
+        loop {
+            let block = reader.next_block().await.map_err(Error::Body)?;
+            if block.is_empty() {
+                break;
+            }
+            size += block.len() as u64;
+            if let Some(declared) = opts.size {
+                if size > declared {
+                    return Err(Error::EntityTooLarge { limit: declared });
+                }
+            }
+            md5.update(&block);
+            sink.write_block(&erasure, &block).await?;
+        }
+        if let Some(declared) = opts.size {
+            if size < declared {
+                return Err(Error::IncompleteBody {
+                    expected: declared,
+                    got: size,
+                });
+            }
+        }
+        let digest: [u8; 16] = md5.finalize().into();
+        if let Some(want) = opts.content_md5 {
+            if want != digest {
+                return Err(Error::BadDigest);
+            }
+        }
+        let outcomes = sink.finish().await;
+
+        let inline = outcomes.iter().any(|o| matches!(o, ShardOutcome::Inline(_)));
+        let base = ObjectMeta {
+            version: META_VERSION,
+            size,
+            mod_time_ns: now_ns(),
+            etag: hex::encode(digest),
+            headers: opts.headers,
+            user_meta: opts.user_meta,
+            checksums: opts.checksums,
+            erasure: ErasureInfo {
+                codec: CODEC_RS_VANDERMONDE.to_string(),
+                bitrot: BITROT_BLAKE3.to_string(),
+                data: erasure.data_shards() as u8,
+                parity: erasure.parity_shards() as u8,
+                block_size: erasure.block_size() as u32,
+                index: 0,
+                distribution: distribution.clone(),
+            },
+            data_dir: if inline { None } else { Some(data_dir) },
+            parts: vec![PartInfo {
+                number: 1,
+                size,
+                etag: hex::encode(digest),
+            }],
+            inline: None,
+        };
+        let metas: Vec<Option<ObjectMeta>> = outcomes
+            .into_iter()
+            .enumerate()
+            .map(|(pos, o)| {
+                let mut m = base.clone();
+                m.erasure.index = distribution[pos];
+                match o {
+                    ShardOutcome::Inline(b) => {
+                        m.inline = Some(b);
+                        Some(m)
+                    }
+                    ShardOutcome::File => Some(m),
+                    ShardOutcome::Failed => None,
+                }
+            })
+            .collect();
+        let written = metas.iter().filter(|m| m.is_some()).count();
+        if written < write_quorum {
+            return Err(Error::WriteQuorum {
+                have: written,
+                need: write_quorum,
+            });
+        }
+
+        let committed = self.commit(tmp_id, bucket, key, &metas).await;
+        tmp_guard.disarm();
+        let ok = count_ok(&committed);
+        if ok < write_quorum {
+            if committed
+                .iter()
+                .filter(|a| matches!(a, Err(DriveError::VolumeNotFound)))
+                .count()
+                > 0
+                && ok == 0
+            {
+                return Err(Error::BucketNotFound);
+            }
+            return Err(Error::WriteQuorum {
+                have: ok,
+                need: write_quorum,
+            });
+        }
+        if ok < self.drives.len() {
+            self.queue_heal(bucket, key);
+        }
+        Ok(object_info(bucket, key, &base))
+    }
+
+    /// Renames the written data into place on every drive that has a metadata copy, under the
+    /// object's lock, so two writers of one key never leave a mix of their shards.
+    pub(crate) async fn commit(
+        &self,
+        tmp_id: Uuid,
+        bucket: &str,
+        key: &str,
+        metas: &[Option<ObjectMeta>],
+    ) -> Vec<std::result::Result<(), DriveError>> {
+        let _guard = self.locks.lock(format!("{bucket}/{key}")).await;
+        let jobs = self.drives.iter().zip(metas).map(|(d, m)| {
+            let d = d.clone();
+            async move {
+                match m {
+                    Some(m) => d.rename_data(tmp_id, bucket, key, m).await,
+                    None => {
+                        let _ = d.delete_tmp(tmp_id).await;
+                        Err(DriveError::Unusable("shard write failed".into()))
+                    }
+                }
+            }
+        });
+        futures::future::join_all(jobs).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream_of(pieces: Vec<Vec<u8>>) -> ByteStream {
+        Box::pin(futures::stream::iter(
+            pieces.into_iter().map(|p| Ok(Bytes::from(p))),
+        ))
+    }
+
+    #[tokio::test]
+    async fn block_reader_cuts_exact_blocks() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        for split in [1usize, 7, 100, 1024, 3000, 10_000] {
+            let pieces: Vec<Vec<u8>> = data.chunks(split).map(|c| c.to_vec()).collect();
+            let mut r = BlockReader::new(stream_of(pieces), 1024);
+            let mut out = Vec::new();
+            loop {
+                let b = r.next_block().await.unwrap();
+                if b.is_empty() {
+                    break;
+                }
+                assert!(b.len() == 1024 || out.len() + b.len() == data.len());
+                out.extend_from_slice(&b);
+            }
+            assert_eq!(out, data, "split {split}");
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! Fan-out to the drives of a set and the quorum arithmetic over their answers.
+
+use std::sync::Arc;
+
+use futures::future::join_all;
+use quarry_disk::{Drive, DriveError, ObjectMeta};
+
+/// Read quorum of an object coded k+m: any k shards rebuild it.
+pub fn read_quorum(data: usize, _parity: usize) -> usize {
+    data
+}
+
+/// Write quorum of an object coded k+m: k, or k+1 when k == m so that two writes that both
+/// reached quorum always share a drive.
+pub fn write_quorum(data: usize, parity: usize) -> usize {
+    if data == parity {
+        data + 1
+    } else {
+        data
+    }
+}
+
+/// Runs `f` on every drive concurrently; the answers come back in drive order.
+pub async fn on_all<T, F, Fut>(drives: &[Arc<dyn Drive>], f: F) -> Vec<Result<T, DriveError>>
+where
+    F: Fn(Arc<dyn Drive>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, DriveError>>,
+{
+    join_all(drives.iter().map(|d| f(d.clone()))).await
+}
+
+/// Two metadata copies describe the same version of an object when these agree. The data dir
+/// and the inline bytes differ per drive by design (each drive holds its own shard).
+pub fn same_version(a: &ObjectMeta, b: &ObjectMeta) -> bool {
+    a.mod_time_ns == b.mod_time_ns
+        && a.etag == b.etag
+        && a.size == b.size
+        && a.erasure.data == b.erasure.data
+        && a.erasure.parity == b.erasure.parity
+        && a.erasure.block_size == b.erasure.block_size
+        && a.erasure.distribution == b.erasure.distribution
+        && a.data_dir == b.data_dir
+}
+
+/// The outcome of reading an object's metadata from every drive of its set.
+#[derive(Debug)]
+pub enum MetaQuorum {
+    /// `metas[i]` is drive i's copy when it agrees with the chosen version, else `None`.
+    Found {
+        meta: ObjectMeta,
+        metas: Vec<Option<ObjectMeta>>,
+    },
+    NotFound,
+    /// Drives answered, but too few agree on one version (or too many failed to answer).
+    NoQuorum { have: usize, need: usize },
+}
+
+/// Picks the version of an object that a read quorum of drives agrees on. Among versions with
+/// quorum the newest wins.
+pub fn pick_meta(answers: &[Result<ObjectMeta, DriveError>]) -> MetaQuorum {
+    let mut groups: Vec<(usize, usize)> = Vec::new(); // (representative index, count)
+    for (i, a) in answers.iter().enumerate() {
+        let Ok(m) = a else { continue };
+        match groups
+            .iter_mut()
+            .find(|(rep, _)| same_version(answers[*rep].as_ref().ok().expect("rep is Ok"), m))
+        {
+            Some(g) => g.1 += 1,
+            None => groups.push((i, 1)),
+        }
+    }
+    let best = groups
+        .iter()
+        .filter(|(rep, count)| {
+            let m = answers[*rep].as_ref().ok().expect("rep is Ok");
+            *count >= read_quorum(m.erasure.data as usize, m.erasure.parity as usize)
+        })
+        .max_by_key(|(rep, count)| {
+            let m = answers[*rep].as_ref().ok().expect("rep is Ok");
+            (m.mod_time_ns, *count)
+        });
+    if let Some((rep, _)) = best {
+        let meta = answers[*rep].as_ref().ok().expect("rep is Ok").clone();
+        let metas = answers
+            .iter()
+            .map(|a| match a {
+                Ok(m) if same_version(m, &meta) => Some(m.clone()),
+                _ => None,
+            })
+            .collect();
+        return MetaQuorum::Found { meta, metas };
+    }
+    let not_found = answers
+        .iter()
+        .filter(|a| {
+            matches!(
+                a,
+                Err(DriveError::FileNotFound) | Err(DriveError::VolumeNotFound)
+            )
+        })
+        .count();
+    let best_count = groups.iter().map(|g| g.1).max().unwrap_or(0);
+    if not_found > 0 {
+        // Some drive positively says the key is absent and no version has quorum: at most a
+        // minority holds a copy (a write that never reached quorum), so the object does not exist.
+        return MetaQuorum::NotFound;
+    }
+    let need = answers
+        .iter()
+        .filter_map(|a| a.as_ref().ok())
+        .map(|m| read_quorum(m.erasure.data as usize, m.erasure.parity as usize))
+        .max()
+        .unwrap_or(answers.len().div_ceil(2));
+    MetaQuorum::NoQuorum {
+        have: best_count,
+        need,
+    }
+}
+
+/// Counts the answers that succeeded.
+pub fn count_ok<T>(answers: &[Result<T, DriveError>]) -> usize {
+    answers.iter().filter(|a| a.is_ok()).count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quarry_disk::{ErasureInfo, META_VERSION};
+
+    fn meta(t: i64) -> ObjectMeta {
+        ObjectMeta {
+            version: META_VERSION,
+            size: 10,
+            mod_time_ns: t,
+            etag: format!("e{t}"),
+            headers: Default::default(),
+            user_meta: Default::default(),
+            checksums: Default::default(),
+            erasure: ErasureInfo {
+                codec: "c".into(),
+                bitrot: "b".into(),
+                data: 2,
+                parity: 2,
+                block_size: 1024,
+                index: 1,
+                distribution: vec![1, 2, 3, 4],
+            },
+            data_dir: None,
+            parts: vec![],
+            inline: None,
+        }
+    }
+
+    #[test]
+    fn quorums() {
+        assert_eq!(write_quorum(2, 2), 3);
+        assert_eq!(write_quorum(4, 2), 4);
+        assert_eq!(write_quorum(1, 0), 1);
+        assert_eq!(read_quorum(2, 2), 2);
+    }
+
+    #[test]
+    fn newest_version_with_quorum_wins() {
+        let answers = vec![Ok(meta(1)), Ok(meta(2)), Ok(meta(2)), Ok(meta(1))];
+        match pick_meta(&answers) {
+            MetaQuorum::Found { meta, metas } => {
+                assert_eq!(meta.mod_time_ns, 2);
+                assert!(metas[0].is_none() && metas[1].is_some() && metas[2].is_some());
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn minority_copy_is_not_an_object() {
+        let answers = vec![
+            Ok(meta(5)),
+            Err(DriveError::FileNotFound),
+            Err(DriveError::FileNotFound),
+            Err(DriveError::FileNotFound),
+        ];
+        assert!(matches!(pick_meta(&answers), MetaQuorum::NotFound));
+    }
+
+    #[test]
+    fn offline_drives_are_no_quorum() {
+        let io = || Err(DriveError::Unusable("offline".into()));
+        let answers = vec![Ok(meta(5)), io(), io(), io()];
+        assert!(matches!(
+            pick_meta(&answers),
+            MetaQuorum::NoQuorum { have: 1, need: 2 }
+        ));
+    }
+}

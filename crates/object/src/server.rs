@@ -1,0 +1,311 @@
+//! `ErasureServer`: the object layer of one node over its erasure set(s). It opens and formats
+//! the drives, routes every object to its set, and runs the heal worker.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use quarry_disk::{Drive, FormatV1, LocalDrive};
+use tokio::sync::mpsc;
+use tracing::{info, warn};
+use uuid::Uuid;
+
+use crate::api::*;
+use crate::config::ObjectConfig;
+use crate::error::{Error, Result};
+use crate::names::{check_bucket_name, check_key};
+use crate::set::{ErasureSet, HealRequest};
+
+/// Objects waiting for the heal worker; beyond this, heal requests are dropped (the next read of
+/// a damaged object queues it again).
+const HEAL_QUEUE: usize = 10_000;
+
+/// Whether this node can serve: how many drives answer, and whether that is enough.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Readiness {
+    pub drives_online: usize,
+    pub drives_total: usize,
+    pub read_quorum: bool,
+    pub write_quorum: bool,
+}
+
+/// The shape of the deployment, for banners and admin answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Layout {
+    pub deployment_id: Uuid,
+    pub drives: usize,
+    pub sets: usize,
+    pub data: usize,
+    pub parity: usize,
+}
+
+pub struct ErasureServer {
+    sets: Vec<Arc<ErasureSet>>,
+    deployment_id: Uuid,
+}
+
+impl std::fmt::Debug for ErasureServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ErasureServer")
+            .field("deployment_id", &self.deployment_id)
+            .field("sets", &self.sets)
+            .finish()
+    }
+}
+
+impl ErasureServer {
+    /// Opens the local drives at `paths` (1..=16) as one erasure set, formatting them on first
+    /// start. Drives keep the position they were formatted with, whatever order they are given
+    /// in; a fresh (replaced) drive takes the position of the missing one.
+    pub async fn open_local(paths: Vec<PathBuf>, cfg: ObjectConfig) -> Result<Arc<ErasureServer>> {
+        if paths.is_empty() || paths.len() > 16 {
+            return Err(Error::Internal(format!(
+                "a single node takes 1 to 16 drives, not {}",
+                paths.len()
+            )));
+        }
+        let mut drives = Vec::with_capacity(paths.len());
+        for p in &paths {
+            let d = LocalDrive::open(p.clone())
+                .await
+                .map_err(|e| Error::Internal(format!("cannot open drive {}: {e}", p.display())))?;
+            drives.push(d);
+        }
+        let mut formats = Vec::with_capacity(drives.len());
+        for (d, p) in drives.iter().zip(&paths) {
+            let f = d
+                .read_format()
+                .await
+                .map_err(|e| Error::Internal(format!("drive {}: {e}", p.display())))?;
+            formats.push(f);
+        }
+        let order = Self::format_drives(&drives, &paths, &formats).await?;
+        let deployment_id = order.0;
+        let mut slots: Vec<Option<Arc<dyn Drive>>> = (0..drives.len()).map(|_| None).collect();
+        for (d, pos) in drives.into_iter().zip(order.1) {
+            slots[pos] = Some(Arc::new(d));
+        }
+        let set_drives: Vec<Arc<dyn Drive>> = slots
+            .into_iter()
+            .map(|d| d.ok_or_else(|| Error::Internal("drive positions are inconsistent".into())))
+            .collect::<Result<_>>()?;
+
+        let (heal_tx, heal_rx) = mpsc::channel(HEAL_QUEUE);
+        let set = Arc::new(ErasureSet::new(set_drives, cfg, deployment_id, heal_tx)?);
+        spawn_heal_worker(set.clone(), heal_rx);
+        info!(
+            %deployment_id,
+            drives = set.drive_count(),
+            data = set.data(),
+            parity = set.parity(),
+            "object layer ready"
+        );
+        Ok(Arc::new(ErasureServer {
+            sets: vec![set],
+            deployment_id,
+        }))
+    }
+
+    /// Formats fresh drives and checks the others; returns the deployment id and each given
+    /// drive's position in the set.
+    async fn format_drives(
+        drives: &[LocalDrive],
+        paths: &[PathBuf],
+        formats: &[Option<FormatV1>],
+    ) -> Result<(Uuid, Vec<usize>)> {
+        let n = drives.len();
+        let reference = formats.iter().flatten().next().cloned();
+        let Some(reference) = reference else {
+            // A new deployment: every drive gets an id, positions follow the given order.
+            let deployment_id = Uuid::new_v4();
+            let ids: Vec<Uuid> = (0..n).map(|_| Uuid::new_v4()).collect();
+            for (i, d) in drives.iter().enumerate() {
+                let f = FormatV1::new(deployment_id, ids[i], vec![ids.clone()]);
+                d.write_format(&f).await.map_err(|e| {
+                    Error::Internal(format!("cannot format drive {}: {e}", paths[i].display()))
+                })?;
+            }
+            info!(%deployment_id, drives = n, "formatted new deployment");
+            return Ok((deployment_id, (0..n).collect()));
+        };
+        if reference.sets.len() != 1 || reference.sets[0].len() != n {
+            return Err(Error::Internal(format!(
+                "the drives were formatted as {} set(s) of {} drives, but {n} drives were given",
+                reference.sets.len(),
+                reference.sets.first().map_or(0, |s| s.len())
+            )));
+        }
+        let layout = &reference.sets[0];
+        let mut positions: Vec<Option<usize>> = vec![None; n];
+        for (i, f) in formats.iter().enumerate() {
+            if let Some(f) = f {
+                if !f.same_deployment(&reference) {
+                    return Err(Error::Internal(format!(
+                        "drive {} belongs to deployment {}, the others to {}: refusing to mix them",
+                        paths[i].display(),
+                        f.deployment_id,
+                        reference.deployment_id
+                    )));
+                }
+                let pos = layout.iter().position(|id| *id == f.drive_id).ok_or_else(|| {
+                    Error::Internal(format!("drive {} is not in its own layout", paths[i].display()))
+                })?;
+                if positions.contains(&Some(pos)) {
+                    return Err(Error::Internal(format!(
+                        "drive {} is a copy of another given drive (same drive id {})",
+                        paths[i].display(),
+                        f.drive_id
+                    )));
+                }
+                positions[i] = Some(pos);
+            }
+        }
+        // Fresh drives replace the missing positions, in order.
+        let free: Vec<usize> = (0..n).filter(|p| !positions.contains(&Some(*p))).collect();
+        let mut free = free.into_iter();
+        for i in 0..n {
+            if positions[i].is_none() {
+                let pos = free
+                    .next()
+                    .ok_or_else(|| Error::Internal("no free drive position".into()))?;
+                let f = FormatV1::new(reference.deployment_id, layout[pos], reference.sets.clone());
+                drives[i].write_format(&f).await.map_err(|e| {
+                    Error::Internal(format!("cannot format drive {}: {e}", paths[i].display()))
+                })?;
+                warn!(drive = %paths[i].display(), position = pos, "formatted a fresh drive into the deployment; its objects will be healed as they are read");
+                positions[i] = Some(pos);
+            }
+        }
+        Ok((
+            reference.deployment_id,
+            positions.into_iter().map(|p| p.unwrap_or(0)).collect(),
+        ))
+    }
+
+    pub fn layout(&self) -> Layout {
+        let s = &self.sets[0];
+        Layout {
+            deployment_id: self.deployment_id,
+            drives: self.sets.iter().map(|s| s.drive_count()).sum(),
+            sets: self.sets.len(),
+            data: s.data(),
+            parity: s.parity(),
+        }
+    }
+
+    pub async fn readiness(&self) -> Readiness {
+        let mut r = Readiness {
+            drives_online: 0,
+            drives_total: 0,
+            read_quorum: true,
+            write_quorum: true,
+        };
+        for set in &self.sets {
+            let answers = crate::quorum::on_all(&set.drives, |d| async move { d.disk_info().await }).await;
+            let online = crate::quorum::count_ok(&answers);
+            r.drives_online += online;
+            r.drives_total += set.drive_count();
+            r.read_quorum &= online >= set.set_read_quorum();
+            r.write_quorum &= online >= set.set_write_quorum();
+        }
+        r
+    }
+
+    /// Heals one object now and says what was done.
+    pub async fn heal_object(&self, bucket: &str, key: &str) -> Result<crate::heal::HealResult> {
+        check_key(key)?;
+        self.set_of(bucket, key).heal_object(bucket, key).await
+    }
+
+    fn set_of(&self, bucket: &str, key: &str) -> &Arc<ErasureSet> {
+        let n = self.sets.len();
+        if n == 1 {
+            return &self.sets[0];
+        }
+        &self.sets[(self.sets[0].placement_hash(bucket, key) % n as u64) as usize]
+    }
+
+    fn only_set(&self) -> &Arc<ErasureSet> {
+        &self.sets[0]
+    }
+}
+
+fn spawn_heal_worker(set: Arc<ErasureSet>, mut rx: mpsc::Receiver<HealRequest>) {
+    tokio::spawn(async move {
+        while let Some(req) = rx.recv().await {
+            let (bucket, key) = &req;
+            match set.heal_object(bucket, key).await {
+                Ok(r) => {
+                    for (drive, why) in &r.failed {
+                        warn!(bucket, key, drive, why, "could not heal a drive");
+                    }
+                }
+                Err(e) => warn!(bucket, key, error = %e, "heal failed"),
+            }
+            set.heal_done(&req);
+        }
+    });
+}
+
+#[async_trait]
+impl ObjectLayer for ErasureServer {
+    async fn make_bucket(&self, bucket: &str) -> Result<()> {
+        check_bucket_name(bucket)?;
+        for s in &self.sets {
+            s.make_bucket(bucket).await?;
+        }
+        Ok(())
+    }
+
+    async fn bucket_info(&self, bucket: &str) -> Result<BucketInfo> {
+        self.only_set().bucket_info(bucket).await
+    }
+
+    async fn list_buckets(&self) -> Result<Vec<BucketInfo>> {
+        self.only_set().list_buckets().await
+    }
+
+    async fn delete_bucket(&self, bucket: &str) -> Result<()> {
+        let page = self
+            .list_objects(
+                bucket,
+                ListOptions {
+                    max_keys: 1,
+                    ..Default::default()
+                },
+            )
+            .await?;
+        if !page.objects.is_empty() || !page.common_prefixes.is_empty() {
+            return Err(Error::BucketNotEmpty);
+        }
+        for s in &self.sets {
+            s.delete_bucket(bucket).await?;
+        }
+        Ok(())
+    }
+
+    async fn put_object(&self, bucket: &str, key: &str, body: ByteStream, opts: PutOptions) -> Result<ObjectInfo> {
+        check_key(key)?;
+        self.set_of(bucket, key).put_object(bucket, key, body, opts).await
+    }
+
+    async fn get_object(&self, bucket: &str, key: &str, range: Option<HttpRange>) -> Result<GetObjectReader> {
+        check_key(key)?;
+        self.set_of(bucket, key).get_object(bucket, key, range).await
+    }
+
+    async fn object_info(&self, bucket: &str, key: &str) -> Result<ObjectInfo> {
+        check_key(key)?;
+        self.set_of(bucket, key).object_info(bucket, key).await
+    }
+
+    async fn delete_object(&self, bucket: &str, key: &str) -> Result<()> {
+        check_key(key)?;
+        self.set_of(bucket, key).delete_object(bucket, key).await
+    }
+
+    async fn list_objects(&self, bucket: &str, opts: ListOptions) -> Result<ListResult> {
+        // One set per node for now; merging the pages of several sets comes with the cluster.
+        self.only_set().list_objects(bucket, opts).await
+    }
+}

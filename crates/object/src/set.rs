@@ -1,0 +1,345 @@
+//! One erasure set: a fixed list of drives that together hold every object hashed to the set.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use quarry_disk::{Drive, DriveError, ObjectMeta};
+use quarry_erasure::Erasure;
+use tokio::sync::mpsc;
+use tracing::{debug, warn};
+
+use crate::api::{BucketInfo, ObjectInfo};
+use crate::config::ObjectConfig;
+use crate::error::{Error, Result};
+use crate::nslock::NsLock;
+use crate::quorum::{count_ok, on_all, pick_meta, read_quorum, write_quorum, MetaQuorum};
+
+/// An object to heal: bucket and key.
+pub type HealRequest = (String, String);
+
+pub struct ErasureSet {
+    pub(crate) drives: Vec<Arc<dyn Drive>>,
+    pub(crate) cfg: ObjectConfig,
+    /// Key of the placement hash: derived from the deployment id, identical on every node.
+    hash_key: [u8; 32],
+    pub(crate) locks: Arc<NsLock>,
+    heal_tx: mpsc::Sender<HealRequest>,
+    /// Objects queued for heal and not yet taken: a burst of reads of one damaged object queues it once.
+    heal_pending: Mutex<HashSet<HealRequest>>,
+}
+
+impl std::fmt::Debug for ErasureSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ErasureSet")
+            .field("drives", &self.drives.iter().map(|d| d.endpoint()).collect::<Vec<_>>())
+            .field("cfg", &self.cfg)
+            .finish_non_exhaustive()
+    }
+}
+
+pub(crate) fn now_ns() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as i64)
+        .unwrap_or(0)
+}
+
+
+impl ErasureSet {
+    /// A set over `drives` (in set order). Heal requests go to `heal_tx`.
+    pub fn new(
+        drives: Vec<Arc<dyn Drive>>,
+        cfg: ObjectConfig,
+        deployment_id: uuid::Uuid,
+        heal_tx: mpsc::Sender<HealRequest>,
+    ) -> Result<Self> {
+        let n = drives.len();
+        if n == 0 || n > 16 {
+            return Err(Error::Internal(format!(
+                "an erasure set has 1 to 16 drives, not {n}"
+            )));
+        }
+        let set = ErasureSet {
+            drives,
+            cfg,
+            hash_key: blake3::derive_key("quarry placement v1", deployment_id.as_bytes()),
+            locks: Arc::new(NsLock::default()),
+            heal_tx,
+            heal_pending: Mutex::new(HashSet::new()),
+        };
+        set.new_erasure()?; // validates the parity setting against the set size
+        Ok(set)
+    }
+
+    pub fn drive_count(&self) -> usize {
+        self.drives.len()
+    }
+
+    pub fn parity(&self) -> usize {
+        self.cfg
+            .parity
+            .unwrap_or_else(|| quarry_erasure::default_parity(self.drives.len()))
+    }
+
+    pub fn data(&self) -> usize {
+        self.drives.len() - self.parity()
+    }
+
+    /// The code new objects are written with.
+    pub(crate) fn new_erasure(&self) -> Result<Erasure> {
+        let m = self.parity();
+        let n = self.drives.len();
+        if m >= n || (n > 1 && m > n / 2) {
+            return Err(Error::Internal(format!(
+                "parity {m} is not possible on a set of {n} drives (at most {})",
+                n / 2
+            )));
+        }
+        Erasure::new(n - m, m, self.cfg.block_size).map_err(|e| Error::Internal(e.to_string()))
+    }
+
+    /// Read quorum for set-level answers (buckets, listing): that of new objects.
+    pub(crate) fn set_read_quorum(&self) -> usize {
+        read_quorum(self.data(), self.parity())
+    }
+
+    pub(crate) fn set_write_quorum(&self) -> usize {
+        write_quorum(self.data(), self.parity())
+    }
+
+    /// The 64-bit placement hash of an object, keyed by the deployment id.
+    pub fn placement_hash(&self, bucket: &str, key: &str) -> u64 {
+        let mut h = blake3::Hasher::new_keyed(&self.hash_key);
+        h.update(bucket.as_bytes());
+        h.update(b"/");
+        h.update(key.as_bytes());
+        let out = h.finalize();
+        u64::from_le_bytes(out.as_bytes()[..8].try_into().expect("8 bytes"))
+    }
+
+    /// `distribution[i]` is the 1-based shard index drive i holds: a rotation by the key's hash, so
+    /// data shards of different objects land on different drives.
+    pub(crate) fn distribution(&self, bucket: &str, key: &str) -> Vec<u8> {
+        let n = self.drives.len();
+        let rot = (self.placement_hash(bucket, key) % n as u64) as usize;
+        (0..n).map(|i| (((i + rot) % n) + 1) as u8).collect()
+    }
+
+    /// Queues an object for background healing (at most once while pending).
+    pub(crate) fn queue_heal(&self, bucket: &str, key: &str) {
+        let req = (bucket.to_string(), key.to_string());
+        {
+            let mut pending = self.heal_pending.lock().unwrap_or_else(|p| p.into_inner());
+            if !pending.insert(req.clone()) {
+                return;
+            }
+        }
+        debug!(bucket, key, "queued for heal");
+        if self.heal_tx.try_send(req.clone()).is_err() {
+            warn!(bucket, key, "heal queue full; the object will be healed on a later read");
+            self.heal_done(&req);
+        }
+    }
+
+    pub(crate) fn heal_done(&self, req: &HealRequest) {
+        self.heal_pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(req);
+    }
+
+    // ---- buckets ----
+
+    pub async fn make_bucket(&self, bucket: &str) -> Result<()> {
+        let answers = on_all(&self.drives, |d| {
+            let b = bucket.to_string();
+            async move { d.make_volume(&b).await }
+        })
+        .await;
+        let exists = answers
+            .iter()
+            .filter(|a| matches!(a, Err(DriveError::VolumeExists)))
+            .count();
+        let ok = count_ok(&answers);
+        if exists >= self.set_read_quorum() {
+            return Err(Error::BucketExists);
+        }
+        if ok + exists < self.set_write_quorum() {
+            return Err(Error::WriteQuorum {
+                have: ok + exists,
+                need: self.set_write_quorum(),
+            });
+        }
+        Ok(())
+    }
+
+    pub async fn bucket_info(&self, bucket: &str) -> Result<BucketInfo> {
+        let answers = on_all(&self.drives, |d| {
+            let b = bucket.to_string();
+            async move { d.stat_volume(&b).await }
+        })
+        .await;
+        let found: Vec<_> = answers.iter().filter_map(|a| a.as_ref().ok()).collect();
+        if found.len() >= self.set_read_quorum() {
+            let created_ns = found.iter().map(|v| v.created_ns).min().unwrap_or(0);
+            return Ok(BucketInfo {
+                name: bucket.to_string(),
+                created_ns,
+            });
+        }
+        let missing = answers
+            .iter()
+            .filter(|a| matches!(a, Err(DriveError::VolumeNotFound)))
+            .count();
+        if missing > 0 {
+            return Err(Error::BucketNotFound);
+        }
+        Err(Error::ReadQuorum {
+            have: found.len(),
+            need: self.set_read_quorum(),
+        })
+    }
+
+    pub async fn list_buckets(&self) -> Result<Vec<BucketInfo>> {
+        let answers = on_all(&self.drives, |d| async move { d.list_volumes().await }).await;
+        let ok = count_ok(&answers);
+        if ok < self.set_read_quorum() {
+            return Err(Error::ReadQuorum {
+                have: ok,
+                need: self.set_read_quorum(),
+            });
+        }
+        let mut counts: std::collections::BTreeMap<String, (usize, i64)> = Default::default();
+        for vols in answers.into_iter().flatten() {
+            for v in vols {
+                let e = counts.entry(v.name).or_insert((0, i64::MAX));
+                e.0 += 1;
+                e.1 = e.1.min(v.created_ns);
+            }
+        }
+        Ok(counts
+            .into_iter()
+            .filter(|(_, (c, _))| *c >= self.set_read_quorum())
+            .map(|(name, (_, created_ns))| BucketInfo { name, created_ns })
+            .collect())
+    }
+
+    /// Removes the bucket from every drive. The caller has checked it holds no object.
+    pub async fn delete_bucket(&self, bucket: &str) -> Result<()> {
+        let answers = on_all(&self.drives, |d| {
+            let b = bucket.to_string();
+            async move {
+                match d.delete_volume(&b, false).await {
+                    // Only debris of writes that never reached quorum is left on this drive:
+                    // listing found no object, so it can go.
+                    Err(DriveError::VolumeNotEmpty) => d.delete_volume(&b, true).await,
+                    other => other,
+                }
+            }
+        })
+        .await;
+        let gone = answers
+            .iter()
+            .filter(|a| matches!(a, Ok(()) | Err(DriveError::VolumeNotFound)))
+            .count();
+        if answers.iter().all(|a| matches!(a, Err(DriveError::VolumeNotFound))) {
+            return Err(Error::BucketNotFound);
+        }
+        if gone < self.set_write_quorum() {
+            return Err(Error::WriteQuorum {
+                have: gone,
+                need: self.set_write_quorum(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Fails with `BucketNotFound` unless a read quorum of drives has the bucket.
+    pub(crate) async fn require_bucket(&self, bucket: &str) -> Result<()> {
+        self.bucket_info(bucket).await.map(|_| ())
+    }
+
+    // ---- objects ----
+
+    /// Reads every drive's metadata of an object and picks the version a read quorum agrees on.
+    pub(crate) async fn read_meta_quorum(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<(ObjectMeta, Vec<Option<ObjectMeta>>, Vec<std::result::Result<ObjectMeta, DriveError>>)>
+    {
+        let answers = on_all(&self.drives, |d| {
+            let (b, k) = (bucket.to_string(), key.to_string());
+            async move { d.read_meta(&b, &k).await }
+        })
+        .await;
+        match pick_meta(&answers) {
+            MetaQuorum::Found { meta, metas } => Ok((meta, metas, answers)),
+            MetaQuorum::NotFound => {
+                // NoSuchBucket and NoSuchKey are different answers in S3.
+                self.require_bucket(bucket).await?;
+                Err(Error::ObjectNotFound)
+            }
+            MetaQuorum::NoQuorum { have, need } => Err(Error::ReadQuorum { have, need }),
+        }
+    }
+
+    pub async fn object_info(&self, bucket: &str, key: &str) -> Result<ObjectInfo> {
+        let (meta, metas, _) = self.read_meta_quorum(bucket, key).await?;
+        if metas.iter().any(|m| m.is_none()) {
+            // Some drive is missing this version: heal it in the background.
+            self.queue_heal(bucket, key);
+        }
+        Ok(object_info(bucket, key, &meta))
+    }
+
+    pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<()> {
+        let _guard = self.locks.lock(format!("{bucket}/{key}")).await;
+        let answers = on_all(&self.drives, |d| {
+            let (b, k) = (bucket.to_string(), key.to_string());
+            async move { d.delete_object(&b, &k).await }
+        })
+        .await;
+        if answers
+            .iter()
+            .all(|a| matches!(a, Err(DriveError::VolumeNotFound)))
+        {
+            return Err(Error::BucketNotFound);
+        }
+        let done = answers
+            .iter()
+            .filter(|a| matches!(a, Ok(()) | Err(DriveError::FileNotFound)))
+            .count();
+        if done < self.set_write_quorum() {
+            if answers
+                .iter()
+                .filter(|a| matches!(a, Err(DriveError::VolumeNotFound)))
+                .count()
+                >= self.set_read_quorum()
+            {
+                return Err(Error::BucketNotFound);
+            }
+            return Err(Error::WriteQuorum {
+                have: done,
+                need: self.set_write_quorum(),
+            });
+        }
+        Ok(())
+    }
+}
+
+/// The S3-facing description of an object from its metadata.
+pub(crate) fn object_info(bucket: &str, key: &str, meta: &ObjectMeta) -> ObjectInfo {
+    ObjectInfo {
+        bucket: bucket.to_string(),
+        key: key.to_string(),
+        size: meta.size,
+        mod_time_ns: meta.mod_time_ns,
+        etag: meta.etag.clone(),
+        headers: meta.headers.clone(),
+        user_meta: meta.user_meta.clone(),
+        checksums: meta.checksums.clone(),
+        parts: meta.parts.len(),
+    }
+}
