@@ -48,7 +48,13 @@ pub(crate) struct ShardReader {
 }
 
 impl ShardReader {
-    pub(crate) fn new(set: Arc<ErasureSet>, bucket: &str, key: &str, meta: &ObjectMeta, metas: Vec<Option<ObjectMeta>>) -> Result<Self> {
+    pub(crate) fn new(
+        set: Arc<ErasureSet>,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+        metas: Vec<Option<ObjectMeta>>,
+    ) -> Result<Self> {
         let erasure = erasure_of(meta)?;
         let n = erasure.total_shards();
         if meta.erasure.distribution.len() != n || metas.len() != n {
@@ -92,9 +98,40 @@ impl ShardReader {
         }
     }
 
+    /// Checks, without reading them, that the shard files this read did not need are present and
+    /// whole; queues a heal otherwise. A GET reads only k shards, so a lost parity shard would
+    /// otherwise go unnoticed until the scanner passes.
+    pub(crate) async fn check_unread_shards(&self, parts: &[PartInfo]) {
+        let Some(data_dir) = self.data_dir else {
+            return;
+        };
+        let k = self.erasure.data_shards();
+        for part in parts {
+            let want = self.erasure.shard_file_size(part.size);
+            let checks = self.holder[k..].iter().flatten().map(|&pos| {
+                let drive = self.set.drives[pos].clone();
+                async move {
+                    drive
+                        .stat_shard(&self.bucket, &self.key, data_dir, part.number)
+                        .await
+                }
+            });
+            for r in futures::future::join_all(checks).await {
+                if !matches!(r, Ok(len) if len == want) {
+                    self.note_damage();
+                }
+            }
+        }
+    }
+
     /// Reads and verifies shard `shard` of block `block` of `part`; `None` if it is missing,
     /// unreadable or corrupt.
-    pub(crate) async fn read_chunk(&self, part: &PartInfo, block: u64, shard: usize) -> Option<Vec<u8>> {
+    pub(crate) async fn read_chunk(
+        &self,
+        part: &PartInfo,
+        block: u64,
+        shard: usize,
+    ) -> Option<Vec<u8>> {
         let pos = self.holder[shard]?;
         let block_len = self.erasure.block_len(part.size, block);
         let framed_len = self.erasure.framed_len(block_len);
@@ -119,7 +156,14 @@ impl ShardReader {
                 };
                 let drive = &self.set.drives[pos];
                 match drive
-                    .read_shard(&self.bucket, &self.key, data_dir, part.number, offset, framed_len)
+                    .read_shard(
+                        &self.bucket,
+                        &self.key,
+                        data_dir,
+                        part.number,
+                        offset,
+                        framed_len,
+                    )
                     .await
                 {
                     Ok(b) => b,
@@ -250,14 +294,21 @@ impl ErasureSet {
             reader.heal_if_damaged();
         }
         let nblocks = blocks.len();
+        let parts = Arc::new(meta.parts.clone());
         let body: ObjectStream = Box::pin(
             futures::stream::iter(blocks.into_iter().enumerate())
                 .map(move |(i, b)| {
                     let reader = reader.clone();
+                    let parts = parts.clone();
                     async move {
                         let data = reader.read_block(&b.part, b.block).await;
                         if i + 1 == nblocks || data.is_err() {
-                            reader.heal_if_damaged();
+                            // Off the response path: the client has its bytes already.
+                            let (reader, parts) = (reader.clone(), parts.clone());
+                            tokio::spawn(async move {
+                                reader.check_unread_shards(&parts).await;
+                                reader.heal_if_damaged();
+                            });
                         }
                         let data = data?;
                         Ok(Bytes::from(data).slice(b.start..b.end))
@@ -281,8 +332,16 @@ mod tests {
     fn plan_covers_the_range_exactly() {
         let e = Erasure::new(2, 2, 100).unwrap();
         let parts = vec![
-            PartInfo { number: 1, size: 250, etag: String::new() },
-            PartInfo { number: 2, size: 30, etag: String::new() },
+            PartInfo {
+                number: 1,
+                size: 250,
+                etag: String::new(),
+            },
+            PartInfo {
+                number: 2,
+                size: 30,
+                etag: String::new(),
+            },
         ];
         for offset in 0..280u64 {
             for len in [1u64, 2, 50, 99, 100, 101, 250, 280 - offset] {

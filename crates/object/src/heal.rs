@@ -115,12 +115,17 @@ impl ErasureSet {
                 writers.clear();
                 let data_dir = meta.data_dir.unwrap_or_default();
                 for (t, &pos) in targets.iter().enumerate() {
-                    match self.drives[pos].create_shard_writer(tmp_id, data_dir, part.number).await {
+                    match self.drives[pos]
+                        .create_shard_writer(tmp_id, data_dir, part.number)
+                        .await
+                    {
                         Ok(w) => writers.push(Some(w)),
                         Err(e) => {
                             ok_targets[t] = false;
                             writers.push(None);
-                            result.failed.push((self.drives[pos].endpoint().to_string(), e.to_string()));
+                            result
+                                .failed
+                                .push((self.drives[pos].endpoint().to_string(), e.to_string()));
                         }
                     }
                 }
@@ -153,7 +158,9 @@ impl ErasureSet {
                         bitrot::frame_into(chunk, &mut framed);
                         if let Err(e) = w.write(&framed).await {
                             ok_targets[t] = false;
-                            result.failed.push((self.drives[pos].endpoint().to_string(), e.to_string()));
+                            result
+                                .failed
+                                .push((self.drives[pos].endpoint().to_string(), e.to_string()));
                         }
                     }
                 }
@@ -164,9 +171,10 @@ impl ErasureSet {
                         if ok_targets[t] {
                             if let Err(e) = w.finish().await {
                                 ok_targets[t] = false;
-                                result
-                                    .failed
-                                    .push((self.drives[targets[t]].endpoint().to_string(), e.to_string()));
+                                result.failed.push((
+                                    self.drives[targets[t]].endpoint().to_string(),
+                                    e.to_string(),
+                                ));
                             }
                         }
                     }
@@ -190,7 +198,9 @@ impl ErasureSet {
                 Ok(()) => result.healed.push(drive.endpoint().to_string()),
                 Err(e) => {
                     warn!(drive = drive.endpoint(), bucket, key, error = %e, "heal commit failed");
-                    result.failed.push((drive.endpoint().to_string(), e.to_string()));
+                    result
+                        .failed
+                        .push((drive.endpoint().to_string(), e.to_string()));
                 }
             }
         }

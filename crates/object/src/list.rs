@@ -19,7 +19,11 @@ enum Item {
 }
 
 impl ErasureSet {
-    pub async fn list_objects(self: &Arc<Self>, bucket: &str, opts: ListOptions) -> Result<ListResult> {
+    pub async fn list_objects(
+        self: &Arc<Self>,
+        bucket: &str,
+        opts: ListOptions,
+    ) -> Result<ListResult> {
         self.require_bucket(bucket).await?;
         let mut result = ListResult::default();
         if opts.max_keys == 0 {
@@ -101,8 +105,10 @@ impl ErasureSet {
                             match rest.find(d) {
                                 Some(i) => {
                                     let cp = name[..opts.prefix.len() + i + d.len()].to_string();
-                                    let seen = matches!(items.last(), Some(Item::Prefix(p)) if *p == cp);
-                                    let before_marker = opts.marker.as_deref().is_some_and(|m| cp.as_str() <= m);
+                                    let seen =
+                                        matches!(items.last(), Some(Item::Prefix(p)) if *p == cp);
+                                    let before_marker =
+                                        opts.marker.as_deref().is_some_and(|m| cp.as_str() <= m);
                                     if !seen && !before_marker {
                                         items.push(Item::Prefix(cp));
                                     }

@@ -19,7 +19,9 @@ pub fn check_bucket_name(name: &str) -> Result<()> {
         .bytes()
         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
     {
-        return bad("bucket names can consist only of lowercase letters, numbers, periods and hyphens");
+        return bad(
+            "bucket names can consist only of lowercase letters, numbers, periods and hyphens",
+        );
     }
     let first = name.as_bytes()[0];
     let last = name.as_bytes()[name.len() - 1];
@@ -27,7 +29,9 @@ pub fn check_bucket_name(name: &str) -> Result<()> {
         return bad("bucket names must begin and end with a letter or number");
     }
     if name.contains("..") || name.contains(".-") || name.contains("-.") {
-        return bad("bucket names must not contain two adjacent periods or a period next to a hyphen");
+        return bad(
+            "bucket names must not contain two adjacent periods or a period next to a hyphen",
+        );
     }
     if name.parse::<std::net::Ipv4Addr>().is_ok() {
         return bad("bucket names must not be formatted as an IP address");
@@ -91,8 +95,14 @@ mod tests {
         let long = vec!["k".repeat(255); 5].join("/");
         let long = &long[..1024];
         assert!(check_key(long).is_ok());
-        assert!(matches!(check_key(&"k".repeat(1025)), Err(Error::KeyTooLong)));
+        assert!(matches!(
+            check_key(&"k".repeat(1025)),
+            Err(Error::KeyTooLong)
+        ));
         assert!(matches!(check_key("a//b"), Err(Error::InvalidKey(_))));
-        assert!(matches!(check_key("../../etc/passwd"), Err(Error::InvalidKey(_))));
+        assert!(matches!(
+            check_key("../../etc/passwd"),
+            Err(Error::InvalidKey(_))
+        ));
     }
 }

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use md5::{Digest, Md5};
-use quarry_disk::{Drive, DriveError, ErasureInfo, ObjectMeta, PartInfo, ShardWriter, META_VERSION};
+use quarry_disk::{
+    Drive, DriveError, ErasureInfo, ObjectMeta, PartInfo, ShardWriter, META_VERSION,
+};
 use quarry_erasure::{bitrot, Erasure, BITROT_BLAKE3, CODEC_RS_VANDERMONDE};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -185,11 +187,12 @@ impl ShardSink {
                 sends.push((pos, w.tx.clone(), Bytes::from(framed)));
             }
         }
-        let results =
-            futures::future::join_all(sends.into_iter().map(|(pos, tx, b)| async move {
-                (pos, tx.send(b).await.is_ok())
-            }))
-            .await;
+        let results = futures::future::join_all(
+            sends
+                .into_iter()
+                .map(|(pos, tx, b)| async move { (pos, tx.send(b).await.is_ok()) }),
+        )
+        .await;
         for (pos, ok) in results {
             if !ok {
                 // The writer task ended early: its error is collected in finish().
@@ -363,7 +366,9 @@ impl ErasureSet {
         }
         let outcomes = sink.finish().await;
 
-        let inline = outcomes.iter().any(|o| matches!(o, ShardOutcome::Inline(_)));
+        let inline = outcomes
+            .iter()
+            .any(|o| matches!(o, ShardOutcome::Inline(_)));
         let base = ObjectMeta {
             version: META_VERSION,
             size,

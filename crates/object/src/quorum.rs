@@ -52,7 +52,10 @@ pub enum MetaQuorum {
     },
     NotFound,
     /// Drives answered, but too few agree on one version (or too many failed to answer).
-    NoQuorum { have: usize, need: usize },
+    NoQuorum {
+        have: usize,
+        need: usize,
+    },
 }
 
 /// Picks the version of an object that a read quorum of drives agrees on. Among versions with

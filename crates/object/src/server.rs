@@ -147,9 +147,15 @@ impl ErasureServer {
                         reference.deployment_id
                     )));
                 }
-                let pos = layout.iter().position(|id| *id == f.drive_id).ok_or_else(|| {
-                    Error::Internal(format!("drive {} is not in its own layout", paths[i].display()))
-                })?;
+                let pos = layout
+                    .iter()
+                    .position(|id| *id == f.drive_id)
+                    .ok_or_else(|| {
+                        Error::Internal(format!(
+                            "drive {} is not in its own layout",
+                            paths[i].display()
+                        ))
+                    })?;
                 if positions.contains(&Some(pos)) {
                     return Err(Error::Internal(format!(
                         "drive {} is a copy of another given drive (same drive id {})",
@@ -201,7 +207,8 @@ impl ErasureServer {
             write_quorum: true,
         };
         for set in &self.sets {
-            let answers = crate::quorum::on_all(&set.drives, |d| async move { d.disk_info().await }).await;
+            let answers =
+                crate::quorum::on_all(&set.drives, |d| async move { d.disk_info().await }).await;
             let online = crate::quorum::count_ok(&answers);
             r.drives_online += online;
             r.drives_total += set.drive_count();
@@ -233,6 +240,9 @@ impl ErasureServer {
 fn spawn_heal_worker(set: Arc<ErasureSet>, mut rx: mpsc::Receiver<HealRequest>) {
     tokio::spawn(async move {
         while let Some(req) = rx.recv().await {
+            // Taken off the pending set first: damage found while this heal runs queues the
+            // object again rather than being lost.
+            set.heal_done(&req);
             let (bucket, key) = &req;
             match set.heal_object(bucket, key).await {
                 Ok(r) => {
@@ -242,7 +252,6 @@ fn spawn_heal_worker(set: Arc<ErasureSet>, mut rx: mpsc::Receiver<HealRequest>) 
                 }
                 Err(e) => warn!(bucket, key, error = %e, "heal failed"),
             }
-            set.heal_done(&req);
         }
     });
 }
@@ -284,14 +293,29 @@ impl ObjectLayer for ErasureServer {
         Ok(())
     }
 
-    async fn put_object(&self, bucket: &str, key: &str, body: ByteStream, opts: PutOptions) -> Result<ObjectInfo> {
+    async fn put_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        body: ByteStream,
+        opts: PutOptions,
+    ) -> Result<ObjectInfo> {
         check_key(key)?;
-        self.set_of(bucket, key).put_object(bucket, key, body, opts).await
+        self.set_of(bucket, key)
+            .put_object(bucket, key, body, opts)
+            .await
     }
 
-    async fn get_object(&self, bucket: &str, key: &str, range: Option<HttpRange>) -> Result<GetObjectReader> {
+    async fn get_object(
+        &self,
+        bucket: &str,
+        key: &str,
+        range: Option<HttpRange>,
+    ) -> Result<GetObjectReader> {
         check_key(key)?;
-        self.set_of(bucket, key).get_object(bucket, key, range).await
+        self.set_of(bucket, key)
+            .get_object(bucket, key, range)
+            .await
     }
 
     async fn object_info(&self, bucket: &str, key: &str) -> Result<ObjectInfo> {

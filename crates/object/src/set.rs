@@ -32,7 +32,10 @@ pub struct ErasureSet {
 impl std::fmt::Debug for ErasureSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ErasureSet")
-            .field("drives", &self.drives.iter().map(|d| d.endpoint()).collect::<Vec<_>>())
+            .field(
+                "drives",
+                &self.drives.iter().map(|d| d.endpoint()).collect::<Vec<_>>(),
+            )
             .field("cfg", &self.cfg)
             .finish_non_exhaustive()
     }
@@ -44,7 +47,6 @@ pub(crate) fn now_ns() -> i64 {
         .map(|d| d.as_nanos() as i64)
         .unwrap_or(0)
 }
-
 
 impl ErasureSet {
     /// A set over `drives` (in set order). Heal requests go to `heal_tx`.
@@ -137,7 +139,10 @@ impl ErasureSet {
         }
         debug!(bucket, key, "queued for heal");
         if self.heal_tx.try_send(req.clone()).is_err() {
-            warn!(bucket, key, "heal queue full; the object will be healed on a later read");
+            warn!(
+                bucket,
+                key, "heal queue full; the object will be healed on a later read"
+            );
             self.heal_done(&req);
         }
     }
@@ -243,7 +248,10 @@ impl ErasureSet {
             .iter()
             .filter(|a| matches!(a, Ok(()) | Err(DriveError::VolumeNotFound)))
             .count();
-        if answers.iter().all(|a| matches!(a, Err(DriveError::VolumeNotFound))) {
+        if answers
+            .iter()
+            .all(|a| matches!(a, Err(DriveError::VolumeNotFound)))
+        {
             return Err(Error::BucketNotFound);
         }
         if gone < self.set_write_quorum() {
@@ -267,8 +275,11 @@ impl ErasureSet {
         &self,
         bucket: &str,
         key: &str,
-    ) -> Result<(ObjectMeta, Vec<Option<ObjectMeta>>, Vec<std::result::Result<ObjectMeta, DriveError>>)>
-    {
+    ) -> Result<(
+        ObjectMeta,
+        Vec<Option<ObjectMeta>>,
+        Vec<std::result::Result<ObjectMeta, DriveError>>,
+    )> {
         let answers = on_all(&self.drives, |d| {
             let (b, k) = (bucket.to_string(), key.to_string());
             async move { d.read_meta(&b, &k).await }

@@ -28,10 +28,18 @@ fn cfg() -> ObjectConfig {
 
 async fn fixture(drives: usize) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let paths: Vec<PathBuf> = (1..=drives).map(|i| dir.path().join(format!("d{i}"))).collect();
-    let layer = ErasureServer::open_local(paths.clone(), cfg()).await.unwrap();
+    let paths: Vec<PathBuf> = (1..=drives)
+        .map(|i| dir.path().join(format!("d{i}")))
+        .collect();
+    let layer = ErasureServer::open_local(paths.clone(), cfg())
+        .await
+        .unwrap();
     layer.make_bucket("bkt").await.unwrap();
-    Fixture { _dir: dir, paths, layer }
+    Fixture {
+        _dir: dir,
+        paths,
+        layer,
+    }
 }
 
 fn body(data: &[u8], piece: usize) -> ByteStream {
@@ -101,16 +109,29 @@ fn shard_files(f: &Fixture, key: &str) -> Vec<PathBuf> {
 async fn round_trip_sizes_and_layouts() {
     for drives in [1usize, 2, 4, 6] {
         let f = fixture(drives).await;
-        for (i, size) in [0usize, 1, 100, 4095, BLOCK - 1, BLOCK, BLOCK + 1, 3 * BLOCK + 17]
-            .into_iter()
-            .enumerate()
+        for (i, size) in [
+            0usize,
+            1,
+            100,
+            4095,
+            BLOCK - 1,
+            BLOCK,
+            BLOCK + 1,
+            3 * BLOCK + 17,
+        ]
+        .into_iter()
+        .enumerate()
         {
             let data = random(size, i as u64);
             let key = format!("obj-{size}");
             let info = put(&f.layer, &key, &data).await;
             assert_eq!(info.size, size as u64);
             assert_eq!(info.etag, md5_hex(&data));
-            assert_eq!(get(&f.layer, &key, None).await.unwrap(), data, "{drives} drives, size {size}");
+            assert_eq!(
+                get(&f.layer, &key, None).await.unwrap(),
+                data,
+                "{drives} drives, size {size}"
+            );
             let head = f.layer.object_info("bkt", &key).await.unwrap();
             assert_eq!(head.etag, info.etag);
         }
@@ -125,7 +146,11 @@ async fn ranges_match_slices() {
     let n = data.len() as u64;
     let cases = [
         (HttpRange::FromTo(0, 0), 0, 1),
-        (HttpRange::FromTo(BLOCK as u64 - 3, BLOCK as u64 + 3), BLOCK as u64 - 3, 7),
+        (
+            HttpRange::FromTo(BLOCK as u64 - 3, BLOCK as u64 + 3),
+            BLOCK as u64 - 3,
+            7,
+        ),
         (HttpRange::From(n - 10), n - 10, 10),
         (HttpRange::Suffix(5), n - 5, 5),
         (HttpRange::FromTo(5, n + 100), 5, n - 5),
@@ -180,65 +205,101 @@ async fn content_md5_and_length_are_checked() {
     tokio::time::sleep(Duration::from_millis(200)).await;
     for p in &f.paths {
         let tmp = p.join(".quarry.sys/tmp");
-        assert_eq!(std::fs::read_dir(&tmp).unwrap().count(), 0, "{}", tmp.display());
+        assert_eq!(
+            std::fs::read_dir(&tmp).unwrap().count(),
+            0,
+            "{}",
+            tmp.display()
+        );
     }
 }
 
-async fn wait_healed(files: &[PathBuf], reference: usize) {
-    let want = std::fs::metadata(&files[reference]).unwrap().len();
-    for _ in 0..100 {
+/// Waits until every file has its original bytes back (the heal worker runs in the background).
+async fn wait_restored(files: &[(PathBuf, Vec<u8>)]) {
+    for _ in 0..200 {
         if files
             .iter()
-            .all(|p| std::fs::metadata(p).map(|m| m.len() == want).unwrap_or(false))
+            .all(|(p, want)| std::fs::read(p).map(|b| b == *want).unwrap_or(false))
         {
             return;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(Duration::from_millis(25)).await;
     }
-    panic!("shards were not healed: {files:?}");
+    let state: Vec<_> = files
+        .iter()
+        .map(|(p, want)| (p, std::fs::read(p).map(|b| b == *want)))
+        .collect();
+    panic!("shards were not healed: {state:?}");
+}
+
+/// Drive positions ordered by the 1-based shard index they hold for `key`.
+fn positions_by_shard(f: &Fixture, key: &str) -> Vec<usize> {
+    let mut v: Vec<(u8, usize)> = f
+        .paths
+        .iter()
+        .enumerate()
+        .map(|(pos, p)| {
+            let b = std::fs::read(p.join("bkt").join(key).join("quarry.meta")).unwrap();
+            (
+                quarry_disk::ObjectMeta::from_bytes(&b)
+                    .unwrap()
+                    .erasure
+                    .index,
+                pos,
+            )
+        })
+        .collect();
+    v.sort();
+    v.into_iter().map(|(_, pos)| pos).collect()
 }
 
 #[tokio::test]
-async fn damaged_shards_are_read_around_and_healed() {
+async fn damaged_shards_are_read_around_and_healed_on_read() {
     let f = fixture(4).await;
     for (key, size) in [("big", 3 * BLOCK + 100), ("small", 1000)] {
         let data = random(size, 3);
         put(&f.layer, key, &data).await;
         let files = shard_files(&f, key);
-        // Lose one shard, corrupt another: m = 2 damaged.
-        let inline = key == "small";
-        if inline {
-            std::fs::remove_file(&files[0]).unwrap();
-            let meta = std::fs::read_to_string(&files[1]).unwrap();
-            // Flip a character inside the base64 inline payload.
-            let i = meta.find("\"inline\"").unwrap() + 20;
-            let mut b = meta.into_bytes();
-            b[i] = if b[i] == b'A' { b'B' } else { b'A' };
-            std::fs::write(&files[1], b).unwrap();
-        } else {
-            let original0 = std::fs::read(&files[0]).unwrap();
-            std::fs::remove_file(&files[0]).unwrap();
-            assert_eq!(get(&f.layer, key, None).await.unwrap(), data);
-            wait_healed(&files, 2).await;
-            let healed0 = std::fs::read(&files[0]).unwrap();
-            assert_eq!(healed0.len(), original0.len());
-            let first_diff = healed0.iter().zip(&original0).position(|(a, b)| a != b);
-            assert_eq!(first_diff, None, "healed shard differs");
-            let mut b = std::fs::read(&files[1]).unwrap();
+        let originals: Vec<(PathBuf, Vec<u8>)> = files
+            .iter()
+            .map(|p| (p.clone(), std::fs::read(p).unwrap()))
+            .collect();
+        let by_shard = positions_by_shard(&f, key);
+        let (d1, d2, p1) = (by_shard[0], by_shard[1], by_shard[2]);
+
+        // Both data shards damaged (m = 2): one lost, one with flipped bits.
+        std::fs::remove_file(&files[d1]).unwrap();
+        let mut b = std::fs::read(&files[d2]).unwrap();
+        let n = b.len();
+        b[n - 5] ^= 0x01;
+        if key == "big" {
             b[40] ^= 0xff;
-            b[BLOCK / 2 + 40] ^= 0x01;
-            std::fs::write(&files[1], b).unwrap();
         }
+        std::fs::write(&files[d2], b).unwrap();
         assert_eq!(get(&f.layer, key, None).await.unwrap(), data, "{key}");
-        wait_healed(&files, 2).await;
+        wait_restored(&originals).await;
+
+        // A lost parity shard is not needed by a GET, yet the GET notices and heals it.
+        if key == "big" {
+            std::fs::remove_file(&files[p1]).unwrap();
+            assert_eq!(get(&f.layer, key, None).await.unwrap(), data);
+            wait_restored(&originals).await;
+        }
         let again = f.layer.heal_object("bkt", key).await.unwrap();
-        assert!(again.healed.is_empty() && again.failed.is_empty(), "{key}: {again:?}");
-        // Healed shards verify: lose the two other shards now and read from the healed ones.
-        let files = shard_files(&f, key);
-        if !inline {
-            std::fs::remove_file(&files[2]).unwrap();
-            std::fs::remove_file(&files[3]).unwrap();
-            assert_eq!(get(&f.layer, key, None).await.unwrap(), data, "{key} after heal");
+        assert!(
+            again.healed.is_empty() && again.failed.is_empty(),
+            "{key}: {again:?}"
+        );
+
+        // The healed shards are good: read with the two others gone.
+        if key == "big" {
+            std::fs::remove_file(&files[by_shard[2]]).unwrap();
+            std::fs::remove_file(&files[by_shard[3]]).unwrap();
+            assert_eq!(
+                get(&f.layer, key, None).await.unwrap(),
+                data,
+                "{key} from healed shards"
+            );
         }
     }
 }
@@ -260,8 +321,21 @@ async fn losing_more_than_parity_is_an_error_not_garbage() {
 async fn listing_matches_a_reference() {
     let f = fixture(4).await;
     let keys = [
-        "a", "a-c", "a/b", "a/c/d", "a/c/e", "a/", "b", "b/x/y", "c d", "ü/1", "z+%", "photos/2024/1.jpg",
-        "photos/2024/2.jpg", "photos/2025/1.jpg", "photos/x",
+        "a",
+        "a-c",
+        "a/b",
+        "a/c/d",
+        "a/c/e",
+        "a/",
+        "b",
+        "b/x/y",
+        "c d",
+        "ü/1",
+        "z+%",
+        "photos/2024/1.jpg",
+        "photos/2024/2.jpg",
+        "photos/2025/1.jpg",
+        "photos/x",
     ];
     for k in keys {
         put(&f.layer, k, k.as_bytes()).await;
@@ -305,7 +379,8 @@ async fn listing_matches_a_reference() {
                         .await
                         .unwrap();
                     assert!(page.objects.len() + page.common_prefixes.len() <= max_keys);
-                    let mut names: Vec<String> = page.objects.iter().map(|o| o.key.clone()).collect();
+                    let mut names: Vec<String> =
+                        page.objects.iter().map(|o| o.key.clone()).collect();
                     names.extend(page.common_prefixes.iter().cloned());
                     names.sort();
                     got.extend(names);
@@ -315,7 +390,10 @@ async fn listing_matches_a_reference() {
                     marker = page.next_marker.clone();
                     assert!(marker.is_some());
                 }
-                assert_eq!(got, want, "prefix {prefix:?} delimiter {delimiter:?} max {max_keys}");
+                assert_eq!(
+                    got, want,
+                    "prefix {prefix:?} delimiter {delimiter:?} max {max_keys}"
+                );
             }
         }
     }
@@ -324,14 +402,29 @@ async fn listing_matches_a_reference() {
 #[tokio::test]
 async fn buckets_and_deletes() {
     let f = fixture(4).await;
-    assert!(matches!(f.layer.make_bucket("bkt").await, Err(Error::BucketExists)));
-    assert!(matches!(f.layer.make_bucket("Bad_Name").await, Err(Error::InvalidBucketName(_))));
+    assert!(matches!(
+        f.layer.make_bucket("bkt").await,
+        Err(Error::BucketExists)
+    ));
+    assert!(matches!(
+        f.layer.make_bucket("Bad_Name").await,
+        Err(Error::InvalidBucketName(_))
+    ));
     put(&f.layer, "k", b"v").await;
-    assert!(matches!(f.layer.delete_bucket("bkt").await, Err(Error::BucketNotEmpty)));
+    assert!(matches!(
+        f.layer.delete_bucket("bkt").await,
+        Err(Error::BucketNotEmpty)
+    ));
     f.layer.delete_object("bkt", "k").await.unwrap();
     f.layer.delete_object("bkt", "k").await.unwrap(); // absent: still fine
-    assert!(matches!(f.layer.object_info("bkt", "k").await, Err(Error::ObjectNotFound)));
-    assert!(matches!(f.layer.object_info("nope", "k").await, Err(Error::BucketNotFound)));
+    assert!(matches!(
+        f.layer.object_info("bkt", "k").await,
+        Err(Error::ObjectNotFound)
+    ));
+    assert!(matches!(
+        f.layer.object_info("nope", "k").await,
+        Err(Error::BucketNotFound)
+    ));
     f.layer.delete_bucket("bkt").await.unwrap();
     assert!(f.layer.list_buckets().await.unwrap().is_empty());
 }

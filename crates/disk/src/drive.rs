@@ -1,0 +1,189 @@
+//! The `Drive` trait: everything the object layer asks of one drive, local or remote.
+
+use std::fmt;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use uuid::Uuid;
+
+use crate::meta::ObjectMeta;
+
+/// Errors a drive reports. The object layer counts them per drive to decide quorum, so each
+/// variant names one exact condition.
+#[derive(Debug, thiserror::Error)]
+pub enum DriveError {
+    #[error("bucket not found on drive")]
+    VolumeNotFound,
+    #[error("bucket already exists on drive")]
+    VolumeExists,
+    #[error("bucket is not empty")]
+    VolumeNotEmpty,
+    #[error("object not found on drive")]
+    FileNotFound,
+    /// The shard file is shorter than the requested range (truncated or partly written).
+    #[error("shard file is truncated: wanted {wanted} bytes at offset {offset}, file has {len}")]
+    Truncated {
+        offset: u64,
+        wanted: usize,
+        len: u64,
+    },
+    /// Metadata that does not parse, or carries a version this build does not know.
+    #[error("corrupt metadata: {0}")]
+    CorruptMeta(String),
+    #[error("unsupported metadata version {found} (this build reads version {supported})")]
+    UnsupportedVersion { found: u32, supported: u32 },
+    /// A bucket or key that may not become a path (`..`, empty segment, reserved name, too long).
+    #[error("invalid name: {0}")]
+    InvalidName(String),
+    /// The drive is unformatted, formatted for another deployment, or not mounted.
+    #[error("drive is not usable: {0}")]
+    Unusable(String),
+    #[error("drive is full")]
+    DiskFull,
+    #[error("drive I/O error: {0}")]
+    Io(std::io::Error),
+}
+
+impl From<std::io::Error> for DriveError {
+    /// `ENOSPC` and `EDQUOT` become [`DriveError::DiskFull`]; everything else is `Io`.
+    fn from(e: std::io::Error) -> DriveError {
+        match e.kind() {
+            std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded => {
+                DriveError::DiskFull
+            }
+            _ => DriveError::Io(e),
+        }
+    }
+}
+
+pub type Result<T, E = DriveError> = std::result::Result<T, E>;
+
+/// Space and identity of a drive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskInfo {
+    pub endpoint: String,
+    pub id: Option<Uuid>,
+    pub total: u64,
+    pub free: u64,
+}
+
+/// A bucket as one drive sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolInfo {
+    pub name: String,
+    /// Creation time, nanoseconds since the Unix epoch.
+    pub created_ns: i64,
+}
+
+/// What a walk should return: the keys of `bucket` that start with `prefix`, in ascending
+/// byte order of the key, strictly after `marker`, at most `limit` entries.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WalkOptions {
+    pub prefix: String,
+    /// Exclusive lower bound (a key or a common prefix returned earlier).
+    pub marker: Option<String>,
+    /// When true, do not descend: a directory below the prefix is returned once as
+    /// `WalkEntry::Prefix("<prefix up to and including the next '/'>")` (it sorts as that string).
+    /// Only meaningful for the delimiter "/".
+    pub delimited: bool,
+    pub limit: usize,
+}
+
+/// One entry of a walk, in key order.
+// Most entries are objects: boxing the metadata would add an allocation to each.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum WalkEntry {
+    /// An object and its metadata, without the inline shard data (`meta.inline` is `None`:
+    /// listings do not need it); `read_meta` returns it whole.
+    Object { key: String, meta: ObjectMeta },
+    /// A common prefix, ending in '/'. Only produced when `WalkOptions::delimited` is set.
+    Prefix(String),
+}
+
+impl WalkEntry {
+    /// The string this entry sorts by.
+    pub fn name(&self) -> &str {
+        match self {
+            WalkEntry::Object { key, .. } => key,
+            WalkEntry::Prefix(p) => p,
+        }
+    }
+}
+
+/// Writes one shard file of an in-flight write under the drive's tmp area. Bytes are written in
+/// order; `finish` flushes and fsyncs. Dropping without `finish` leaves the tmp data to be
+/// removed by `Drive::delete_tmp` or the start-up sweep.
+#[async_trait]
+pub trait ShardWriter: Send {
+    async fn write(&mut self, buf: &[u8]) -> Result<()>;
+    async fn finish(self: Box<Self>) -> Result<()>;
+}
+
+/// One drive. Every method validates its bucket and key before building any path.
+///
+/// All keys are S3 object keys (UTF-8, at most 1024 bytes); a key ending in '/' (a "folder
+/// marker") is a valid object distinct from the prefix it names.
+#[async_trait]
+pub trait Drive: Send + Sync + fmt::Debug + 'static {
+    /// Human-readable location, e.g. `/srv/d1` or `http://node2:9000/srv/d1`.
+    fn endpoint(&self) -> &str;
+
+    async fn disk_info(&self) -> Result<DiskInfo>;
+
+    async fn make_volume(&self, bucket: &str) -> Result<()>;
+    async fn list_volumes(&self) -> Result<Vec<VolInfo>>;
+    async fn stat_volume(&self, bucket: &str) -> Result<VolInfo>;
+    /// Removes the bucket directory. Without `force`, fails with `VolumeNotEmpty` if any
+    /// object is in it.
+    async fn delete_volume(&self, bucket: &str, force: bool) -> Result<()>;
+
+    /// Reads `<bucket>/<key>/quarry.meta`.
+    async fn read_meta(&self, bucket: &str, key: &str) -> Result<ObjectMeta>;
+    /// Replaces the metadata of an existing object atomically (temp file, fsync, rename).
+    async fn write_meta(&self, bucket: &str, key: &str, meta: &ObjectMeta) -> Result<()>;
+
+    /// Opens `tmp/<tmp_id>/<data_dir>/part.<part>` for writing (creating directories).
+    async fn create_shard_writer(
+        &self,
+        tmp_id: Uuid,
+        data_dir: Uuid,
+        part: u32,
+    ) -> Result<Box<dyn ShardWriter>>;
+
+    /// Reads exactly `len` bytes at `offset` of `<bucket>/<key>/<data_dir>/part.<part>`.
+    async fn read_shard(
+        &self,
+        bucket: &str,
+        key: &str,
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        len: usize,
+    ) -> Result<Bytes>;
+
+    /// The length of `<bucket>/<key>/<data_dir>/part.<part>`, without reading it: a cheap check
+    /// that a shard the read path did not need is still there and whole.
+    async fn stat_shard(&self, bucket: &str, key: &str, data_dir: Uuid, part: u32) -> Result<u64>;
+
+    /// Commits a write: moves `tmp/<tmp_id>/<meta.data_dir>` (if the object is not inline) to
+    /// `<bucket>/<key>/<data_dir>`, then writes the metadata atomically, then removes the data dir
+    /// of the version it replaced and the tmp dir. Fails with `VolumeNotFound` if the bucket
+    /// does not exist. After it returns Ok the object survives a crash.
+    async fn rename_data(
+        &self,
+        tmp_id: Uuid,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+    ) -> Result<()>;
+
+    /// Removes the object's metadata and data dir, then empty parent directories up to the bucket.
+    async fn delete_object(&self, bucket: &str, key: &str) -> Result<()>;
+
+    /// Removes `tmp/<tmp_id>` and everything in it (an aborted write). Missing is not an error.
+    async fn delete_tmp(&self, tmp_id: Uuid) -> Result<()>;
+
+    /// Lists keys in order; see [`WalkOptions`].
+    async fn walk(&self, bucket: &str, opts: &WalkOptions) -> Result<Vec<WalkEntry>>;
+}

@@ -1,0 +1,29 @@
+//! One local drive: the on-disk layout, the versioned metadata format, atomic commit and shard files.
+//!
+//! The object layer sees every drive through the [`Drive`] trait. [`LocalDrive`] implements it on a
+//! directory of the local filesystem; a remote implementation (crates/net) will implement it on a peer.
+//! This crate knows nothing about erasure coding beyond the fields it stores in [`ObjectMeta`]: it moves
+//! bytes and metadata, validates every name before it builds a path, and commits atomically.
+//!
+//! Layout of one drive (see DESIGN.md):
+//! ```text
+//! <drive>/.quarry.sys/format.json            deployment id, layout, this drive's id and position
+//! <drive>/.quarry.sys/tmp/<uuid>/             in-flight writes; swept at start-up
+//! <drive>/<bucket>/<key>/quarry.meta          versioned JSON header, then inline shard bytes if small
+//! <drive>/<bucket>/<key>/<data-dir-uuid>/part.<N>   shard file: per block [blake3 (32 B) | chunk]
+//! <drive>/<bucket>/<prefix>/.quarry.dir/      the object of a key ending in '/' ("folder marker")
+//! ```
+//!
+//! Key segments may not be `quarry.meta` nor begin with `.quarry.` (see [`path`]), so layout
+//! names and keys never collide.
+
+mod drive;
+pub mod format;
+mod local;
+pub mod meta;
+pub mod path;
+
+pub use drive::{DiskInfo, Drive, DriveError, ShardWriter, VolInfo, WalkEntry, WalkOptions};
+pub use format::FormatV1;
+pub use local::LocalDrive;
+pub use meta::{ErasureInfo, ObjectMeta, PartInfo, META_VERSION};

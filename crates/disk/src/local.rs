@@ -1,0 +1,817 @@
+//! [`LocalDrive`]: the [`Drive`] trait on a directory of the local filesystem.
+//!
+//! Every method validates its names (see [`crate::path`]) before it builds a path, and runs its
+//! filesystem work on tokio's blocking pool.
+
+mod walk;
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use tracing::{debug, warn};
+use uuid::Uuid;
+
+use crate::drive::{
+    DiskInfo, Drive, DriveError, Result, ShardWriter, VolInfo, WalkEntry, WalkOptions,
+};
+use crate::format::FormatV1;
+use crate::meta::ObjectMeta;
+use crate::path::{
+    key_rel_path, part_file_name, validate_bucket, FORMAT_FILE, META_FILE, SYS_DIR, TMP_DIR,
+    TMP_FILE_PREFIX,
+};
+
+/// A drive on a local directory. Cheap to clone (the clones share nothing mutable).
+#[derive(Debug, Clone)]
+pub struct LocalDrive {
+    root: Arc<Path>,
+    endpoint: Arc<str>,
+    /// The filesystem keeps directory link counts at 2 + subdirectories (see `walk`).
+    leaf_opt: bool,
+}
+
+impl LocalDrive {
+    /// Opens the drive at `root`: creates `root` and `.quarry.sys/tmp` if missing and sweeps
+    /// (deletes) every leftover in-flight write under `tmp`. Does not read or require
+    /// `format.json`: see [`LocalDrive::read_format`].
+    pub async fn open(root: impl Into<PathBuf>) -> Result<LocalDrive> {
+        let root: PathBuf = root.into();
+        let root = std::path::absolute(&root).unwrap_or(root);
+        blocking(move || {
+            let tmp = root.join(SYS_DIR).join(TMP_DIR);
+            fs::create_dir_all(&tmp)?;
+            sweep_tmp(&tmp)?;
+            let endpoint: Arc<str> = root.display().to_string().into();
+            let leaf_opt = link_count_counts_subdirs(&root);
+            debug!(drive = %endpoint, leaf_opt, "opened drive");
+            Ok(LocalDrive {
+                root: root.into(),
+                endpoint,
+                leaf_opt,
+            })
+        })
+        .await
+    }
+
+    /// The drive's root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Reads `.quarry.sys/format.json`; `Ok(None)` when the drive has never been formatted.
+    pub async fn read_format(&self) -> Result<Option<FormatV1>> {
+        let this = self.clone();
+        blocking(move || this.read_format_sync()).await
+    }
+
+    /// Writes `.quarry.sys/format.json` atomically (temp file, fsync, rename, fsync directory).
+    pub async fn write_format(&self, format: &FormatV1) -> Result<()> {
+        let this = self.clone();
+        let bytes = format.to_bytes();
+        blocking(move || Ok(write_atomic(&this.sys_dir(), FORMAT_FILE, &bytes)?)).await
+    }
+
+    fn sys_dir(&self) -> PathBuf {
+        self.root.join(SYS_DIR)
+    }
+
+    fn tmp_dir(&self) -> PathBuf {
+        self.root.join(SYS_DIR).join(TMP_DIR)
+    }
+
+    fn tmp_write_dir(&self, tmp_id: Uuid) -> PathBuf {
+        self.tmp_dir().join(tmp_id.to_string())
+    }
+
+    fn read_format_sync(&self) -> Result<Option<FormatV1>> {
+        match fs::read(self.sys_dir().join(FORMAT_FILE)) {
+            Ok(b) => FormatV1::from_bytes(&b).map(Some),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Validated path of a bucket directory (which may not exist).
+    fn bucket_dir(&self, bucket: &str) -> Result<PathBuf> {
+        validate_bucket(bucket)?;
+        Ok(self.root.join(bucket))
+    }
+
+    /// Validated paths of a bucket directory and of an object's directory in it.
+    fn object_dir(&self, bucket: &str, key: &str) -> Result<(PathBuf, PathBuf)> {
+        let bucket_dir = self.bucket_dir(bucket)?;
+        let obj_dir = bucket_dir.join(key_rel_path(key)?);
+        Ok((bucket_dir, obj_dir))
+    }
+
+    fn disk_info_sync(&self) -> Result<DiskInfo> {
+        let st = rustix::fs::statvfs(&*self.root).map_err(io::Error::from)?;
+        let id = match self.read_format_sync() {
+            Ok(f) => f.map(|f| f.drive_id),
+            Err(e) => {
+                warn!(drive = %self.endpoint, error = %e, "cannot read format.json");
+                None
+            }
+        };
+        Ok(DiskInfo {
+            endpoint: self.endpoint.to_string(),
+            id,
+            total: st.f_blocks.saturating_mul(st.f_frsize),
+            free: st.f_bavail.saturating_mul(st.f_frsize),
+        })
+    }
+
+    fn make_volume_sync(&self, bucket: &str) -> Result<()> {
+        let dir = self.bucket_dir(bucket)?;
+        match fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(DriveError::VolumeExists)
+            }
+            Err(e) => return Err(e.into()),
+        }
+        fsync_dir(&self.root)?;
+        Ok(())
+    }
+
+    fn list_volumes_sync(&self) -> Result<Vec<VolInfo>> {
+        let mut vols = Vec::new();
+        for entry in fs::read_dir(&self.root)? {
+            let entry = entry?;
+            if !entry.file_type()?.is_dir() {
+                continue;
+            }
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            if validate_bucket(&name).is_err() {
+                continue; // .quarry.sys, or a name no bucket can have
+            }
+            let md = match entry.metadata() {
+                Ok(md) => md,
+                Err(e) if is_not_found(&e) => continue, // deleted meanwhile
+                Err(e) => return Err(e.into()),
+            };
+            vols.push(VolInfo {
+                name,
+                created_ns: created_ns(&md),
+            });
+        }
+        vols.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(vols)
+    }
+
+    fn stat_volume_sync(&self, bucket: &str) -> Result<VolInfo> {
+        let dir = self.bucket_dir(bucket)?;
+        match fs::metadata(&dir) {
+            Ok(md) if md.is_dir() => Ok(VolInfo {
+                name: bucket.to_owned(),
+                created_ns: created_ns(&md),
+            }),
+            Ok(_) => Err(DriveError::VolumeNotFound),
+            Err(e) if is_not_found(&e) => Err(DriveError::VolumeNotFound),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn delete_volume_sync(&self, bucket: &str, force: bool) -> Result<()> {
+        let dir = self.bucket_dir(bucket)?;
+        check_bucket(&dir)?;
+        if force {
+            // Move the bucket out of sight first, so it disappears at once; a crash while the
+            // tree is being removed leaves it in tmp, where the start-up sweep finishes the job.
+            let trash = self.tmp_write_dir(Uuid::new_v4());
+            let target = match fs::rename(&dir, &trash) {
+                Ok(()) => trash,
+                Err(e) if is_not_found(&e) => return Err(DriveError::VolumeNotFound),
+                Err(e) => {
+                    debug!(error = %e, "cannot move bucket to tmp; deleting in place");
+                    dir
+                }
+            };
+            fsync_dir(&self.root)?;
+            return match fs::remove_dir_all(&target) {
+                Err(e) if !is_not_found(&e) => Err(e.into()),
+                _ => Ok(()),
+            };
+        }
+        if tree_has_object(&dir)? {
+            return Err(DriveError::VolumeNotEmpty);
+        }
+        clear_tree_without_objects(&dir)?;
+        match fs::remove_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty => {
+                return Err(DriveError::VolumeNotEmpty)
+            }
+            Err(e) if is_not_found(&e) => return Err(DriveError::VolumeNotFound),
+            Err(e) => return Err(e.into()),
+        }
+        fsync_dir(&self.root)?;
+        Ok(())
+    }
+
+    fn read_meta_sync(&self, bucket: &str, key: &str) -> Result<ObjectMeta> {
+        let (bucket_dir, obj_dir) = self.object_dir(bucket, key)?;
+        match fs::read(obj_dir.join(META_FILE)) {
+            Ok(b) => ObjectMeta::from_bytes(&b),
+            Err(e) if is_not_found(&e) => Err(not_found(&bucket_dir)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn write_meta_sync(&self, bucket: &str, key: &str, meta: &ObjectMeta) -> Result<()> {
+        let (bucket_dir, obj_dir) = self.object_dir(bucket, key)?;
+        match fs::symlink_metadata(obj_dir.join(META_FILE)) {
+            Ok(md) if md.is_file() => {}
+            Ok(_) => return Err(DriveError::FileNotFound),
+            Err(e) if is_not_found(&e) => return Err(not_found(&bucket_dir)),
+            Err(e) => return Err(e.into()),
+        }
+        write_atomic(&obj_dir, META_FILE, &meta.to_bytes())?;
+        Ok(())
+    }
+
+    fn create_shard_writer_sync(
+        &self,
+        tmp_id: Uuid,
+        data_dir: Uuid,
+        part: u32,
+    ) -> Result<LocalShardWriter> {
+        let dir = self.tmp_write_dir(tmp_id).join(data_dir.to_string());
+        fs::create_dir_all(&dir)?;
+        let path = dir.join(part_file_name(part));
+        let file = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)?;
+        Ok(LocalShardWriter {
+            file: Some(file),
+            buf: Vec::new(),
+            path,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn read_shard_sync(
+        &self,
+        bucket: &str,
+        key: &str,
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        len: usize,
+    ) -> Result<Bytes> {
+        let (bucket_dir, obj_dir) = self.object_dir(bucket, key)?;
+        let path = obj_dir
+            .join(data_dir.to_string())
+            .join(part_file_name(part));
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if is_not_found(&e) => return Err(not_found(&bucket_dir)),
+            Err(e) => return Err(e.into()),
+        };
+        let file_len = file.metadata()?.len();
+        let truncated = |file_len| DriveError::Truncated {
+            offset,
+            wanted: len,
+            len: file_len,
+        };
+        match offset.checked_add(len as u64) {
+            Some(end) if end <= file_len => {}
+            _ => return Err(truncated(file_len)),
+        }
+        let mut buf = vec![0u8; len];
+        match file.read_exact_at(&mut buf, offset) {
+            Ok(()) => Ok(Bytes::from(buf)),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
+                // Shrunk since we looked at its length.
+                Err(truncated(file.metadata()?.len()))
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn rename_data_sync(
+        &self,
+        tmp_id: Uuid,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+    ) -> Result<()> {
+        let bucket_dir = self.bucket_dir(bucket)?;
+        let rel = key_rel_path(key)?;
+        let obj_dir = bucket_dir.join(&rel);
+        let tmp_root = self.tmp_write_dir(tmp_id);
+        let data = match meta.data_dir {
+            Some(d) => {
+                let src = tmp_root.join(d.to_string());
+                match fsync_dir(&src) {
+                    Ok(()) => {}
+                    Err(e) if is_not_found(&e) => {
+                        warn!(%tmp_id, data_dir = %d, "data dir to commit is missing from tmp");
+                        return Err(DriveError::FileNotFound);
+                    }
+                    Err(e) => return Err(e.into()),
+                }
+                Some((d, src))
+            }
+            None => None,
+        };
+        let bytes = meta.to_bytes();
+        // A concurrent delete of another key may prune the (still empty) directories this
+        // commit just created; then create them again.
+        let mut attempt = 0;
+        // A data dir of the same name that was already in place (a heal rewriting the shards
+        // of the version it repairs), moved aside into tmp.
+        let mut replaced: Option<PathBuf> = None;
+        let old_data_dir = loop {
+            check_bucket(&bucket_dir)?;
+            create_dirs(&bucket_dir, &rel, &obj_dir)?;
+            let old = read_data_dir(&obj_dir);
+            let r = (|| {
+                if let Some((d, src)) = &data {
+                    // The data dir and the metadata are entries of the same directory, and
+                    // write_atomic fsyncs that directory after its rename: one fsync covers both.
+                    let dst = obj_dir.join(d.to_string());
+                    match fs::rename(src, &dst) {
+                        Ok(()) => {}
+                        Err(e)
+                            if matches!(
+                                e.kind(),
+                                io::ErrorKind::DirectoryNotEmpty | io::ErrorKind::AlreadyExists
+                            ) =>
+                        {
+                            let aside = self.tmp_write_dir(Uuid::new_v4());
+                            fs::rename(&dst, &aside)?;
+                            replaced = Some(aside);
+                            fs::rename(src, &dst)?;
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                write_atomic(&obj_dir, META_FILE, &bytes)
+            })();
+            match r {
+                Ok(()) => break old,
+                Err(e) if is_not_found(&e) && attempt < 3 && !obj_dir.is_dir() => {
+                    debug!(error = %e, attempt, "object directory vanished during commit; retrying");
+                    attempt += 1;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        };
+        if let Some(old) = old_data_dir.filter(|old| Some(*old) != meta.data_dir) {
+            remove_dir_all_logged(&obj_dir.join(old.to_string()));
+        }
+        if let Some(aside) = replaced {
+            remove_dir_all_logged(&aside);
+        }
+        remove_dir_all_logged(&tmp_root);
+        Ok(())
+    }
+
+    fn delete_object_sync(&self, bucket: &str, key: &str) -> Result<()> {
+        let (bucket_dir, obj_dir) = self.object_dir(bucket, key)?;
+        let meta_path = obj_dir.join(META_FILE);
+        let data_dir = match read_meta_header(&meta_path, &mut Vec::new()) {
+            Ok(Ok(m)) => m.data_dir,
+            Ok(Err(e)) => {
+                warn!(path = %meta_path.display(), error = %e,
+                    "deleting an object whose metadata cannot be read; its data dir stays");
+                None
+            }
+            Err(e) if is_not_found(&e) => return Err(not_found(&bucket_dir)),
+            Err(e) => return Err(e.into()),
+        };
+        match fs::remove_file(&meta_path) {
+            Ok(()) => {}
+            Err(e) if is_not_found(&e) => return Err(DriveError::FileNotFound),
+            Err(e) => return Err(e.into()),
+        }
+        fsync_dir(&obj_dir)?;
+        if let Some(d) = data_dir {
+            remove_dir_all_logged(&obj_dir.join(d.to_string()));
+        }
+        prune_empty_dirs(&bucket_dir, &obj_dir);
+        Ok(())
+    }
+
+    fn walk_sync(&self, bucket: &str, opts: &WalkOptions) -> Result<Vec<WalkEntry>> {
+        let dir = self.bucket_dir(bucket)?;
+        check_bucket(&dir)?;
+        Ok(walk::walk(&dir, opts, self.leaf_opt)?.0)
+    }
+}
+
+#[async_trait]
+impl Drive for LocalDrive {
+    fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    async fn disk_info(&self) -> Result<DiskInfo> {
+        let this = self.clone();
+        blocking(move || this.disk_info_sync()).await
+    }
+
+    async fn make_volume(&self, bucket: &str) -> Result<()> {
+        let (this, bucket) = (self.clone(), bucket.to_owned());
+        blocking(move || this.make_volume_sync(&bucket)).await
+    }
+
+    async fn list_volumes(&self) -> Result<Vec<VolInfo>> {
+        let this = self.clone();
+        blocking(move || this.list_volumes_sync()).await
+    }
+
+    async fn stat_volume(&self, bucket: &str) -> Result<VolInfo> {
+        let (this, bucket) = (self.clone(), bucket.to_owned());
+        blocking(move || this.stat_volume_sync(&bucket)).await
+    }
+
+    async fn delete_volume(&self, bucket: &str, force: bool) -> Result<()> {
+        let (this, bucket) = (self.clone(), bucket.to_owned());
+        blocking(move || this.delete_volume_sync(&bucket, force)).await
+    }
+
+    async fn read_meta(&self, bucket: &str, key: &str) -> Result<ObjectMeta> {
+        let (this, bucket, key) = (self.clone(), bucket.to_owned(), key.to_owned());
+        blocking(move || this.read_meta_sync(&bucket, &key)).await
+    }
+
+    async fn write_meta(&self, bucket: &str, key: &str, meta: &ObjectMeta) -> Result<()> {
+        let (this, bucket, key) = (self.clone(), bucket.to_owned(), key.to_owned());
+        let meta = meta.clone();
+        blocking(move || this.write_meta_sync(&bucket, &key, &meta)).await
+    }
+
+    async fn create_shard_writer(
+        &self,
+        tmp_id: Uuid,
+        data_dir: Uuid,
+        part: u32,
+    ) -> Result<Box<dyn ShardWriter>> {
+        let this = self.clone();
+        let w = blocking(move || this.create_shard_writer_sync(tmp_id, data_dir, part)).await?;
+        Ok(Box::new(w))
+    }
+
+    async fn read_shard(
+        &self,
+        bucket: &str,
+        key: &str,
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        len: usize,
+    ) -> Result<Bytes> {
+        let (this, bucket, key) = (self.clone(), bucket.to_owned(), key.to_owned());
+        blocking(move || this.read_shard_sync(&bucket, &key, data_dir, part, offset, len)).await
+    }
+
+    async fn stat_shard(&self, bucket: &str, key: &str, data_dir: Uuid, part: u32) -> Result<u64> {
+        let (this, bucket, key) = (self.clone(), bucket.to_owned(), key.to_owned());
+        blocking(move || {
+            let (bucket_dir, obj_dir) = this.object_dir(&bucket, &key)?;
+            let path = obj_dir
+                .join(data_dir.to_string())
+                .join(part_file_name(part));
+            match fs::metadata(&path) {
+                Ok(m) => Ok(m.len()),
+                Err(e) if is_not_found(&e) => Err(not_found(&bucket_dir)),
+                Err(e) => Err(e.into()),
+            }
+        })
+        .await
+    }
+
+    async fn rename_data(
+        &self,
+        tmp_id: Uuid,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+    ) -> Result<()> {
+        let (this, bucket, key) = (self.clone(), bucket.to_owned(), key.to_owned());
+        let meta = meta.clone();
+        blocking(move || this.rename_data_sync(tmp_id, &bucket, &key, &meta)).await
+    }
+
+    async fn delete_object(&self, bucket: &str, key: &str) -> Result<()> {
+        let (this, bucket, key) = (self.clone(), bucket.to_owned(), key.to_owned());
+        blocking(move || this.delete_object_sync(&bucket, &key)).await
+    }
+
+    async fn delete_tmp(&self, tmp_id: Uuid) -> Result<()> {
+        let dir = self.tmp_write_dir(tmp_id);
+        blocking(move || match fs::remove_dir_all(&dir) {
+            Err(e) if !is_not_found(&e) => Err(e.into()),
+            _ => Ok(()),
+        })
+        .await
+    }
+
+    async fn walk(&self, bucket: &str, opts: &WalkOptions) -> Result<Vec<WalkEntry>> {
+        let (this, bucket, opts) = (self.clone(), bucket.to_owned(), opts.clone());
+        blocking(move || this.walk_sync(&bucket, &opts)).await
+    }
+}
+
+/// Writes below this many buffered bytes wait for more before going to the blocking pool.
+const SHARD_FLUSH_AT: usize = 256 * 1024;
+
+/// A shard file under tmp. Small writes are gathered in `buf`; the file and the buffer move to
+/// the blocking pool for each flush and come back with its result.
+struct LocalShardWriter {
+    /// `None` only after a flush task panicked.
+    file: Option<File>,
+    buf: Vec<u8>,
+    path: PathBuf,
+}
+
+impl LocalShardWriter {
+    async fn flush_buf(&mut self, sync: bool) -> Result<()> {
+        let file = self.file.take().ok_or_else(|| {
+            DriveError::Io(io::Error::other(format!(
+                "shard writer for {} failed earlier",
+                self.path.display()
+            )))
+        })?;
+        let mut buf = std::mem::take(&mut self.buf);
+        let (file, buf, r) = tokio::task::spawn_blocking(move || {
+            let mut r = (&file).write_all(&buf);
+            if r.is_ok() && sync {
+                r = file.sync_all();
+            }
+            buf.clear();
+            (file, buf, r)
+        })
+        .await
+        .map_err(join_error)?;
+        self.file = Some(file);
+        self.buf = buf;
+        Ok(r?)
+    }
+}
+
+#[async_trait]
+impl ShardWriter for LocalShardWriter {
+    async fn write(&mut self, data: &[u8]) -> Result<()> {
+        self.buf.extend_from_slice(data);
+        if self.buf.len() >= SHARD_FLUSH_AT {
+            self.flush_buf(false).await?;
+        }
+        Ok(())
+    }
+
+    async fn finish(mut self: Box<Self>) -> Result<()> {
+        self.flush_buf(true).await
+    }
+}
+
+/// Runs filesystem work on tokio's blocking pool.
+async fn blocking<T, F>(f: F) -> Result<T>
+where
+    F: FnOnce() -> Result<T> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(f).await.map_err(join_error)?
+}
+
+fn join_error(e: tokio::task::JoinError) -> DriveError {
+    DriveError::Io(io::Error::other(format!("drive task failed: {e}")))
+}
+
+/// Missing file or a path component that is not a directory: the name does not exist here.
+fn is_not_found(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+    )
+}
+
+/// The error for a missing object file: `VolumeNotFound` if the bucket itself is missing.
+fn not_found(bucket_dir: &Path) -> DriveError {
+    if bucket_dir.is_dir() {
+        DriveError::FileNotFound
+    } else {
+        DriveError::VolumeNotFound
+    }
+}
+
+fn check_bucket(bucket_dir: &Path) -> Result<()> {
+    match fs::metadata(bucket_dir) {
+        Ok(md) if md.is_dir() => Ok(()),
+        Ok(_) => Err(DriveError::VolumeNotFound),
+        Err(e) if is_not_found(&e) => Err(DriveError::VolumeNotFound),
+        Err(e) => Err(e.into()),
+    }
+}
+
+fn fsync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
+/// Replaces `dir/name` with `bytes` atomically and durably: a temp file in the same directory,
+/// fsync, rename over `name`, fsync the directory.
+fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    let tmp = dir.join(format!("{TMP_FILE_PREFIX}{}", Uuid::new_v4()));
+    let r = (|| {
+        let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, dir.join(name))?;
+        fsync_dir(dir)
+    })();
+    if r.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    r
+}
+
+/// Creates `base/rel` (`full`), fsyncing the parent of every directory it creates.
+fn create_dirs(base: &Path, rel: &Path, full: &Path) -> io::Result<()> {
+    if full.is_dir() {
+        return Ok(());
+    }
+    let mut cur = base.to_path_buf();
+    for comp in rel.components() {
+        let parent = cur.clone();
+        cur.push(comp);
+        match fs::create_dir(&cur) {
+            Ok(()) => fsync_dir(&parent)?,
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// The data dir named by the metadata in `obj_dir`, if there is readable metadata.
+fn read_data_dir(obj_dir: &Path) -> Option<Uuid> {
+    let path = obj_dir.join(META_FILE);
+    match read_meta_header(&path, &mut Vec::new()) {
+        Ok(Ok(m)) => m.data_dir,
+        Ok(Err(e)) => {
+            warn!(path = %path.display(), error = %e,
+                "overwriting unreadable metadata; its data dir stays behind");
+            None
+        }
+        Err(e) if is_not_found(&e) => None,
+        Err(e) => {
+            warn!(path = %path.display(), error = %e, "cannot read the metadata being replaced");
+            None
+        }
+    }
+}
+
+/// How much of a metadata file is read first when only its header is wanted; headers are
+/// usually well under 1 KiB.
+const META_HEAD: usize = 4096;
+
+/// Reads the header of the metadata file at `path` (not its inline data), reading only the
+/// first [`META_HEAD`] bytes unless the header is longer. I/O errors (including a missing
+/// file) are the outer error, decoding errors the inner one.
+fn read_meta_header(path: &Path, buf: &mut Vec<u8>) -> io::Result<Result<ObjectMeta>> {
+    let mut f = File::open(path)?;
+    buf.clear();
+    buf.resize(META_HEAD, 0);
+    let n = loop {
+        match f.read(buf) {
+            Ok(n) => break n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    };
+    buf.truncate(n);
+    let r = ObjectMeta::from_bytes_without_inline(buf);
+    if r.is_err() && ObjectMeta::header_incomplete(buf) {
+        f.read_to_end(buf)?;
+        return Ok(ObjectMeta::from_bytes_without_inline(buf));
+    }
+    Ok(r)
+}
+
+/// Best-effort removal of a tree that is no longer referenced; failures are logged.
+fn remove_dir_all_logged(dir: &Path) {
+    match fs::remove_dir_all(dir) {
+        Err(e) if !is_not_found(&e) => {
+            warn!(path = %dir.display(), error = %e, "cannot remove directory")
+        }
+        _ => {}
+    }
+}
+
+/// Removes `from` and then each parent up to (not including) `bucket_dir` while they are empty.
+fn prune_empty_dirs(bucket_dir: &Path, from: &Path) {
+    let mut cur = Some(from);
+    while let Some(dir) = cur {
+        if dir == bucket_dir || !dir.starts_with(bucket_dir) || fs::remove_dir(dir).is_err() {
+            break;
+        }
+        cur = dir.parent();
+    }
+}
+
+/// Deletes everything under the tmp directory (start-up sweep of aborted writes).
+fn sweep_tmp(tmp: &Path) -> Result<()> {
+    for entry in fs::read_dir(tmp)? {
+        let entry = entry?;
+        let path = entry.path();
+        let r = if entry.file_type()?.is_dir() {
+            fs::remove_dir_all(&path)
+        } else {
+            fs::remove_file(&path)
+        };
+        match r {
+            Ok(()) => debug!(path = %path.display(), "swept leftover tmp entry"),
+            Err(e) if is_not_found(&e) => {}
+            Err(e) => warn!(path = %path.display(), error = %e, "cannot sweep tmp entry"),
+        }
+    }
+    Ok(())
+}
+
+/// Whether any `quarry.meta` exists under `dir` (symlinks are not followed).
+fn tree_has_object(dir: &Path) -> io::Result<bool> {
+    let mut subdirs = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let ft = entry.file_type()?;
+        if ft.is_dir() {
+            subdirs.push(entry.path());
+        } else if entry.file_name() == META_FILE {
+            return Ok(true);
+        }
+    }
+    for sub in subdirs {
+        if tree_has_object(&sub)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Removes everything under `dir` except objects: meeting a `quarry.meta` (an object created
+/// since [`tree_has_object`] looked) is `VolumeNotEmpty`.
+fn clear_tree_without_objects(dir: &Path) -> Result<()> {
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        let path = entry.path();
+        if entry.file_type()?.is_dir() {
+            clear_tree_without_objects(&path)?;
+            match fs::remove_dir(&path) {
+                Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty => {
+                    return Err(DriveError::VolumeNotEmpty)
+                }
+                Err(e) if !is_not_found(&e) => return Err(e.into()),
+                _ => {}
+            }
+        } else if entry.file_name() == META_FILE {
+            return Err(DriveError::VolumeNotEmpty);
+        } else {
+            match fs::remove_file(&path) {
+                Err(e) if !is_not_found(&e) => return Err(e.into()),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Whether the filesystem at `root` is one known to keep a directory's link count at
+/// 2 + its number of subdirectories (the test GNU find's fts uses for the same shortcut).
+/// Others (btrfs reports 1, NFS may be wrong, overlayfs varies) are read in full.
+fn link_count_counts_subdirs(root: &Path) -> bool {
+    const EXT2_3_4: u64 = 0xEF53;
+    const XFS: u64 = 0x5846_5342;
+    const TMPFS: u64 = 0x0102_1994;
+    match rustix::fs::statfs(root) {
+        Ok(st) => matches!(u64::try_from(st.f_type), Ok(EXT2_3_4 | XFS | TMPFS)),
+        Err(e) => {
+            debug!(error = %e, "statfs failed; listing reads every directory");
+            false
+        }
+    }
+}
+
+/// Creation time (birth time where the filesystem records it, else modification time), in
+/// nanoseconds since the Unix epoch.
+fn created_ns(md: &fs::Metadata) -> i64 {
+    let t = md
+        .created()
+        .or_else(|_| md.modified())
+        .unwrap_or(UNIX_EPOCH);
+    match t.duration_since(SystemTime::UNIX_EPOCH) {
+        Ok(d) => i64::try_from(d.as_nanos()).unwrap_or(i64::MAX),
+        Err(e) => i64::try_from(e.duration().as_nanos()).map_or(i64::MIN, |n| -n),
+    }
+}
