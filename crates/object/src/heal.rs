@@ -32,7 +32,7 @@ impl ErasureSet {
         })
         .await;
         let (meta, metas) = match pick_meta(&answers) {
-            MetaQuorum::Found { meta, metas } => (meta, metas),
+            MetaQuorum::Found { meta, metas } => (*meta, metas),
             MetaQuorum::NotFound => return Ok(HealResult::default()),
             MetaQuorum::NoQuorum { have, need } => return Err(Error::ReadQuorum { have, need }),
         };

@@ -47,7 +47,7 @@ pub fn same_version(a: &ObjectMeta, b: &ObjectMeta) -> bool {
 pub enum MetaQuorum {
     /// `metas[i]` is drive i's copy when it agrees with the chosen version, else `None`.
     Found {
-        meta: ObjectMeta,
+        meta: Box<ObjectMeta>,
         metas: Vec<Option<ObjectMeta>>,
     },
     NotFound,
@@ -61,29 +61,22 @@ pub enum MetaQuorum {
 /// Picks the version of an object that a read quorum of drives agrees on. Among versions with
 /// quorum the newest wins.
 pub fn pick_meta(answers: &[Result<ObjectMeta, DriveError>]) -> MetaQuorum {
-    let mut groups: Vec<(usize, usize)> = Vec::new(); // (representative index, count)
-    for (i, a) in answers.iter().enumerate() {
-        let Ok(m) = a else { continue };
-        match groups
-            .iter_mut()
-            .find(|(rep, _)| same_version(answers[*rep].as_ref().ok().expect("rep is Ok"), m))
-        {
+    // Versions seen, each with how many drives hold it.
+    let mut groups: Vec<(&ObjectMeta, usize)> = Vec::new();
+    for m in answers.iter().filter_map(|a| a.as_ref().ok()) {
+        match groups.iter_mut().find(|(rep, _)| same_version(rep, m)) {
             Some(g) => g.1 += 1,
-            None => groups.push((i, 1)),
+            None => groups.push((m, 1)),
         }
     }
     let best = groups
         .iter()
-        .filter(|(rep, count)| {
-            let m = answers[*rep].as_ref().ok().expect("rep is Ok");
+        .filter(|(m, count)| {
             *count >= read_quorum(m.erasure.data as usize, m.erasure.parity as usize)
         })
-        .max_by_key(|(rep, count)| {
-            let m = answers[*rep].as_ref().ok().expect("rep is Ok");
-            (m.mod_time_ns, *count)
-        });
-    if let Some((rep, _)) = best {
-        let meta = answers[*rep].as_ref().ok().expect("rep is Ok").clone();
+        .max_by_key(|(m, count)| (m.mod_time_ns, *count));
+    if let Some((meta, _)) = best {
+        let meta = (*meta).clone();
         let metas = answers
             .iter()
             .map(|a| match a {
@@ -91,7 +84,10 @@ pub fn pick_meta(answers: &[Result<ObjectMeta, DriveError>]) -> MetaQuorum {
                 _ => None,
             })
             .collect();
-        return MetaQuorum::Found { meta, metas };
+        return MetaQuorum::Found {
+            meta: Box::new(meta),
+            metas,
+        };
     }
     let not_found = answers
         .iter()

@@ -286,7 +286,7 @@ impl ErasureSet {
         })
         .await;
         match pick_meta(&answers) {
-            MetaQuorum::Found { meta, metas } => Ok((meta, metas, answers)),
+            MetaQuorum::Found { meta, metas } => Ok((*meta, metas, answers)),
             MetaQuorum::NotFound => {
                 // NoSuchBucket and NoSuchKey are different answers in S3.
                 self.require_bucket(bucket).await?;
