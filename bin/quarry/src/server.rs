@@ -1,0 +1,142 @@
+//! `quarry server`: open the drives, settle the credentials, bind, print the banner, and serve
+//! S3 until SIGINT or SIGTERM.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use async_trait::async_trait;
+use quarry_object::{ErasureServer, ObjectConfig};
+use quarry_s3::{Credentials, ReadinessProbe, ReadinessReport, S3Config};
+use tokio::sync::Notify;
+
+use crate::cli::Settings;
+use crate::credentials::{self, Source};
+
+/// How long requests in flight may run after a shutdown signal before the process exits anyway.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
+
+pub async fn run(settings: Settings) -> anyhow::Result<()> {
+    for dir in &settings.dirs {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("cannot create drive directory {}", dir.display()))?;
+    }
+    let layer = ErasureServer::open_local(settings.dirs.clone(), ObjectConfig::default())
+        .await
+        .context("cannot open the drives")?;
+    let ((access_key, secret_key), source) =
+        credentials::resolve(settings.root.clone(), &settings.dirs)
+            .context("cannot set up the root credentials")?;
+    let listener = tokio::net::TcpListener::bind(&settings.address)
+        .await
+        .with_context(|| format!("cannot listen on {}", settings.address))?;
+    let local = listener
+        .local_addr()
+        .context("cannot read the listening address")?;
+
+    let layout = layer.layout();
+    println!(
+        "Quarry {}: {} drives, erasure {}+{}",
+        env!("CARGO_PKG_VERSION"),
+        layout.drives,
+        layout.data,
+        layout.parity
+    );
+    println!("Endpoint:  http://{local}");
+    println!("Region:    {}", settings.region);
+    println!("AccessKey: {access_key}");
+    println!("SecretKey: {secret_key}");
+    match source {
+        Source::Given => {}
+        Source::Stored => {
+            println!("(credentials read from the drives' .quarry.sys/credentials.json)")
+        }
+        Source::Generated => println!(
+            "(credentials generated and stored in each drive's .quarry.sys/credentials.json)"
+        ),
+    }
+
+    let cfg = S3Config {
+        region: settings.region.clone(),
+        credentials: vec![Credentials {
+            access_key,
+            secret_key,
+        }],
+    };
+    let probe: Arc<dyn ReadinessProbe> = Arc::new(Probe(layer.clone()));
+    let signalled = Arc::new(Notify::new());
+    let shutdown = {
+        let signalled = signalled.clone();
+        async move {
+            shutdown_signal().await;
+            signalled.notify_one();
+        }
+    };
+    tracing::info!(address = %local, "serving S3");
+    let serve = quarry_s3::serve(listener, layer, probe, cfg, shutdown);
+    tokio::select! {
+        result = serve => result.context("the S3 server failed")?,
+        () = async {
+            signalled.notified().await;
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } => tracing::warn!("requests still running {SHUTDOWN_GRACE:?} after the shutdown signal; exiting"),
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// `/health/ready`: ready while the drives online reach read quorum.
+struct Probe(Arc<ErasureServer>);
+
+#[async_trait]
+impl ReadinessProbe for Probe {
+    async fn check(&self) -> ReadinessReport {
+        let r = self.0.readiness().await;
+        ReadinessReport {
+            ready: r.read_quorum,
+            detail: format!(
+                "drives online {}/{}, read quorum {}, write quorum {}",
+                r.drives_online,
+                r.drives_total,
+                yes_no(r.read_quorum),
+                yes_no(r.write_quorum)
+            ),
+        }
+    }
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b {
+        "yes"
+    } else {
+        "no"
+    }
+}
+
+/// Completes on SIGINT (Ctrl-C) or SIGTERM.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        if let Err(e) = tokio::signal::ctrl_c().await {
+            tracing::error!(error = %e, "cannot listen for Ctrl-C");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => tracing::info!("SIGINT: shutting down"),
+        () = term => tracing::info!("SIGTERM: shutting down"),
+    }
+}

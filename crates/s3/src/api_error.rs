@@ -1,0 +1,200 @@
+//! The error a handler returns: an [`S3Error`] plus the few response headers some errors carry
+//! (`Content-Range` on 416), and the mapping from object-layer errors to S3 codes.
+
+use http::{HeaderName, HeaderValue};
+use quarry_object::Error as ObjectError;
+
+use crate::error::{S3Error, S3ErrorCode};
+use crate::signature;
+
+/// An S3 error on its way out of a handler.
+#[derive(Debug)]
+pub struct ApiError {
+    pub error: S3Error,
+    /// Extra response headers, e.g. `Content-Range: bytes */size` for `InvalidRange`.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+impl ApiError {
+    pub fn new(code: S3ErrorCode, message: impl Into<String>) -> Self {
+        ApiError {
+            error: S3Error::new(code, message),
+            headers: Vec::new(),
+        }
+    }
+
+    pub fn code(&self) -> S3ErrorCode {
+        self.error.code
+    }
+}
+
+impl From<S3Error> for ApiError {
+    fn from(error: S3Error) -> Self {
+        ApiError {
+            error,
+            headers: Vec::new(),
+        }
+    }
+}
+
+impl From<S3ErrorCode> for ApiError {
+    fn from(code: S3ErrorCode) -> Self {
+        S3Error::from_code(code).into()
+    }
+}
+
+impl From<ObjectError> for ApiError {
+    fn from(e: ObjectError) -> Self {
+        object_error(e)
+    }
+}
+
+/// Maps an object-layer error to the S3 error a client sees. Errors that are the server's fault
+/// are logged here, once, with their cause; the client gets the generic message.
+pub fn object_error(e: ObjectError) -> ApiError {
+    use S3ErrorCode as C;
+    match e {
+        ObjectError::BucketNotFound => C::NoSuchBucket.into(),
+        ObjectError::BucketExists => C::BucketAlreadyOwnedByYou.into(),
+        ObjectError::BucketNotEmpty => C::BucketNotEmpty.into(),
+        ObjectError::InvalidBucketName(why) => ApiError::new(
+            C::InvalidBucketName,
+            format!("{} ({why})", C::InvalidBucketName.default_message()),
+        ),
+        ObjectError::ObjectNotFound => C::NoSuchKey.into(),
+        ObjectError::InvalidKey(why) => ApiError::new(
+            C::InvalidArgument,
+            format!("The object key is not valid: {why}."),
+        ),
+        ObjectError::KeyTooLong => C::KeyTooLongError.into(),
+        ObjectError::InvalidRange { size } => {
+            let mut err = ApiError::from(C::InvalidRange);
+            if let Ok(v) = HeaderValue::from_str(&format!("bytes */{size}")) {
+                err.headers.push((http::header::CONTENT_RANGE, v));
+            }
+            err
+        }
+        ObjectError::BadDigest => C::BadDigest.into(),
+        ObjectError::IncompleteBody { expected, got } => ApiError::new(
+            C::IncompleteBody,
+            format!("The request body ended after {got} of the {expected} bytes declared."),
+        ),
+        ObjectError::EntityTooLarge { limit } => ApiError::new(
+            C::EntityTooLarge,
+            format!(
+                "{} The limit is {limit} bytes.",
+                C::EntityTooLarge.default_message()
+            ),
+        ),
+        ObjectError::Body(io) => body_error(&io),
+        ObjectError::ReadQuorum { have, need } => {
+            tracing::warn!(have, need, "read quorum lost");
+            ApiError::new(
+                C::ServiceUnavailable,
+                format!("Not enough drives are online to read this object ({have} of the {need} needed)."),
+            )
+        }
+        ObjectError::WriteQuorum { have, need } => {
+            tracing::warn!(have, need, "write quorum lost");
+            ApiError::new(
+                C::ServiceUnavailable,
+                format!("Not enough drives accepted the write ({have} of the {need} needed)."),
+            )
+        }
+        other => {
+            tracing::error!(error = %other, "object layer error");
+            C::InternalError.into()
+        }
+    }
+}
+
+/// The S3 error behind a failed request body: the verifier's own error (bad chunk signature,
+/// checksum mismatch, ...) if it raised one, else the body was cut short.
+pub fn body_error(io: &std::io::Error) -> ApiError {
+    if let Some(e) = signature::s3_error_of(io) {
+        return e.into();
+    }
+    match io.kind() {
+        std::io::ErrorKind::UnexpectedEof
+        | std::io::ErrorKind::ConnectionReset
+        | std::io::ErrorKind::ConnectionAborted
+        | std::io::ErrorKind::BrokenPipe => ApiError::new(
+            S3ErrorCode::IncompleteBody,
+            format!("The request body could not be read completely: {io}."),
+        ),
+        _ => {
+            tracing::warn!(error = %io, "reading the request body failed");
+            ApiError::new(
+                S3ErrorCode::IncompleteBody,
+                format!("The request body could not be read: {io}."),
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_errors_map_to_s3_codes() {
+        use S3ErrorCode as C;
+        let cases: Vec<(ObjectError, C)> = vec![
+            (ObjectError::BucketNotFound, C::NoSuchBucket),
+            (ObjectError::BucketExists, C::BucketAlreadyOwnedByYou),
+            (ObjectError::BucketNotEmpty, C::BucketNotEmpty),
+            (
+                ObjectError::InvalidBucketName("x".into()),
+                C::InvalidBucketName,
+            ),
+            (ObjectError::ObjectNotFound, C::NoSuchKey),
+            (ObjectError::InvalidKey("..".into()), C::InvalidArgument),
+            (ObjectError::KeyTooLong, C::KeyTooLongError),
+            (ObjectError::BadDigest, C::BadDigest),
+            (
+                ObjectError::IncompleteBody {
+                    expected: 2,
+                    got: 1,
+                },
+                C::IncompleteBody,
+            ),
+            (ObjectError::EntityTooLarge { limit: 1 }, C::EntityTooLarge),
+            (
+                ObjectError::ReadQuorum { have: 1, need: 2 },
+                C::ServiceUnavailable,
+            ),
+            (
+                ObjectError::WriteQuorum { have: 1, need: 3 },
+                C::ServiceUnavailable,
+            ),
+            (ObjectError::Corrupt("x".into()), C::InternalError),
+            (ObjectError::Internal("x".into()), C::InternalError),
+            (
+                ObjectError::Body(std::io::ErrorKind::UnexpectedEof.into()),
+                C::IncompleteBody,
+            ),
+        ];
+        for (e, code) in cases {
+            assert_eq!(object_error(e).code(), code);
+        }
+    }
+
+    #[test]
+    fn invalid_range_carries_content_range() {
+        let e = object_error(ObjectError::InvalidRange { size: 42 });
+        assert_eq!(e.code(), S3ErrorCode::InvalidRange);
+        assert_eq!(
+            e.error.code.status(),
+            http::StatusCode::RANGE_NOT_SATISFIABLE
+        );
+        assert_eq!(
+            e.headers,
+            vec![(
+                http::header::CONTENT_RANGE,
+                HeaderValue::from_static("bytes */42")
+            )]
+        );
+    }
+}

@@ -1,0 +1,227 @@
+//! S3 errors: the code, HTTP status and message a client sees, rendered as S3 XML.
+
+use http::StatusCode;
+
+/// The S3 error codes Quarry returns. `code()` is the exact string of the `<Code>` element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum S3ErrorCode {
+    AccessDenied,
+    AuthorizationHeaderMalformed,
+    AuthorizationQueryParametersError,
+    BadDigest,
+    BucketAlreadyExists,
+    BucketAlreadyOwnedByYou,
+    BucketNotEmpty,
+    EntityTooLarge,
+    EntityTooSmall,
+    ExpiredToken,
+    IllegalLocationConstraintException,
+    IncompleteBody,
+    InternalError,
+    InvalidAccessKeyId,
+    InvalidArgument,
+    InvalidBucketName,
+    InvalidDigest,
+    InvalidRange,
+    InvalidRequest,
+    InvalidStorageClass,
+    InvalidURI,
+    KeyTooLongError,
+    MalformedXML,
+    MetadataTooLarge,
+    MethodNotAllowed,
+    MissingContentLength,
+    MissingSecurityHeader,
+    NoSuchBucket,
+    NoSuchKey,
+    NotImplemented,
+    NotModified,
+    PreconditionFailed,
+    RequestTimeTooSkewed,
+    ServiceUnavailable,
+    SignatureDoesNotMatch,
+    SlowDown,
+    XAmzContentSHA256Mismatch,
+}
+
+impl S3ErrorCode {
+    pub fn code(self) -> &'static str {
+        use S3ErrorCode::*;
+        match self {
+            AccessDenied => "AccessDenied",
+            AuthorizationHeaderMalformed => "AuthorizationHeaderMalformed",
+            AuthorizationQueryParametersError => "AuthorizationQueryParametersError",
+            BadDigest => "BadDigest",
+            BucketAlreadyExists => "BucketAlreadyExists",
+            BucketAlreadyOwnedByYou => "BucketAlreadyOwnedByYou",
+            BucketNotEmpty => "BucketNotEmpty",
+            EntityTooLarge => "EntityTooLarge",
+            EntityTooSmall => "EntityTooSmall",
+            ExpiredToken => "ExpiredToken",
+            IllegalLocationConstraintException => "IllegalLocationConstraintException",
+            IncompleteBody => "IncompleteBody",
+            InternalError => "InternalError",
+            InvalidAccessKeyId => "InvalidAccessKeyId",
+            InvalidArgument => "InvalidArgument",
+            InvalidBucketName => "InvalidBucketName",
+            InvalidDigest => "InvalidDigest",
+            InvalidRange => "InvalidRange",
+            InvalidRequest => "InvalidRequest",
+            InvalidStorageClass => "InvalidStorageClass",
+            InvalidURI => "InvalidURI",
+            KeyTooLongError => "KeyTooLongError",
+            MalformedXML => "MalformedXML",
+            MetadataTooLarge => "MetadataTooLarge",
+            MethodNotAllowed => "MethodNotAllowed",
+            MissingContentLength => "MissingContentLength",
+            MissingSecurityHeader => "MissingSecurityHeader",
+            NoSuchBucket => "NoSuchBucket",
+            NoSuchKey => "NoSuchKey",
+            NotImplemented => "NotImplemented",
+            NotModified => "NotModified",
+            PreconditionFailed => "PreconditionFailed",
+            RequestTimeTooSkewed => "RequestTimeTooSkewed",
+            ServiceUnavailable => "ServiceUnavailable",
+            SignatureDoesNotMatch => "SignatureDoesNotMatch",
+            SlowDown => "SlowDown",
+            XAmzContentSHA256Mismatch => "XAmzContentSHA256Mismatch",
+        }
+    }
+
+    pub fn status(self) -> StatusCode {
+        use S3ErrorCode::*;
+        match self {
+            AccessDenied | InvalidAccessKeyId | SignatureDoesNotMatch | RequestTimeTooSkewed => {
+                StatusCode::FORBIDDEN
+            }
+            ExpiredToken => StatusCode::BAD_REQUEST,
+            BucketAlreadyExists | BucketAlreadyOwnedByYou | BucketNotEmpty => StatusCode::CONFLICT,
+            NoSuchBucket | NoSuchKey => StatusCode::NOT_FOUND,
+            InvalidRange => StatusCode::RANGE_NOT_SATISFIABLE,
+            MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            MissingContentLength => StatusCode::LENGTH_REQUIRED,
+            NotImplemented => StatusCode::NOT_IMPLEMENTED,
+            NotModified => StatusCode::NOT_MODIFIED,
+            PreconditionFailed => StatusCode::PRECONDITION_FAILED,
+            InternalError => StatusCode::INTERNAL_SERVER_ERROR,
+            ServiceUnavailable | SlowDown => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::BAD_REQUEST,
+        }
+    }
+
+    /// The message S3 sends for this code when there is nothing more specific to say.
+    pub fn default_message(self) -> &'static str {
+        use S3ErrorCode::*;
+        match self {
+            AccessDenied => "Access Denied.",
+            AuthorizationHeaderMalformed => "The authorization header is malformed.",
+            AuthorizationQueryParametersError => "The authorization query parameters are malformed.",
+            BadDigest => "The Content-MD5 you specified did not match what we received.",
+            BucketAlreadyExists => "The requested bucket name is not available.",
+            BucketAlreadyOwnedByYou => {
+                "Your previous request to create the named bucket succeeded and you already own it."
+            }
+            BucketNotEmpty => "The bucket you tried to delete is not empty.",
+            EntityTooLarge => "Your proposed upload exceeds the maximum allowed object size.",
+            EntityTooSmall => "Your proposed upload is smaller than the minimum allowed object size.",
+            ExpiredToken => "The provided token has expired.",
+            IllegalLocationConstraintException => {
+                "The location constraint is incompatible with the region of this endpoint."
+            }
+            IncompleteBody => "You did not provide the number of bytes specified by the Content-Length HTTP header.",
+            InternalError => "We encountered an internal error. Please try again.",
+            InvalidAccessKeyId => "The AWS access key ID you provided does not exist in our records.",
+            InvalidArgument => "Invalid argument.",
+            InvalidBucketName => "The specified bucket is not valid.",
+            InvalidDigest => "The Content-MD5 you specified is not valid.",
+            InvalidRange => "The requested range is not satisfiable.",
+            InvalidRequest => "Invalid request.",
+            InvalidStorageClass => "The storage class you specified is not valid.",
+            InvalidURI => "Couldn't parse the specified URI.",
+            KeyTooLongError => "Your key is too long.",
+            MetadataTooLarge => {
+                "Your metadata headers exceed the maximum allowed metadata size (2 KB)."
+            }
+            MalformedXML => "The XML you provided was not well-formed or did not validate against our published schema.",
+            MethodNotAllowed => "The specified method is not allowed against this resource.",
+            MissingContentLength => "You must provide the Content-Length HTTP header.",
+            MissingSecurityHeader => "Your request is missing a required header.",
+            NoSuchBucket => "The specified bucket does not exist.",
+            NoSuchKey => "The specified key does not exist.",
+            NotImplemented => "A header or query you provided implies functionality that is not implemented.",
+            NotModified => "Not Modified.",
+            PreconditionFailed => "At least one of the preconditions you specified did not hold.",
+            RequestTimeTooSkewed => "The difference between the request time and the server's time is too large.",
+            ServiceUnavailable => "Reduce your request rate.",
+            SignatureDoesNotMatch => "The request signature we calculated does not match the signature you provided. Check your key and signing method.",
+            SlowDown => "Reduce your request rate.",
+            XAmzContentSHA256Mismatch => "The provided 'x-amz-content-sha256' header does not match what was computed.",
+        }
+    }
+}
+
+/// An S3 error on its way to the client. The request id and resource are filled in by the
+/// front end when it renders the response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct S3Error {
+    pub code: S3ErrorCode,
+    pub message: String,
+}
+
+impl S3Error {
+    pub fn new(code: S3ErrorCode, message: impl Into<String>) -> Self {
+        S3Error {
+            code,
+            message: message.into(),
+        }
+    }
+
+    /// The error with S3's standard message for its code.
+    pub fn from_code(code: S3ErrorCode) -> Self {
+        S3Error {
+            code,
+            message: code.default_message().to_string(),
+        }
+    }
+}
+
+impl From<S3ErrorCode> for S3Error {
+    fn from(code: S3ErrorCode) -> Self {
+        S3Error::from_code(code)
+    }
+}
+
+impl std::fmt::Display for S3Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code.code(), self.message)
+    }
+}
+
+impl std::error::Error for S3Error {}
+
+/// Renders the S3 XML error document.
+pub fn error_xml(err: &S3Error, resource: &str, request_id: &str) -> String {
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{}</Code><Message>{}</Message><Resource>{}</Resource><RequestId>{}</RequestId></Error>",
+        err.code.code(),
+        xml_escape(&err.message),
+        xml_escape(resource),
+        xml_escape(request_id)
+    )
+}
+
+/// Escapes text for an XML element or attribute.
+pub fn xml_escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&apos;"),
+            c => out.push(c),
+        }
+    }
+    out
+}

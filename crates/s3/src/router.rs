@@ -1,0 +1,721 @@
+//! Which S3 operation a request is: one [`Endpoint`], parsed once from the method, the path, the
+//! query keywords and a few headers. Handlers never look at the method or path again.
+//!
+//! Addressing: path style (`/bucket/key`) today. Virtual-host style slots in by passing the bucket
+//! taken from the `Host` header as `host_bucket`; the whole path is then the key.
+//!
+//! Operations Quarry does not implement still get a name here ([`Endpoint::Unsupported`]) and
+//! answer `NotImplemented`: a request for `?acl`, `?versioning`, multipart uploads and the like
+//! never falls through to a plain GET or PUT and succeeds silently.
+//!
+//! Health probes (`/health/live`, `/health/ready`) are anonymous `GET`/`HEAD` requests. Quarry
+//! serves no anonymous S3 access at all, so a request without credentials cannot mean an object
+//! in a bucket named `health`; the same path with credentials is an ordinary S3 request.
+
+use http::{HeaderMap, Method};
+use percent_encoding::percent_decode_str;
+
+use crate::error::{S3Error, S3ErrorCode};
+
+/// The S3 operations, with the bucket and key they act on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `GET /health/live`, anonymous: the process is up.
+    HealthLive,
+    /// `GET /health/ready`, anonymous: the object layer has read quorum.
+    HealthReady,
+    ListBuckets,
+    CreateBucket {
+        bucket: String,
+    },
+    HeadBucket {
+        bucket: String,
+    },
+    DeleteBucket {
+        bucket: String,
+    },
+    GetBucketLocation {
+        bucket: String,
+    },
+    ListObjects {
+        bucket: String,
+    },
+    ListObjectsV2 {
+        bucket: String,
+    },
+    PutObject {
+        bucket: String,
+        key: String,
+    },
+    GetObject {
+        bucket: String,
+        key: String,
+    },
+    HeadObject {
+        bucket: String,
+        key: String,
+    },
+    DeleteObject {
+        bucket: String,
+        key: String,
+    },
+    /// `POST /bucket?delete`: several keys in one request.
+    DeleteObjects {
+        bucket: String,
+    },
+    /// A known S3 operation Quarry does not implement; answered with `NotImplemented`.
+    Unsupported {
+        operation: String,
+    },
+}
+
+impl Endpoint {
+    /// Whether the request must carry a valid signature. Only the health probes are anonymous.
+    pub fn needs_auth(&self) -> bool {
+        !matches!(self, Endpoint::HealthLive | Endpoint::HealthReady)
+    }
+
+    /// The S3 name of the operation, for logs.
+    pub fn name(&self) -> &str {
+        match self {
+            Endpoint::HealthLive => "HealthLive",
+            Endpoint::HealthReady => "HealthReady",
+            Endpoint::ListBuckets => "ListBuckets",
+            Endpoint::CreateBucket { .. } => "CreateBucket",
+            Endpoint::HeadBucket { .. } => "HeadBucket",
+            Endpoint::DeleteBucket { .. } => "DeleteBucket",
+            Endpoint::GetBucketLocation { .. } => "GetBucketLocation",
+            Endpoint::ListObjects { .. } => "ListObjects",
+            Endpoint::ListObjectsV2 { .. } => "ListObjectsV2",
+            Endpoint::PutObject { .. } => "PutObject",
+            Endpoint::GetObject { .. } => "GetObject",
+            Endpoint::HeadObject { .. } => "HeadObject",
+            Endpoint::DeleteObject { .. } => "DeleteObject",
+            Endpoint::DeleteObjects { .. } => "DeleteObjects",
+            Endpoint::Unsupported { operation } => operation,
+        }
+    }
+}
+
+/// The decoded query string, in order. `+` decodes to a space, as in a form.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Query {
+    pairs: Vec<(String, String)>,
+}
+
+impl Query {
+    /// Parses a raw query string (without `?`). Bytes that do not decode to UTF-8 are `InvalidURI`.
+    pub fn parse(raw: Option<&str>) -> Result<Query, S3Error> {
+        let mut pairs = Vec::new();
+        for part in raw.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = part.split_once('=').unwrap_or((part, ""));
+            pairs.push((form_decode(k)?, form_decode(v)?));
+        }
+        Ok(Query { pairs })
+    }
+
+    /// The value of the first parameter named `name` (case-sensitive, as S3).
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.pairs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.pairs.iter().any(|(k, _)| k == name)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+}
+
+fn form_decode(s: &str) -> Result<String, S3Error> {
+    let s = s.replace('+', " ");
+    percent_decode_str(&s)
+        .decode_utf8()
+        .map(|c| c.into_owned())
+        .map_err(|_| invalid_uri())
+}
+
+fn invalid_uri() -> S3Error {
+    S3Error::new(
+        S3ErrorCode::InvalidURI,
+        "The request URI is not valid UTF-8 after percent-decoding.",
+    )
+}
+
+/// Bucket sub-resources S3 defines. Each selects an operation other than the plain one.
+const BUCKET_SUBRESOURCES: &[&str] = &[
+    "accelerate",
+    "acl",
+    "analytics",
+    "cors",
+    "delete",
+    "encryption",
+    "intelligent-tiering",
+    "inventory",
+    "lifecycle",
+    "location",
+    "logging",
+    "metadataConfiguration",
+    "metadataTable",
+    "metrics",
+    "notification",
+    "object-lock",
+    "ownershipControls",
+    "policy",
+    "policyStatus",
+    "publicAccessBlock",
+    "replication",
+    "requestPayment",
+    "session",
+    "tagging",
+    "uploads",
+    "versioning",
+    "versions",
+    "website",
+];
+
+/// Object sub-resources S3 defines.
+const OBJECT_SUBRESOURCES: &[&str] = &[
+    "acl",
+    "attributes",
+    "legal-hold",
+    "partNumber",
+    "renameObject",
+    "restore",
+    "retention",
+    "select",
+    "tagging",
+    "torrent",
+    "uploadId",
+    "uploads",
+];
+
+/// Ordinary parameters of the operations Quarry implements (they do not select an operation).
+const ORDINARY_PARAMS: &[&str] = &[
+    // ListBuckets
+    "bucket-region",
+    "max-buckets",
+    // ListObjects and ListObjectsV2
+    "continuation-token",
+    "delimiter",
+    "encoding-type",
+    "fetch-owner",
+    "list-type",
+    "marker",
+    "max-keys",
+    "prefix",
+    "start-after",
+    // GetObject
+    "response-cache-control",
+    "response-content-disposition",
+    "response-content-encoding",
+    "response-content-language",
+    "response-content-type",
+    "response-expires",
+    "versionId",
+    // added by SDKs to name the operation
+    "x-id",
+];
+
+/// Parses the operation of a request.
+///
+/// `path` is the raw, still percent-encoded path; `host_bucket` the bucket named by the `Host`
+/// header in virtual-host style (`None` for path style).
+pub fn parse(
+    method: &Method,
+    path: &str,
+    query: &Query,
+    headers: &HeaderMap,
+    host_bucket: Option<&str>,
+) -> Result<Endpoint, S3Error> {
+    if host_bucket.is_none()
+        && (method == Method::GET || method == Method::HEAD)
+        && is_anonymous(headers, query)
+    {
+        match path {
+            "/health/live" => return Ok(Endpoint::HealthLive),
+            "/health/ready" => return Ok(Endpoint::HealthReady),
+            _ => {}
+        }
+    }
+
+    let path = path.strip_prefix('/').ok_or_else(invalid_uri)?;
+    let (bucket, key) = match host_bucket {
+        Some(bucket) => (bucket.to_owned(), decode_path(path)?),
+        None => {
+            let (bucket, key) = path.split_once('/').unwrap_or((path, ""));
+            (decode_path(bucket)?, decode_path(key)?)
+        }
+    };
+
+    if method == Method::OPTIONS {
+        return Ok(unsupported("CORS preflight (OPTIONS)"));
+    }
+    if bucket.is_empty() {
+        if !key.is_empty() {
+            return Err(S3Error::new(
+                S3ErrorCode::InvalidBucketName,
+                "The bucket name is empty.",
+            ));
+        }
+        return service_endpoint(method);
+    }
+    if key.is_empty() {
+        bucket_endpoint(method, query, bucket)
+    } else {
+        object_endpoint(method, query, headers, bucket, key)
+    }
+}
+
+/// A request with neither an `Authorization` header nor presigned query parameters.
+fn is_anonymous(headers: &HeaderMap, query: &Query) -> bool {
+    !headers.contains_key(http::header::AUTHORIZATION)
+        && !query.iter().any(|(k, _)| {
+            k.eq_ignore_ascii_case("X-Amz-Signature")
+                || k.eq_ignore_ascii_case("X-Amz-Credential")
+                || k == "Signature"
+                || k == "AWSAccessKeyId"
+        })
+}
+
+fn decode_path(s: &str) -> Result<String, S3Error> {
+    percent_decode_str(s)
+        .decode_utf8()
+        .map(|c| c.into_owned())
+        .map_err(|_| invalid_uri())
+}
+
+fn unsupported(operation: impl Into<String>) -> Endpoint {
+    Endpoint::Unsupported {
+        operation: operation.into(),
+    }
+}
+
+fn method_not_allowed(method: &Method, what: &str) -> S3Error {
+    S3Error::new(
+        S3ErrorCode::MethodNotAllowed,
+        format!("The method {method} is not allowed against {what}."),
+    )
+}
+
+fn service_endpoint(method: &Method) -> Result<Endpoint, S3Error> {
+    match *method {
+        Method::GET => Ok(Endpoint::ListBuckets),
+        _ => Err(method_not_allowed(method, "the service")),
+    }
+}
+
+/// The sub-resource keyword of a request: a known sub-resource, or any parameter that is neither
+/// an ordinary parameter nor a presigned-URL parameter and has no value (`?foo`).
+fn keyword<'q>(query: &'q Query, known: &[&str]) -> Option<&'q str> {
+    query
+        .iter()
+        .map(|(k, _)| k)
+        .find(|k| known.contains(k))
+        .or_else(|| {
+            query
+                .iter()
+                .find(|(k, v)| {
+                    v.is_empty()
+                        && !ORDINARY_PARAMS.contains(k)
+                        && !k.to_ascii_lowercase().starts_with("x-amz-")
+                })
+                .map(|(k, _)| k)
+        })
+}
+
+/// `GetBucketAcl`, `PutBucketVersioning`, ... from the method and the sub-resource.
+fn bucket_operation_name(method: &Method, sub: &str) -> String {
+    match (method.as_str(), sub) {
+        ("GET", "uploads") => "ListMultipartUploads".into(),
+        ("GET", "versions") => "ListObjectVersions".into(),
+        ("GET", "session") => "CreateSession".into(),
+        _ => format!("{}Bucket{}", verb(method), camel(sub)),
+    }
+}
+
+fn verb(method: &Method) -> String {
+    camel(&method.as_str().to_ascii_lowercase())
+}
+
+/// `object-lock` -> `ObjectLock`, `acl` -> `Acl`.
+fn camel(s: &str) -> String {
+    s.split('-')
+        .map(|w| {
+            let mut c = w.chars();
+            match c.next() {
+                Some(first) => first.to_uppercase().chain(c).collect::<String>(),
+                None => String::new(),
+            }
+        })
+        .collect()
+}
+
+fn bucket_endpoint(method: &Method, query: &Query, bucket: String) -> Result<Endpoint, S3Error> {
+    let sub = keyword(query, BUCKET_SUBRESOURCES);
+    match (method.clone(), sub) {
+        (Method::GET, Some("location")) => Ok(Endpoint::GetBucketLocation { bucket }),
+        (Method::POST, Some("delete")) => Ok(Endpoint::DeleteObjects { bucket }),
+        (Method::GET | Method::PUT | Method::DELETE | Method::POST | Method::HEAD, Some(sub)) => {
+            Ok(unsupported(bucket_operation_name(method, sub)))
+        }
+        (Method::GET, None) => match query.get("list-type") {
+            None => Ok(Endpoint::ListObjects { bucket }),
+            Some("2") => Ok(Endpoint::ListObjectsV2 { bucket }),
+            Some(other) => Err(S3Error::new(
+                S3ErrorCode::InvalidArgument,
+                format!("Invalid list-type {other:?}: only 2 is defined."),
+            )),
+        },
+        (Method::PUT, None) => Ok(Endpoint::CreateBucket { bucket }),
+        (Method::HEAD, None) => Ok(Endpoint::HeadBucket { bucket }),
+        (Method::DELETE, None) => Ok(Endpoint::DeleteBucket { bucket }),
+        (Method::POST, None) => Ok(unsupported("PostObject (browser-based upload)")),
+        _ => Err(method_not_allowed(method, "a bucket")),
+    }
+}
+
+fn object_endpoint(
+    method: &Method,
+    query: &Query,
+    headers: &HeaderMap,
+    bucket: String,
+    key: String,
+) -> Result<Endpoint, S3Error> {
+    let copy = headers.contains_key("x-amz-copy-source");
+    let sub = keyword(query, OBJECT_SUBRESOURCES);
+    // An explicit version other than "null" (the only version of an unversioned object).
+    let versioned = query.get("versionId").is_some_and(|v| v != "null");
+    let op = match (method.clone(), sub) {
+        (Method::GET, None) if !versioned => return Ok(Endpoint::GetObject { bucket, key }),
+        (Method::HEAD, None) if !versioned => return Ok(Endpoint::HeadObject { bucket, key }),
+        (Method::DELETE, None) if !versioned => return Ok(Endpoint::DeleteObject { bucket, key }),
+        (Method::PUT, None) if copy => "CopyObject".to_owned(),
+        (Method::PUT, None) => return Ok(Endpoint::PutObject { bucket, key }),
+        (Method::GET | Method::HEAD | Method::DELETE, None) => {
+            format!("{} of a specific object version", verb(method))
+        }
+        (Method::POST, Some("uploads")) => "CreateMultipartUpload".to_owned(),
+        (Method::POST, Some("uploadId")) => "CompleteMultipartUpload".to_owned(),
+        (Method::PUT, Some("uploadId" | "partNumber")) if copy => "UploadPartCopy".to_owned(),
+        (Method::PUT, Some("uploadId" | "partNumber")) => "UploadPart".to_owned(),
+        (Method::GET, Some("uploadId")) => "ListParts".to_owned(),
+        (Method::DELETE, Some("uploadId")) => "AbortMultipartUpload".to_owned(),
+        (Method::GET | Method::HEAD, Some("partNumber")) => {
+            format!("{}Object with partNumber", verb(method))
+        }
+        (Method::POST, Some("restore")) => "RestoreObject".to_owned(),
+        (Method::POST, Some("select")) => "SelectObjectContent".to_owned(),
+        (Method::GET | Method::PUT | Method::DELETE | Method::HEAD, Some(sub)) => {
+            format!("{}Object{}", verb(method), camel(sub))
+        }
+        _ => return Err(method_not_allowed(method, "an object")),
+    };
+    Ok(unsupported(op))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::HeaderValue;
+
+    fn route(method: &str, uri: &str, headers: &[(&str, &str)]) -> Result<Endpoint, S3Error> {
+        let (path, query) = uri
+            .split_once('?')
+            .map_or((uri, None), |(p, q)| (p, Some(q)));
+        let query = Query::parse(query)?;
+        let mut map = HeaderMap::new();
+        for (k, v) in headers {
+            map.insert(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        parse(
+            &Method::from_bytes(method.as_bytes()).unwrap(),
+            path,
+            &query,
+            &map,
+            None,
+        )
+    }
+
+    /// Method, URI, headers, and what the request should route to.
+    type Case<'a, T> = (&'a str, &'a str, &'a [(&'a str, &'a str)], T);
+
+    fn b(name: &str) -> String {
+        name.to_owned()
+    }
+
+    #[test]
+    fn routing_table() {
+        use Endpoint::*;
+        let auth = [("authorization", "AWS4-HMAC-SHA256 ...")];
+        let cases: Vec<Case<Endpoint>> = vec![
+            ("GET", "/", &auth, ListBuckets),
+            ("GET", "/?x-id=ListBuckets", &auth, ListBuckets),
+            ("PUT", "/bkt", &auth, CreateBucket { bucket: b("bkt") }),
+            ("PUT", "/bkt/", &auth, CreateBucket { bucket: b("bkt") }),
+            ("HEAD", "/bkt", &auth, HeadBucket { bucket: b("bkt") }),
+            ("DELETE", "/bkt", &auth, DeleteBucket { bucket: b("bkt") }),
+            (
+                "GET",
+                "/bkt?location",
+                &auth,
+                GetBucketLocation { bucket: b("bkt") },
+            ),
+            (
+                "GET",
+                "/bkt?location=",
+                &auth,
+                GetBucketLocation { bucket: b("bkt") },
+            ),
+            ("GET", "/bkt", &auth, ListObjects { bucket: b("bkt") }),
+            (
+                "GET",
+                "/bkt?prefix=a&marker=b&max-keys=3",
+                &auth,
+                ListObjects { bucket: b("bkt") },
+            ),
+            (
+                "GET",
+                "/bkt?list-type=2&prefix=",
+                &auth,
+                ListObjectsV2 { bucket: b("bkt") },
+            ),
+            (
+                "GET",
+                "/bkt?list-type=2&fetch-owner&start-after=x",
+                &auth,
+                ListObjectsV2 { bucket: b("bkt") },
+            ),
+            (
+                "PUT",
+                "/bkt/a/b.txt",
+                &auth,
+                PutObject {
+                    bucket: b("bkt"),
+                    key: b("a/b.txt"),
+                },
+            ),
+            (
+                "PUT",
+                "/bkt/a/b.txt?x-id=PutObject",
+                &auth,
+                PutObject {
+                    bucket: b("bkt"),
+                    key: b("a/b.txt"),
+                },
+            ),
+            (
+                "GET",
+                "/bkt/a%20b%2Bc+d",
+                &auth,
+                GetObject {
+                    bucket: b("bkt"),
+                    key: b("a b+c+d"),
+                },
+            ),
+            (
+                "GET",
+                "/bkt/k?response-content-type=x&versionId=null",
+                &auth,
+                GetObject {
+                    bucket: b("bkt"),
+                    key: b("k"),
+                },
+            ),
+            (
+                "HEAD",
+                "/bkt/k",
+                &auth,
+                HeadObject {
+                    bucket: b("bkt"),
+                    key: b("k"),
+                },
+            ),
+            (
+                "DELETE",
+                "/bkt/k",
+                &auth,
+                DeleteObject {
+                    bucket: b("bkt"),
+                    key: b("k"),
+                },
+            ),
+            (
+                "POST",
+                "/bkt?delete",
+                &auth,
+                DeleteObjects { bucket: b("bkt") },
+            ),
+            (
+                "POST",
+                "/bkt/?delete=",
+                &auth,
+                DeleteObjects { bucket: b("bkt") },
+            ),
+            (
+                "GET",
+                "/bkt/dir/",
+                &auth,
+                GetObject {
+                    bucket: b("bkt"),
+                    key: b("dir/"),
+                },
+            ),
+            // Health: anonymous only; with credentials it is an ordinary object.
+            ("GET", "/health/live", &[], HealthLive),
+            ("HEAD", "/health/ready", &[], HealthReady),
+            (
+                "GET",
+                "/health/live",
+                &auth,
+                GetObject {
+                    bucket: b("health"),
+                    key: b("live"),
+                },
+            ),
+            (
+                "GET",
+                "/health/live?X-Amz-Signature=abc&X-Amz-Credential=x",
+                &[],
+                GetObject {
+                    bucket: b("health"),
+                    key: b("live"),
+                },
+            ),
+            (
+                "PUT",
+                "/health/live",
+                &[],
+                PutObject {
+                    bucket: b("health"),
+                    key: b("live"),
+                },
+            ),
+        ];
+        for (method, uri, headers, want) in cases {
+            assert_eq!(route(method, uri, headers).unwrap(), want, "{method} {uri}");
+        }
+    }
+
+    #[test]
+    fn unsupported_operations_are_named() {
+        let auth = [("authorization", "x")];
+        let copy = [("authorization", "x"), ("x-amz-copy-source", "/a/b")];
+        let cases: Vec<Case<&str>> = vec![
+            ("GET", "/bkt?acl", &auth, "GetBucketAcl"),
+            ("PUT", "/bkt?versioning", &auth, "PutBucketVersioning"),
+            ("GET", "/bkt?versioning", &auth, "GetBucketVersioning"),
+            ("PUT", "/bkt?tagging", &auth, "PutBucketTagging"),
+            ("DELETE", "/bkt?policy", &auth, "DeleteBucketPolicy"),
+            ("PUT", "/bkt?object-lock", &auth, "PutBucketObjectLock"),
+            ("GET", "/bkt?uploads", &auth, "ListMultipartUploads"),
+            ("GET", "/bkt?versions", &auth, "ListObjectVersions"),
+            ("POST", "/bkt", &auth, "PostObject (browser-based upload)"),
+            ("GET", "/bkt?list-type=2&cors", &auth, "GetBucketCors"),
+            ("GET", "/bkt?somethingnew", &auth, "GetBucketSomethingnew"),
+            ("PUT", "/bkt/k", &copy, "CopyObject"),
+            ("POST", "/bkt/k?uploads", &auth, "CreateMultipartUpload"),
+            ("PUT", "/bkt/k?partNumber=1&uploadId=u", &auth, "UploadPart"),
+            (
+                "PUT",
+                "/bkt/k?partNumber=1&uploadId=u",
+                &copy,
+                "UploadPartCopy",
+            ),
+            (
+                "POST",
+                "/bkt/k?uploadId=u",
+                &auth,
+                "CompleteMultipartUpload",
+            ),
+            ("DELETE", "/bkt/k?uploadId=u", &auth, "AbortMultipartUpload"),
+            ("GET", "/bkt/k?uploadId=u", &auth, "ListParts"),
+            ("GET", "/bkt/k?acl", &auth, "GetObjectAcl"),
+            ("PUT", "/bkt/k?tagging", &auth, "PutObjectTagging"),
+            (
+                "GET",
+                "/bkt/k?partNumber=1",
+                &auth,
+                "GetObject with partNumber",
+            ),
+            (
+                "GET",
+                "/bkt/k?versionId=abc",
+                &auth,
+                "Get of a specific object version",
+            ),
+            (
+                "DELETE",
+                "/bkt/k?versionId=abc",
+                &auth,
+                "Delete of a specific object version",
+            ),
+            ("POST", "/bkt/k?restore", &auth, "RestoreObject"),
+            ("OPTIONS", "/bkt/k", &auth, "CORS preflight (OPTIONS)"),
+        ];
+        for (method, uri, headers, want) in cases {
+            let got = route(method, uri, headers).unwrap();
+            assert_eq!(
+                got,
+                Endpoint::Unsupported {
+                    operation: want.to_owned()
+                },
+                "{method} {uri}"
+            );
+            assert!(got.needs_auth());
+        }
+    }
+
+    #[test]
+    fn wrong_methods_and_bad_uris() {
+        let auth = [("authorization", "x")];
+        for (method, uri, code) in [
+            ("PUT", "/", S3ErrorCode::MethodNotAllowed),
+            ("DELETE", "/", S3ErrorCode::MethodNotAllowed),
+            ("PATCH", "/bkt", S3ErrorCode::MethodNotAllowed),
+            ("POST", "/bkt/k", S3ErrorCode::MethodNotAllowed),
+            ("PATCH", "/bkt/k", S3ErrorCode::MethodNotAllowed),
+            ("GET", "/bkt/%FF", S3ErrorCode::InvalidURI),
+            ("GET", "/bkt?prefix=%FF", S3ErrorCode::InvalidURI),
+            ("GET", "//key", S3ErrorCode::InvalidBucketName),
+            ("GET", "/bkt?list-type=3", S3ErrorCode::InvalidArgument),
+        ] {
+            let err = route(method, uri, &auth).unwrap_err();
+            assert_eq!(err.code, code, "{method} {uri}");
+        }
+    }
+
+    #[test]
+    fn virtual_host_style_takes_the_whole_path_as_key() {
+        let q = Query::default();
+        let h = HeaderMap::new();
+        assert_eq!(
+            parse(&Method::GET, "/a/b", &q, &h, Some("bkt")).unwrap(),
+            Endpoint::GetObject {
+                bucket: b("bkt"),
+                key: b("a/b")
+            }
+        );
+        assert_eq!(
+            parse(&Method::GET, "/", &q, &h, Some("bkt")).unwrap(),
+            Endpoint::ListObjects { bucket: b("bkt") }
+        );
+    }
+
+    #[test]
+    fn query_decoding() {
+        let q = Query::parse(Some("prefix=a+b%2Fc&delimiter=%2F&flag&prefix=second")).unwrap();
+        assert_eq!(q.get("prefix"), Some("a b/c"));
+        assert_eq!(q.get("delimiter"), Some("/"));
+        assert_eq!(q.get("flag"), Some(""));
+        assert!(q.has("flag"));
+        assert_eq!(q.get("missing"), None);
+    }
+}

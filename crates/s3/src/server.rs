@@ -1,0 +1,372 @@
+//! The HTTP server: accepts connections, gives every request an id, authenticates it, routes it to
+//! its handler and turns the result (or the S3 error) into a response with the common headers.
+//!
+//! Order of checks for a request: parse the endpoint; answer the anonymous health probes; verify
+//! the signature; only then report routing errors (so an unauthenticated client learns nothing
+//! about what the server supports) and run the handler.
+
+use std::future::Future;
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+use axum::body::Body;
+use axum::extract::Request;
+use axum::response::Response;
+use axum::serve::ListenerExt;
+use bytes::Bytes;
+use http::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, SERVER};
+use http::request::Parts;
+use http::{Method, StatusCode};
+use quarry_object::{ByteStream, ObjectLayer};
+
+use crate::api_error::{ApiError, ApiResult};
+use crate::body::{counted_stream, read_small, LoggedBody, RequestLog, MAX_XML_BODY};
+use crate::error::{error_xml, S3ErrorCode};
+use crate::router::{self, Endpoint, Query};
+use crate::signature::{self, AuthConfig, Authenticated, Credentials};
+use crate::{bucket, delete, get, list, put};
+
+/// What the front end needs to know besides the object layer.
+#[derive(Debug, Clone)]
+pub struct S3Config {
+    /// The region this server answers for: the only accepted `LocationConstraint`, the region of
+    /// every bucket, and the region in SigV4 credential scopes.
+    pub region: String,
+    /// The access keys that may sign requests.
+    pub credentials: Vec<Credentials>,
+}
+
+/// The answer of a readiness probe.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadinessReport {
+    /// Whether the server can serve reads (`/health/ready` answers 200, else 503).
+    pub ready: bool,
+    /// One line for humans, sent as the probe's body (e.g. `drives online 3/4`).
+    pub detail: String,
+}
+
+/// Tells `/health/ready` whether the storage below can serve requests.
+#[async_trait]
+pub trait ReadinessProbe: Send + Sync + 'static {
+    async fn check(&self) -> ReadinessReport;
+}
+
+/// A probe that is always ready (tests, or a layer with nothing to wait for).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct AlwaysReady;
+
+#[async_trait]
+impl ReadinessProbe for AlwaysReady {
+    async fn check(&self) -> ReadinessReport {
+        ReadinessReport {
+            ready: true,
+            detail: "ready".to_owned(),
+        }
+    }
+}
+
+/// Serves S3 on `listener` until `shutdown` completes, then stops accepting and waits for the
+/// requests in flight to finish. Accepted sockets get `TCP_NODELAY` (small responses must not
+/// wait for Nagle and delayed ACKs).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    layer: Arc<dyn ObjectLayer>,
+    probe: Arc<dyn ReadinessProbe>,
+    cfg: S3Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
+    let listener = listener.tap_io(|socket| {
+        if let Err(e) = socket.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+    });
+    axum::serve(listener, app(layer, probe, cfg))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// The S3 service as an axum `Router`, for callers that run their own server (or tests).
+pub fn app(
+    layer: Arc<dyn ObjectLayer>,
+    probe: Arc<dyn ReadinessProbe>,
+    cfg: S3Config,
+) -> axum::Router {
+    let state = Arc::new(AppState {
+        layer,
+        probe,
+        auth: AuthConfig {
+            credentials: cfg.credentials,
+            region: cfg.region.clone(),
+        },
+        region: cfg.region,
+        ids: RequestIds::new(),
+    });
+    axum::Router::new().fallback(move |req: Request| handle(state.clone(), req))
+}
+
+pub(crate) struct AppState {
+    pub layer: Arc<dyn ObjectLayer>,
+    pub probe: Arc<dyn ReadinessProbe>,
+    pub auth: AuthConfig,
+    pub region: String,
+    ids: RequestIds,
+}
+
+/// Request ids: a random per-process prefix and a counter, 20 upper-case hex digits.
+struct RequestIds {
+    prefix: u32,
+    next: AtomicU64,
+}
+
+impl RequestIds {
+    fn new() -> Self {
+        RequestIds {
+            prefix: rand::random(),
+            next: AtomicU64::new(0),
+        }
+    }
+
+    fn next(&self) -> String {
+        let n = self.next.fetch_add(1, Ordering::Relaxed) & 0xFFFF_FFFF_FFFF;
+        format!("{:08X}{n:012X}", self.prefix)
+    }
+}
+
+/// One authenticated request on its way through a handler.
+pub(crate) struct ReqCtx {
+    pub state: Arc<AppState>,
+    pub parts: Parts,
+    pub query: Query,
+    pub auth: Authenticated,
+    /// Taken once by the handler that reads it. (A mutex only to make `ReqCtx` `Sync`: handlers
+    /// hold `&ReqCtx` across awaits and `Body` is not `Sync`.)
+    body: Mutex<Option<Body>>,
+    bytes_in: Arc<AtomicU64>,
+}
+
+impl ReqCtx {
+    pub fn layer(&self) -> &dyn ObjectLayer {
+        &*self.state.layer
+    }
+
+    pub fn region(&self) -> &str {
+        &self.state.region
+    }
+
+    /// The request body, de-chunked and verified against its signature and checksums. An error
+    /// in the stream is an `io::Error` carrying the S3 error (see [`crate::api_error::body_error`]).
+    pub fn body_stream(&self) -> ApiResult<ByteStream> {
+        let taken = self
+            .body
+            .lock()
+            .map(|mut b| b.take())
+            .unwrap_or_else(|poisoned| poisoned.into_inner().take());
+        let body = taken.ok_or_else(|| {
+            tracing::error!("request body taken twice");
+            ApiError::from(S3ErrorCode::InternalError)
+        })?;
+        let stream = counted_stream(body, self.bytes_in.clone());
+        let verified = signature::verified_body(&self.parts, &self.auth, stream)?;
+        Ok(Box::pin(verified))
+    }
+
+    /// A small body (XML), read completely and verified; more than 1 MiB is refused.
+    pub async fn small_body(&self) -> ApiResult<Bytes> {
+        if signature::declared_size(&self.parts).is_some_and(|n| n > MAX_XML_BODY as u64) {
+            return Err(ApiError::new(
+                S3ErrorCode::MalformedXML,
+                format!("The XML body is larger than the {MAX_XML_BODY} bytes accepted."),
+            ));
+        }
+        read_small(self.body_stream()?, MAX_XML_BODY).await
+    }
+}
+
+async fn handle(state: Arc<AppState>, req: Request) -> Response {
+    let request_id = state.ids.next();
+    let (parts, body) = req.into_parts();
+    let mut log = RequestLog::new(
+        request_id.clone(),
+        parts.method.clone(),
+        parts.uri.path().to_owned(),
+    );
+    let head = parts.method == Method::HEAD;
+    let resource = parts.uri.path().to_owned();
+
+    let mut response = match dispatch(state, parts, body, &mut log).await {
+        Ok(response) => response,
+        Err(err) => {
+            log.error_code = Some(err.code().code());
+            error_response(err, &resource, &request_id, head)
+        }
+    };
+    let headers = response.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        headers.insert("x-amz-request-id", v);
+    }
+    headers.insert(SERVER, HeaderValue::from_static("Quarry"));
+    log.status = Some(response.status());
+    if !head {
+        log.expected_out = response
+            .headers()
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok());
+    }
+    response.map(|body| Body::new(LoggedBody::new(body, log)))
+}
+
+async fn dispatch(
+    state: Arc<AppState>,
+    parts: Parts,
+    body: Body,
+    log: &mut RequestLog,
+) -> ApiResult<Response> {
+    let query = Query::parse(parts.uri.query());
+    let endpoint = query
+        .as_ref()
+        .map_err(Clone::clone)
+        .and_then(|q| router::parse(&parts.method, parts.uri.path(), q, &parts.headers, None));
+    if let Ok(endpoint) = &endpoint {
+        log.operation = endpoint.name().to_owned();
+        match endpoint {
+            Endpoint::HealthLive => return Ok(health(StatusCode::OK, "live")),
+            Endpoint::HealthReady => {
+                let report = state.probe.check().await;
+                let status = if report.ready {
+                    StatusCode::OK
+                } else {
+                    StatusCode::SERVICE_UNAVAILABLE
+                };
+                return Ok(health(status, &report.detail));
+            }
+            _ => debug_assert!(endpoint.needs_auth()),
+        }
+    }
+
+    // Authenticate before anything else is said about the request.
+    let auth = signature::verify_request(&parts, &state.auth, SystemTime::now())?;
+    let endpoint = endpoint?;
+    let query = query?;
+    let ctx = ReqCtx {
+        state,
+        parts,
+        query,
+        auth,
+        body: Mutex::new(Some(body)),
+        bytes_in: log.bytes_in.clone(),
+    };
+
+    use Endpoint as E;
+    match endpoint {
+        E::HealthLive | E::HealthReady => unreachable_health(),
+        E::ListBuckets => bucket::list_buckets(&ctx).await,
+        E::CreateBucket { bucket } => bucket::create_bucket(&ctx, &bucket).await,
+        E::HeadBucket { bucket } => bucket::head_bucket(&ctx, &bucket).await,
+        E::DeleteBucket { bucket } => bucket::delete_bucket(&ctx, &bucket).await,
+        E::GetBucketLocation { bucket } => bucket::get_bucket_location(&ctx, &bucket).await,
+        E::ListObjects { bucket } => list::list_objects_v1(&ctx, &bucket).await,
+        E::ListObjectsV2 { bucket } => list::list_objects_v2(&ctx, &bucket).await,
+        E::PutObject { bucket, key } => put::put_object(&ctx, &bucket, &key).await,
+        E::GetObject { bucket, key } => get::get_object(&ctx, &bucket, &key, false).await,
+        E::HeadObject { bucket, key } => get::get_object(&ctx, &bucket, &key, true).await,
+        E::DeleteObject { bucket, key } => delete::delete_object(&ctx, &bucket, &key).await,
+        E::DeleteObjects { bucket } => delete::delete_objects(&ctx, &bucket).await,
+        E::Unsupported { operation } => Err(ApiError::new(
+            S3ErrorCode::NotImplemented,
+            format!("{operation} is not implemented by Quarry."),
+        )),
+    }
+}
+
+/// Health endpoints are answered before authentication; reaching a handler with one is a bug.
+fn unreachable_health() -> ApiResult<Response> {
+    tracing::error!("health endpoint reached the authenticated dispatch");
+    Err(S3ErrorCode::InternalError.into())
+}
+
+fn health(status: StatusCode, detail: &str) -> Response {
+    let mut response = Response::new(Body::from(format!("{detail}\n")));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+/// The S3 XML error response. HEAD responses and 304 carry the status and headers only.
+pub(crate) fn error_response(
+    err: ApiError,
+    resource: &str,
+    request_id: &str,
+    head: bool,
+) -> Response {
+    let status = err.error.code.status();
+    let bodyless = head || status == StatusCode::NOT_MODIFIED;
+    let mut response = if bodyless {
+        Response::new(Body::empty())
+    } else {
+        let xml = error_xml(&err.error, resource, request_id);
+        let mut r = Response::new(Body::from(xml));
+        r.headers_mut()
+            .insert(CONTENT_TYPE, HeaderValue::from_static("application/xml"));
+        r
+    };
+    *response.status_mut() = status;
+    if bodyless && status != StatusCode::NOT_MODIFIED {
+        response
+            .headers_mut()
+            .insert(CONTENT_LENGTH, HeaderValue::from_static("0"));
+    }
+    for (name, value) in err.headers {
+        response.headers_mut().insert(name, value);
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    #[test]
+    fn request_ids_are_unique_and_fixed_width() {
+        let ids = RequestIds::new();
+        let a = ids.next();
+        let b = ids.next();
+        assert_ne!(a, b);
+        assert_eq!(a.len(), 20);
+        assert!(a
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_lowercase()));
+    }
+
+    #[tokio::test]
+    async fn error_responses_are_s3_xml() {
+        let err = ApiError::from(S3ErrorCode::NoSuchKey);
+        let response = error_response(err, "/bkt/a&b", "REQ1", false);
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        assert_eq!(response.headers()[CONTENT_TYPE], "application/xml");
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(
+            std::str::from_utf8(&body).unwrap(),
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>NoSuchKey</Code>\
+             <Message>The specified key does not exist.</Message><Resource>/bkt/a&amp;b</Resource>\
+             <RequestId>REQ1</RequestId></Error>"
+        );
+    }
+
+    #[tokio::test]
+    async fn head_errors_have_no_body() {
+        let err = quarry_object::Error::InvalidRange { size: 9 }.into();
+        let response = error_response(err, "/b/k", "REQ2", true);
+        assert_eq!(response.status(), StatusCode::RANGE_NOT_SATISFIABLE);
+        assert_eq!(response.headers()["content-range"], "bytes */9");
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        assert!(body.is_empty());
+    }
+}

@@ -1,0 +1,378 @@
+//! S3's XML: a small writer for the documents Quarry sends, a strict little reader for the ones it
+//! receives (`CreateBucketConfiguration`), and the two text formats S3 uses inside them: timestamps
+//! and `encoding-type=url` key encoding.
+//!
+//! The documents are written by hand rather than through serde so that element order, namespaces
+//! and empty elements are exactly what S3 sends.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+use axum::body::Body;
+use axum::response::Response;
+use http::header::{HeaderValue, CONTENT_TYPE};
+use quick_xml::events::Event;
+use quick_xml::Reader;
+
+use crate::error::{xml_escape, S3Error, S3ErrorCode};
+
+/// The namespace of every S3 document.
+pub const S3_XMLNS: &str = "http://s3.amazonaws.com/doc/2006-03-01/";
+
+/// The canonical id of the one owner of every bucket and object.
+pub const OWNER_ID: &str = "71756172727900000000000000000000000000000000000000000000000000a1";
+/// The display name of that owner.
+pub const OWNER_DISPLAY_NAME: &str = "quarry";
+
+/// An XML document as a complete response: status 200 and `Content-Type: application/xml`.
+pub fn xml_response(doc: String) -> Response {
+    let mut response = Response::new(Body::from(doc));
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/xml"));
+    response
+}
+
+/// Builds an XML document. Text is escaped; element names are trusted constants.
+pub struct XmlWriter {
+    out: String,
+}
+
+impl XmlWriter {
+    /// Starts a document whose root element `root` carries the S3 namespace.
+    pub fn new(root: &str) -> Self {
+        let mut out = String::with_capacity(512);
+        out.push_str("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+        let _ = write!(out, "<{root} xmlns=\"{S3_XMLNS}\">");
+        XmlWriter { out }
+    }
+
+    pub fn open(&mut self, name: &str) -> &mut Self {
+        let _ = write!(self.out, "<{name}>");
+        self
+    }
+
+    pub fn close(&mut self, name: &str) -> &mut Self {
+        let _ = write!(self.out, "</{name}>");
+        self
+    }
+
+    /// `<name>text</name>`, with `text` escaped.
+    pub fn elem(&mut self, name: &str, text: &str) -> &mut Self {
+        let _ = write!(self.out, "<{name}>{}</{name}>", xml_escape(text));
+        self
+    }
+
+    /// `<name>text</name>` when `text` is `Some`, nothing otherwise.
+    pub fn elem_opt(&mut self, name: &str, text: Option<&str>) -> &mut Self {
+        if let Some(text) = text {
+            self.elem(name, text);
+        }
+        self
+    }
+
+    /// Escaped text inside the element that is open.
+    pub fn text(&mut self, text: &str) -> &mut Self {
+        self.out.push_str(&xml_escape(text));
+        self
+    }
+
+    /// The `<Owner>` element: Quarry has a single owner of everything.
+    pub fn owner(&mut self) -> &mut Self {
+        self.open("Owner")
+            .elem("ID", OWNER_ID)
+            .elem("DisplayName", OWNER_DISPLAY_NAME)
+            .close("Owner")
+    }
+
+    /// `<name>value</name>` for a number or a boolean.
+    pub fn elem_display(&mut self, name: &str, value: impl std::fmt::Display) -> &mut Self {
+        let _ = write!(self.out, "<{name}>{value}</{name}>");
+        self
+    }
+
+    /// Closes the root element and returns the document.
+    pub fn finish(mut self, root: &str) -> String {
+        self.close(root);
+        self.out
+    }
+}
+
+/// One parsed XML element: its local name (namespace prefix dropped), its text and its children.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Element {
+    pub name: String,
+    pub text: String,
+    pub children: Vec<Element>,
+}
+
+impl Element {
+    /// The first child named `name`.
+    pub fn child(&self, name: &str) -> Option<&Element> {
+        self.children.iter().find(|c| c.name == name)
+    }
+}
+
+/// Parses a small XML document into an element tree. Anything that is not well-formed XML, a DTD,
+/// or a document without exactly one root element is `MalformedXML`.
+pub fn parse_document(body: &[u8]) -> Result<Element, S3Error> {
+    let malformed = |detail: &str| {
+        S3Error::new(
+            S3ErrorCode::MalformedXML,
+            format!("{} ({detail})", S3ErrorCode::MalformedXML.default_message()),
+        )
+    };
+    let text = std::str::from_utf8(body).map_err(|_| malformed("not UTF-8"))?;
+    let mut reader = Reader::from_str(text);
+    let mut stack: Vec<Element> = Vec::new();
+    let mut root: Option<Element> = None;
+    loop {
+        let event = reader.read_event().map_err(|e| malformed(&e.to_string()))?;
+        match event {
+            Event::Start(start) => {
+                if root.is_some() {
+                    return Err(malformed("content after the root element"));
+                }
+                let name = local_name(start.local_name().as_ref())?;
+                stack.push(Element {
+                    name,
+                    ..Element::default()
+                });
+            }
+            Event::Empty(start) => {
+                if root.is_some() {
+                    return Err(malformed("content after the root element"));
+                }
+                let elem = Element {
+                    name: local_name(start.local_name().as_ref())?,
+                    ..Element::default()
+                };
+                match stack.last_mut() {
+                    Some(parent) => parent.children.push(elem),
+                    None => root = Some(elem),
+                }
+            }
+            Event::End(_) => {
+                // quick-xml checks that end names match their start tags.
+                let elem = stack.pop().ok_or_else(|| malformed("unbalanced end tag"))?;
+                match stack.last_mut() {
+                    Some(parent) => parent.children.push(elem),
+                    None => root = Some(elem),
+                }
+            }
+            Event::Text(t) => {
+                let s = t.xml_content().map_err(|e| malformed(&e.to_string()))?;
+                push_text(&mut stack, &s)
+                    .map_err(|()| malformed("text outside the root element"))?;
+            }
+            Event::CData(t) => {
+                let s = t.decode().map_err(|e| malformed(&e.to_string()))?;
+                push_text(&mut stack, &s)
+                    .map_err(|()| malformed("text outside the root element"))?;
+            }
+            Event::GeneralRef(r) => {
+                let resolved: Cow<'_, str> = match r.resolve_char_ref() {
+                    Ok(Some(c)) => Cow::Owned(c.to_string()),
+                    Ok(None) => {
+                        let name = r.decode().map_err(|e| malformed(&e.to_string()))?;
+                        match predefined_entity(&name) {
+                            Some(s) => Cow::Borrowed(s),
+                            None => return Err(malformed("unknown entity")),
+                        }
+                    }
+                    Err(e) => return Err(malformed(&e.to_string())),
+                };
+                push_text(&mut stack, &resolved)
+                    .map_err(|()| malformed("text outside the root element"))?;
+            }
+            Event::DocType(_) => return Err(malformed("DTDs are not accepted")),
+            Event::Decl(_) | Event::PI(_) | Event::Comment(_) => {}
+            Event::Eof => break,
+        }
+    }
+    if !stack.is_empty() {
+        return Err(malformed("unclosed element"));
+    }
+    root.ok_or_else(|| malformed("no root element"))
+}
+
+fn local_name(raw: &[u8]) -> Result<String, S3Error> {
+    std::str::from_utf8(raw)
+        .map(str::to_owned)
+        .map_err(|_| S3Error::from_code(S3ErrorCode::MalformedXML))
+}
+
+fn predefined_entity(name: &str) -> Option<&'static str> {
+    Some(match name {
+        "amp" => "&",
+        "lt" => "<",
+        "gt" => ">",
+        "quot" => "\"",
+        "apos" => "'",
+        _ => return None,
+    })
+}
+
+/// Appends text to the open element; whitespace between elements and around the root is ignored.
+fn push_text(stack: &mut [Element], s: &str) -> Result<(), ()> {
+    match stack.last_mut() {
+        Some(open) => {
+            open.text.push_str(s);
+            Ok(())
+        }
+        None if s.trim().is_empty() => Ok(()),
+        None => Err(()),
+    }
+}
+
+/// The `LocationConstraint` of a `CreateBucketConfiguration` body, or `None` for an empty body or
+/// an empty constraint.
+pub fn parse_create_bucket_configuration(body: &[u8]) -> Result<Option<String>, S3Error> {
+    if body.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    let root = parse_document(body)?;
+    if root.name != "CreateBucketConfiguration" {
+        return Err(S3Error::new(
+            S3ErrorCode::MalformedXML,
+            format!(
+                "expected a CreateBucketConfiguration document, found <{}>",
+                root.name
+            ),
+        ));
+    }
+    Ok(root
+        .child("LocationConstraint")
+        .map(|c| c.text.trim().to_owned())
+        .filter(|c| !c.is_empty()))
+}
+
+/// Formats nanoseconds since the Unix epoch as S3's XML timestamp, `2026-11-29T10:11:12.000Z`.
+pub fn iso8601(ns: i64) -> String {
+    let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ns.max(0)))
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    format!(
+        "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute(),
+        t.second(),
+        t.millisecond()
+    )
+}
+
+/// Formats nanoseconds since the Unix epoch as an HTTP date (`Last-Modified`).
+pub fn http_date(ns: i64) -> String {
+    httpdate::fmt_http_date(system_time(ns))
+}
+
+/// Nanoseconds since the Unix epoch as a `SystemTime` (times before the epoch become the epoch).
+pub fn system_time(ns: i64) -> std::time::SystemTime {
+    std::time::UNIX_EPOCH + std::time::Duration::from_nanos(u64::try_from(ns).unwrap_or(0))
+}
+
+/// Encodes a key, prefix, marker or delimiter for `encoding-type=url` as S3 does: form-style
+/// query escaping (space as `+`, everything outside `A-Z a-z 0-9 - _ .` as `%XX`), except that
+/// `/` and `*` stay as they are.
+pub fn url_encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for &b in s.as_bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'/' | b'*' => {
+                out.push(b as char)
+            }
+            b' ' => out.push('+'),
+            _ => {
+                let _ = write!(out, "%{b:02X}");
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writer_escapes_text_and_closes_root() {
+        let mut w = XmlWriter::new("Root");
+        w.elem("Key", "a<b&\"c\"")
+            .elem_display("Size", 3u64)
+            .elem_opt("None", None);
+        let doc = w.finish("Root");
+        assert_eq!(
+            doc,
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Root xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">\
+             <Key>a&lt;b&amp;&quot;c&quot;</Key><Size>3</Size></Root>"
+        );
+    }
+
+    #[test]
+    fn create_bucket_configuration_is_parsed() {
+        let body = br#"<?xml version="1.0" encoding="UTF-8"?>
+<CreateBucketConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
+   <LocationConstraint>eu-west-1</LocationConstraint>
+</CreateBucketConfiguration>"#;
+        assert_eq!(
+            parse_create_bucket_configuration(body).unwrap().as_deref(),
+            Some("eu-west-1")
+        );
+        let empty =
+            br#"<CreateBucketConfiguration><LocationConstraint/></CreateBucketConfiguration>"#;
+        assert_eq!(parse_create_bucket_configuration(empty).unwrap(), None);
+        assert_eq!(parse_create_bucket_configuration(b"").unwrap(), None);
+        assert_eq!(parse_create_bucket_configuration(b" \n").unwrap(), None);
+        let prefixed = br#"<s3:CreateBucketConfiguration xmlns:s3="x"><s3:LocationConstraint>r&amp;1</s3:LocationConstraint></s3:CreateBucketConfiguration>"#;
+        assert_eq!(
+            parse_create_bucket_configuration(prefixed)
+                .unwrap()
+                .as_deref(),
+            Some("r&1")
+        );
+    }
+
+    #[test]
+    fn malformed_xml_is_rejected() {
+        for body in [
+            &b"<CreateBucketConfiguration><LocationConstraint>x</CreateBucketConfiguration>"[..],
+            b"<CreateBucketConfiguration>",
+            b"not xml at all",
+            b"<CreateBucketConfiguration/><Other/>",
+            b"<!DOCTYPE x [<!ENTITY e \"y\">]><CreateBucketConfiguration/>",
+            b"<CreateBucketConfiguration>&unknown;</CreateBucketConfiguration>",
+            b"<Wrong><LocationConstraint>x</LocationConstraint></Wrong>",
+            b"\xff\xfe",
+        ] {
+            let err = parse_create_bucket_configuration(body).unwrap_err();
+            assert_eq!(
+                err.code,
+                S3ErrorCode::MalformedXML,
+                "{:?}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    #[test]
+    fn timestamps() {
+        assert_eq!(iso8601(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            iso8601(1_795_947_072_123_456_789),
+            "2026-11-29T10:11:12.123Z"
+        );
+        assert_eq!(
+            http_date(1_795_947_072_123_456_789),
+            "Sun, 29 Nov 2026 10:11:12 GMT"
+        );
+    }
+
+    #[test]
+    fn url_encoding_matches_s3() {
+        assert_eq!(url_encode("a b/c*d~e+f%g"), "a+b/c*d%7Ee%2Bf%25g");
+        assert_eq!(url_encode("é\u{1}"), "%C3%A9%01");
+        assert_eq!(url_encode("Az09-_."), "Az09-_.");
+    }
+}
