@@ -83,6 +83,16 @@ impl HttpRange {
     }
 }
 
+/// A condition on the current state of the key, checked atomically with a write's commit
+/// (`If-None-Match: *` and `If-Match: <etag>` on PutObject and CompleteMultipartUpload).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WritePrecondition {
+    /// Write only if no object exists under the key.
+    IfNoneMatchAny,
+    /// Write only if the current object's ETag matches (the header's value, as sent).
+    IfMatch(String),
+}
+
 /// Options of a PUT.
 #[derive(Debug, Clone, Default)]
 pub struct PutOptions {
@@ -93,6 +103,9 @@ pub struct PutOptions {
     pub headers: BTreeMap<String, String>,
     pub user_meta: BTreeMap<String, String>,
     pub checksums: BTreeMap<String, String>,
+    /// Fail with `PreconditionFailed` (or `ObjectNotFound` for `IfMatch` on a missing key)
+    /// unless this holds when the write commits.
+    pub precondition: Option<WritePrecondition>,
 }
 
 /// The answer to a GET: what the object is, which bytes follow, and the bytes.

@@ -33,6 +33,9 @@ pub enum Error {
     /// raised (it may carry a typed error of its own, e.g. a bad chunk signature).
     #[error("reading the request body failed: {0}")]
     Body(std::io::Error),
+    /// A conditional write's condition did not hold.
+    #[error("at least one of the preconditions you specified did not hold")]
+    PreconditionFailed,
     #[error("not enough drives agree to read (have {have}, need {need})")]
     ReadQuorum { have: usize, need: usize },
     #[error("not enough drives accepted the write (have {have}, need {need})")]

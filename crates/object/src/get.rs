@@ -289,33 +289,57 @@ impl ErasureSet {
             None => (0, meta.size),
         };
         let reader = Arc::new(ShardReader::new(self.clone(), bucket, key, &meta, metas)?);
-        let blocks = plan(&reader.erasure, &meta.parts, offset, len);
-        if blocks.is_empty() {
-            reader.heal_if_damaged();
-        }
-        let nblocks = blocks.len();
+        let mut blocks = plan(&reader.erasure, &meta.parts, offset, len).into_iter();
         let parts = Arc::new(meta.parts.clone());
-        let body: ObjectStream = Box::pin(
-            futures::stream::iter(blocks.into_iter().enumerate())
-                .map(move |(i, b)| {
-                    let reader = reader.clone();
-                    let parts = parts.clone();
-                    async move {
-                        let data = reader.read_block(&b.part, b.block).await;
-                        if i + 1 == nblocks || data.is_err() {
-                            // Off the response path: the client has its bytes already.
-                            let (reader, parts) = (reader.clone(), parts.clone());
-                            tokio::spawn(async move {
-                                reader.check_unread_shards(&parts).await;
-                                reader.heal_if_damaged();
-                            });
-                        }
-                        let data = data?;
-                        Ok(Bytes::from(data).slice(b.start..b.end))
+        // After the last block (or a failed one), check the shards the read did not touch and
+        // heal what is damaged, off the response path: the client has its bytes already.
+        let finish = {
+            let (reader, parts) = (reader.clone(), parts.clone());
+            move || {
+                let (reader, parts) = (reader.clone(), parts.clone());
+                tokio::spawn(async move {
+                    reader.check_unread_shards(&parts).await;
+                    reader.heal_if_damaged();
+                });
+            }
+        };
+        // The first block is read before the answer is given, so an object that cannot be read
+        // gets an S3 error instead of a 200 whose body breaks off.
+        let Some(first) = blocks.next() else {
+            finish();
+            return Ok(GetObjectReader {
+                info,
+                range: (offset, len),
+                body: Box::pin(futures::stream::empty()),
+            });
+        };
+        let first_data = match reader.read_block(&first.part, first.block).await {
+            Ok(d) => Bytes::from(d).slice(first.start..first.end),
+            Err(e) => {
+                finish();
+                return Err(e);
+            }
+        };
+        let rest: Vec<BlockSlice> = blocks.collect();
+        if rest.is_empty() {
+            finish();
+        }
+        let last = rest.len();
+        let finish = Arc::new(finish);
+        let tail = futures::stream::iter(rest.into_iter().enumerate())
+            .map(move |(i, b)| {
+                let (reader, finish) = (reader.clone(), finish.clone());
+                async move {
+                    let data = reader.read_block(&b.part, b.block).await;
+                    if i + 1 == last || data.is_err() {
+                        finish();
                     }
-                })
-                .buffered(READ_AHEAD),
-        );
+                    Ok(Bytes::from(data?).slice(b.start..b.end))
+                }
+            })
+            .buffered(READ_AHEAD);
+        let body: ObjectStream =
+            Box::pin(futures::stream::once(async move { Ok(first_data) }).chain(tail));
         Ok(GetObjectReader {
             info,
             range: (offset, len),

@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use tracing::warn;
 use uuid::Uuid;
 
-use crate::api::{ByteStream, ObjectInfo, PutOptions};
+use crate::api::{ByteStream, ObjectInfo, PutOptions, WritePrecondition};
 use crate::error::{Error, Result};
 use crate::quorum::{count_ok, on_all};
 use crate::set::{now_ns, object_info, ErasureSet};
@@ -316,7 +316,10 @@ impl ErasureSet {
         body: ByteStream,
         opts: PutOptions,
     ) -> Result<ObjectInfo> {
-        self.require_bucket(bucket).await?;
+        self.require_bucket_for_write(bucket).await?;
+        if let Some(p) = &opts.precondition {
+            self.check_precondition(bucket, key, p).await?;
+        }
         let erasure = self.new_erasure()?;
         let distribution = self.distribution(bucket, key);
         let tmp_id = Uuid::new_v4();
@@ -418,7 +421,9 @@ impl ErasureSet {
             });
         }
 
-        let committed = self.commit(tmp_id, bucket, key, &metas).await;
+        let committed = self
+            .commit(tmp_id, bucket, key, &metas, opts.precondition.as_ref())
+            .await?;
         tmp_guard.disarm();
         let ok = count_ok(&committed);
         if ok < write_quorum {
@@ -443,15 +448,21 @@ impl ErasureSet {
     }
 
     /// Renames the written data into place on every drive that has a metadata copy, under the
-    /// object's lock, so two writers of one key never leave a mix of their shards.
+    /// object's lock, so two writers of one key never leave a mix of their shards. A write
+    /// precondition is evaluated under the same lock, so it is atomic against concurrent writers:
+    /// of two `If-None-Match: *` uploads of one key, exactly one commits.
     pub(crate) async fn commit(
         &self,
         tmp_id: Uuid,
         bucket: &str,
         key: &str,
         metas: &[Option<ObjectMeta>],
-    ) -> Vec<std::result::Result<(), DriveError>> {
+        precondition: Option<&WritePrecondition>,
+    ) -> Result<Vec<std::result::Result<(), DriveError>>> {
         let _guard = self.locks.lock(format!("{bucket}/{key}")).await;
+        if let Some(p) = precondition {
+            self.check_precondition(bucket, key, p).await?;
+        }
         let jobs = self.drives.iter().zip(metas).map(|(d, m)| {
             let d = d.clone();
             async move {
@@ -464,7 +475,34 @@ impl ErasureSet {
                 }
             }
         });
-        futures::future::join_all(jobs).await
+        Ok(futures::future::join_all(jobs).await)
+    }
+
+    /// Evaluates a conditional write against the object's current version. Also called before
+    /// a body is read, so a doomed upload fails before the client sends gigabytes.
+    pub(crate) async fn check_precondition(
+        &self,
+        bucket: &str,
+        key: &str,
+        p: &WritePrecondition,
+    ) -> Result<()> {
+        let current = match self.read_meta_quorum(bucket, key).await {
+            Ok((meta, _, _)) => Some(meta),
+            Err(Error::ObjectNotFound) => None,
+            Err(e) => return Err(e),
+        };
+        match (p, current) {
+            (WritePrecondition::IfNoneMatchAny, None) => Ok(()),
+            (WritePrecondition::IfNoneMatchAny, Some(_)) => Err(Error::PreconditionFailed),
+            (WritePrecondition::IfMatch(_), None) => Err(Error::ObjectNotFound),
+            (WritePrecondition::IfMatch(etag), Some(m)) => {
+                if etag_matches(etag, &m.etag) {
+                    Ok(())
+                } else {
+                    Err(Error::PreconditionFailed)
+                }
+            }
+        }
     }
 }
 
@@ -496,4 +534,13 @@ mod tests {
             assert_eq!(out, data, "split {split}");
         }
     }
+}
+
+/// Whether an `If-Match` value names this ETag: `*`, or one of a comma-separated list of
+/// (quoted or bare, possibly weak) ETags.
+pub(crate) fn etag_matches(condition: &str, etag: &str) -> bool {
+    condition.split(',').map(str::trim).any(|c| {
+        let c = c.strip_prefix("W/").unwrap_or(c);
+        c == "*" || c.trim_matches('"') == etag
+    })
 }

@@ -263,6 +263,32 @@ impl ErasureSet {
         Ok(())
     }
 
+    /// Fails unless a write quorum of drives is online and has the bucket. Checked before a
+    /// write reads its body, so a write that cannot commit fails at once; a drive that dies
+    /// after this check is caught by the commit's own quorum count.
+    pub(crate) async fn require_bucket_for_write(&self, bucket: &str) -> Result<()> {
+        let answers = on_all(&self.drives, |d| {
+            let b = bucket.to_string();
+            async move { d.stat_volume(&b).await }
+        })
+        .await;
+        let have = count_ok(&answers);
+        if have >= self.set_write_quorum() {
+            return Ok(());
+        }
+        let missing = answers
+            .iter()
+            .filter(|a| matches!(a, Err(DriveError::VolumeNotFound)))
+            .count();
+        if have < self.set_read_quorum() && missing > 0 {
+            return Err(Error::BucketNotFound);
+        }
+        Err(Error::WriteQuorum {
+            have,
+            need: self.set_write_quorum(),
+        })
+    }
+
     /// Fails with `BucketNotFound` unless a read quorum of drives has the bucket.
     pub(crate) async fn require_bucket(&self, bucket: &str) -> Result<()> {
         self.bucket_info(bucket).await.map(|_| ())

@@ -459,3 +459,63 @@ async fn concurrent_writers_of_one_key_never_mix() {
     let got = get(&f.layer, "same", None).await.unwrap();
     assert!(got == a || got == b);
 }
+
+#[tokio::test]
+async fn conditional_writes_are_atomic() {
+    let f = fixture(4).await;
+    let opts = |p: WritePrecondition| PutOptions {
+        size: Some(3),
+        precondition: Some(p),
+        ..Default::default()
+    };
+    // Of many concurrent create-only writers, exactly one wins.
+    let mut tasks = Vec::new();
+    for i in 0..8u8 {
+        let l = f.layer.clone();
+        let o = opts(WritePrecondition::IfNoneMatchAny);
+        tasks.push(tokio::spawn(async move {
+            l.put_object("bkt", "once", body(&[i, i, i], 1), o).await
+        }));
+    }
+    let mut won = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(_) => won += 1,
+            Err(Error::PreconditionFailed) => {}
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert_eq!(won, 1);
+    let etag = f.layer.object_info("bkt", "once").await.unwrap().etag;
+    // If-Match: only with the current ETag (quoted or bare); absent key is NoSuchKey.
+    let bad = f
+        .layer
+        .put_object(
+            "bkt",
+            "once",
+            body(b"new", 3),
+            opts(WritePrecondition::IfMatch("\"nope\"".into())),
+        )
+        .await;
+    assert!(matches!(bad, Err(Error::PreconditionFailed)));
+    f.layer
+        .put_object(
+            "bkt",
+            "once",
+            body(b"new", 3),
+            opts(WritePrecondition::IfMatch(format!("\"{etag}\""))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(get(&f.layer, "once", None).await.unwrap(), b"new");
+    let missing = f
+        .layer
+        .put_object(
+            "bkt",
+            "absent",
+            body(b"new", 3),
+            opts(WritePrecondition::IfMatch("*".into())),
+        )
+        .await;
+    assert!(matches!(missing, Err(Error::ObjectNotFound)));
+}

@@ -77,6 +77,7 @@ pub fn object_error(e: ObjectError) -> ApiError {
             err
         }
         ObjectError::BadDigest => C::BadDigest.into(),
+        ObjectError::PreconditionFailed => C::PreconditionFailed.into(),
         ObjectError::IncompleteBody { expected, got } => ApiError::new(
             C::IncompleteBody,
             format!("The request body ended after {got} of the {expected} bytes declared."),
@@ -153,6 +154,7 @@ mod tests {
             (ObjectError::InvalidKey("..".into()), C::InvalidArgument),
             (ObjectError::KeyTooLong, C::KeyTooLongError),
             (ObjectError::BadDigest, C::BadDigest),
+            (ObjectError::PreconditionFailed, C::PreconditionFailed),
             (
                 ObjectError::IncompleteBody {
                     expected: 2,

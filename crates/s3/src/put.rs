@@ -13,7 +13,7 @@ use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use http::header::{HeaderValue, ETAG};
 use http::HeaderMap;
-use quarry_object::PutOptions;
+use quarry_object::{PutOptions, WritePrecondition};
 
 use crate::api_error::{ApiError, ApiResult};
 use crate::error::S3ErrorCode;
@@ -67,6 +67,7 @@ pub async fn put_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Resp
         headers: stored_headers(headers)?,
         user_meta: user_metadata(headers)?,
         checksums: header_checksums(headers),
+        precondition: write_precondition(headers)?,
     };
     let body = ctx.body_stream()?;
     let info = ctx.layer().put_object(bucket, key, body, opts).await?;
@@ -332,5 +333,38 @@ mod tests {
         let sums = header_checksums(&h);
         assert_eq!(sums.len(), 1);
         assert_eq!(sums.get("crc32").map(String::as_str), Some("AAAAAA=="));
+    }
+}
+
+/// `If-None-Match: *` (create only) and `If-Match: <etag>` on a write. S3 supports no other
+/// If-None-Match value on writes, so anything else is refused rather than ignored.
+pub fn write_precondition(headers: &HeaderMap) -> ApiResult<Option<WritePrecondition>> {
+    let text = |name: http::header::HeaderName| -> ApiResult<Option<String>> {
+        headers
+            .get(&name)
+            .map(|v| {
+                v.to_str().map(|s| s.trim().to_string()).map_err(|_| {
+                    ApiError::new(
+                        S3ErrorCode::InvalidArgument,
+                        format!("{name} is not valid text."),
+                    )
+                })
+            })
+            .transpose()
+    };
+    let none_match = text(http::header::IF_NONE_MATCH)?;
+    let if_match = text(http::header::IF_MATCH)?;
+    match (none_match, if_match) {
+        (Some(_), Some(_)) => Err(ApiError::new(
+            S3ErrorCode::NotImplemented,
+            "If-Match and If-None-Match together on a write are not supported.",
+        )),
+        (Some(v), None) if v == "*" => Ok(Some(WritePrecondition::IfNoneMatchAny)),
+        (Some(_), None) => Err(ApiError::new(
+            S3ErrorCode::NotImplemented,
+            "If-None-Match on a write only supports the value \"*\".",
+        )),
+        (None, Some(v)) => Ok(Some(WritePrecondition::IfMatch(v))),
+        (None, None) => Ok(None),
     }
 }
