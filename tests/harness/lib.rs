@@ -1,0 +1,874 @@
+//! Test harness for Quarry's integration tests: starts a real `quarry` process on temporary drive
+//! directories and hands out S3 clients for it, plus the small helpers the tests share (random data,
+//! MD5 ETags, S3 error XML, hand-signed SigV4 requests and the on-disk layout of a drive).
+//!
+//! The harness builds nothing: it runs the binary at `$QUARRY_BIN`, or `<workspace>/target/debug/quarry`.
+//! Run `cargo build -p quarry` first (scripts/test does).
+//!
+//! Every test starts its own server on its own port and temporary directories, so tests run in
+//! parallel. The process is killed and reaped when the [`TestServer`] is dropped.
+
+use std::fs;
+use std::io::{Read, Seek, SeekFrom};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use aws_sdk_s3::config::retry::RetryConfig;
+use aws_sdk_s3::config::timeout::TimeoutConfig;
+use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::Client;
+use md5::{Digest as _, Md5};
+use rand::RngCore;
+use sha2::Sha256;
+
+pub use aws_sdk_s3;
+
+/// Access key the harness gives every server it starts (unless told to let the server generate one).
+pub const ACCESS_KEY: &str = "quarrytestadmin";
+/// Secret key matching [`ACCESS_KEY`].
+pub const SECRET_KEY: &str = "quarry-test-secret-key-0123456789";
+/// The only region Quarry serves.
+pub const REGION: &str = "us-east-1";
+
+/// How long to wait for `/health/live` after spawning the process.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// How credentials reach the server.
+#[derive(Debug, Clone)]
+pub enum CredentialMode {
+    /// `QUARRY_ROOT_USER` / `QUARRY_ROOT_PASSWORD` set to [`ACCESS_KEY`] / [`SECRET_KEY`].
+    Fixed,
+    /// No credential env: the server generates (or reloads) its own and prints them on stdout.
+    Generated,
+}
+
+/// A running `quarry server` process on temporary drives.
+pub struct TestServer {
+    child: Option<Child>,
+    root: tempfile::TempDir,
+    dirs: Vec<PathBuf>,
+    port: u16,
+    log: PathBuf,
+    mode: CredentialMode,
+    access_key: String,
+    secret_key: String,
+    starts: u32,
+}
+
+/// The path of the quarry binary the tests run.
+pub fn quarry_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("QUARRY_BIN") {
+        return PathBuf::from(p);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("..")
+                .join("target")
+        });
+    target.join("debug").join("quarry")
+}
+
+fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0 to find a free port");
+    l.local_addr()
+        .expect("local_addr of a bound listener")
+        .port()
+}
+
+impl TestServer {
+    /// Starts a server on `drives` fresh temporary drive directories, with the fixed test credentials.
+    pub async fn start(drives: usize) -> TestServer {
+        Self::start_with(drives, CredentialMode::Fixed).await
+    }
+
+    /// Starts a server on `drives` fresh temporary drive directories with the given credential mode.
+    pub async fn start_with(drives: usize, mode: CredentialMode) -> TestServer {
+        let root = tempfile::Builder::new()
+            .prefix("quarry-it-")
+            .tempdir()
+            .expect("create temp dir");
+        let dirs: Vec<PathBuf> = (1..=drives)
+            .map(|i| root.path().join(format!("d{i}")))
+            .collect();
+        for d in &dirs {
+            fs::create_dir_all(d).expect("create drive dir");
+        }
+        let log = root.path().join("quarry.log");
+        let mut s = TestServer {
+            child: None,
+            root,
+            dirs,
+            port: 0,
+            log,
+            mode,
+            access_key: String::new(),
+            secret_key: String::new(),
+            starts: 0,
+        };
+        // Another test may take the port between our probe and the server's bind: retry on a new one.
+        for attempt in 0..3 {
+            s.port = free_port();
+            match s.spawn_and_wait().await {
+                Ok(()) => return s,
+                Err(e) if attempt < 2 && e.contains("in use") => continue,
+                Err(e) => panic!("{e}"),
+            }
+        }
+        unreachable!("the loop above returns or panics")
+    }
+
+    fn spawn(&mut self) -> Child {
+        let bin = quarry_bin();
+        assert!(
+            bin.exists(),
+            "quarry binary not found at {} (set QUARRY_BIN, or run `cargo build -p quarry` first)",
+            bin.display()
+        );
+        self.starts += 1;
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .expect("open server log");
+        let log2 = log.try_clone().expect("clone log handle");
+        let mut cmd = Command::new(&bin);
+        cmd.arg("server")
+            .args(&self.dirs)
+            .arg("--address")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .current_dir(self.root.path())
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2);
+        match self.mode {
+            CredentialMode::Fixed => {
+                cmd.env("QUARRY_ROOT_USER", ACCESS_KEY)
+                    .env("QUARRY_ROOT_PASSWORD", SECRET_KEY);
+            }
+            CredentialMode::Generated => {
+                cmd.env_remove("QUARRY_ROOT_USER")
+                    .env_remove("QUARRY_ROOT_PASSWORD");
+            }
+        }
+        if std::env::var_os("RUST_LOG").is_none() {
+            cmd.env("RUST_LOG", "info");
+        }
+        cmd.spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()))
+    }
+
+    async fn spawn_and_wait(&mut self) -> Result<(), String> {
+        let log_start = fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0);
+        let child = self.spawn();
+        self.child = Some(child);
+        let http = reqwest::Client::new();
+        let url = format!("{}/health/live", self.endpoint());
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(child) = self.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.child = None;
+                    return Err(format!(
+                        "quarry exited during start-up ({status}); log tail:\n{}",
+                        self.log_tail(40)
+                    ));
+                }
+            }
+            if let Ok(r) = http.get(&url).send().await {
+                if r.status().as_u16() == 200 {
+                    break;
+                }
+            }
+            if Instant::now() > deadline {
+                self.kill();
+                return Err(format!(
+                    "quarry did not answer 200 on {url} within {START_TIMEOUT:?}; log tail:\n{}",
+                    self.log_tail(40)
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        match self.mode {
+            CredentialMode::Fixed => {
+                self.access_key = ACCESS_KEY.to_string();
+                self.secret_key = SECRET_KEY.to_string();
+            }
+            CredentialMode::Generated => {
+                let text = fs::read_to_string(&self.log).unwrap_or_default();
+                let this_run = text.get(log_start as usize..).unwrap_or("");
+                let find = |label: &str| {
+                    this_run.lines().rev().find_map(|l| {
+                        let (_, v) = l.split_once(label)?;
+                        v.split_whitespace().next().map(str::to_string)
+                    })
+                };
+                match (find("AccessKey:"), find("SecretKey:")) {
+                    (Some(a), Some(s)) if !a.is_empty() && !s.is_empty() => {
+                        self.access_key = a;
+                        self.secret_key = s;
+                    }
+                    // A restart that reloads stored keys may not print them again: keep the
+                    // ones printed before (the caller's requests then prove they still work).
+                    _ if !self.access_key.is_empty() => {}
+                    _ => {
+                        return Err(format!(
+                            "quarry started without credential env but printed no `AccessKey:`/`SecretKey:` lines; log tail:\n{}",
+                            self.log_tail(40)
+                        ))
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops the process (SIGKILL, like a crash) and starts it again on the same dirs and port.
+    pub async fn restart(&mut self) {
+        self.kill();
+        // The old listener is gone with the process; the same port is normally free at once.
+        let mut last = String::new();
+        for _ in 0..3 {
+            match self.spawn_and_wait().await {
+                Ok(()) => return,
+                Err(e) => {
+                    last = e;
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                }
+            }
+        }
+        panic!("restart failed: {last}");
+    }
+
+    /// `http://127.0.0.1:PORT`
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The credentials the server accepts (fixed, or the generated ones it printed).
+    pub fn access_key(&self) -> &str {
+        &self.access_key
+    }
+
+    pub fn secret_key(&self) -> &str {
+        &self.secret_key
+    }
+
+    /// Drive directory `i` (0-based).
+    pub fn drive_path(&self, i: usize) -> &Path {
+        &self.dirs[i]
+    }
+
+    pub fn drive_count(&self) -> usize {
+        self.dirs.len()
+    }
+
+    /// The temporary directory holding the drives and the log.
+    pub fn root(&self) -> &Path {
+        self.root.path()
+    }
+
+    /// How many times the process was spawned (1 after start, +1 per restart).
+    pub fn starts(&self) -> u32 {
+        self.starts
+    }
+
+    /// The last `n` lines of the server's log (stdout and stderr).
+    pub fn log_tail(&self, n: usize) -> String {
+        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(n)..].join("\n")
+    }
+
+    /// An S3 client for this server with its credentials.
+    pub fn client(&self) -> Client {
+        self.client_with(&self.access_key, &self.secret_key)
+    }
+
+    /// An S3 client for this server with the given credentials (for auth failure tests).
+    pub fn client_with(&self, access_key: &str, secret_key: &str) -> Client {
+        let conf = aws_sdk_s3::Config::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .endpoint_url(self.endpoint())
+            .force_path_style(true)
+            .region(Region::new(REGION))
+            .credentials_provider(Credentials::new(
+                access_key,
+                secret_key,
+                None,
+                None,
+                "quarry-test",
+            ))
+            // Surface every server error as it is: no retries hiding a 5xx.
+            .retry_config(RetryConfig::disabled())
+            .timeout_config(
+                TimeoutConfig::builder()
+                    .operation_timeout(Duration::from_secs(120))
+                    .build(),
+            )
+            .build();
+        Client::from_conf(conf)
+    }
+
+    /// Sends a request signed with this server's credentials (payload hash of `body`).
+    /// `path_and_query` must already be percent-encoded, e.g. `/bucket/key?acl`.
+    pub async fn signed(
+        &self,
+        method: &str,
+        path_and_query: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> reqwest::Response {
+        let url = format!("{}{}", self.endpoint(), path_and_query);
+        let signed = sign_headers(
+            method,
+            &url,
+            headers,
+            PayloadHash::Bytes(&body),
+            &self.access_key,
+            &self.secret_key,
+            SystemTime::now(),
+        );
+        send_raw(method, &url, &signed.headers, body).await
+    }
+
+    /// Creates a bucket, panicking with the server's answer if it fails.
+    pub async fn create_bucket(&self, bucket: &str) {
+        if let Err(e) = self.client().create_bucket().bucket(bucket).send().await {
+            panic!("create bucket {bucket}: {}", describe(&e));
+        }
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.kill();
+        // A failing test shows what the server said (nextest and cargo test print a failing
+        // test's stderr).
+        if std::thread::panicking() {
+            eprintln!(
+                "---- quarry log ({}), last 60 lines ----\n{}\n---- end of quarry log ----",
+                self.log.display(),
+                self.log_tail(60)
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Data and digests
+// ---------------------------------------------------------------------------------------------
+
+/// `n` random bytes.
+pub fn random_bytes(n: usize) -> Vec<u8> {
+    let mut v = vec![0u8; n];
+    rand::thread_rng().fill_bytes(&mut v);
+    v
+}
+
+/// Lower-case hex MD5.
+pub fn md5_hex(data: &[u8]) -> String {
+    hex::encode(Md5::digest(data))
+}
+
+/// Base64 MD5, as sent in `Content-MD5`.
+pub fn md5_b64(data: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(Md5::digest(data))
+}
+
+/// Lower-case hex SHA-256.
+pub fn sha256_hex(data: &[u8]) -> String {
+    hex::encode(Sha256::digest(data))
+}
+
+/// The S3 ETag of a single-part object: the quoted hex MD5.
+pub fn etag_of(data: &[u8]) -> String {
+    format!("\"{}\"", md5_hex(data))
+}
+
+/// Asserts two byte strings are equal without printing megabytes on failure.
+#[track_caller]
+pub fn assert_bytes_eq(got: &[u8], want: &[u8], what: &str) {
+    if got == want {
+        return;
+    }
+    let first_diff = got.iter().zip(want).position(|(a, b)| a != b);
+    panic!(
+        "{what}: bodies differ: got {} bytes, want {} bytes, first differing offset {:?}",
+        got.len(),
+        want.len(),
+        first_diff
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Errors
+// ---------------------------------------------------------------------------------------------
+
+/// `<Code>` and `<Message>` of an S3 XML error body.
+pub fn parse_s3_error(body: &str) -> Option<(String, String)> {
+    let code = xml_text(body, "Code")?;
+    let msg = xml_text(body, "Message").unwrap_or_default();
+    Some((code, msg))
+}
+
+/// The text of the first `<tag>...</tag>` in `body` (no unescaping).
+pub fn xml_text(body: &str, tag: &str) -> Option<String> {
+    let open = format!("<{tag}>");
+    let close = format!("</{tag}>");
+    let start = body.find(&open)? + open.len();
+    let end = body[start..].find(&close)? + start;
+    Some(body[start..end].to_string())
+}
+
+/// All texts of `<tag>...</tag>` in `body`, in order.
+pub fn xml_texts(body: &str, tag: &str) -> Vec<String> {
+    let open = format!("<{tag}>");
+    let close = format!("</{tag}>");
+    let mut out = Vec::new();
+    let mut rest = body;
+    while let Some(i) = rest.find(&open) {
+        let after = &rest[i + open.len()..];
+        let Some(j) = after.find(&close) else { break };
+        out.push(after[..j].to_string());
+        rest = &after[j + close.len()..];
+    }
+    out
+}
+
+/// Undoes the five XML entity escapes.
+pub fn xml_unescape(s: &str) -> String {
+    s.replace("&lt;", "<")
+        .replace("&gt;", ">")
+        .replace("&quot;", "\"")
+        .replace("&apos;", "'")
+        .replace("&amp;", "&")
+}
+
+/// The S3 error code of a failed SDK call, if the server sent one.
+pub fn error_code<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> Option<String> {
+    match err {
+        SdkError::ServiceError(se) => se.err().code().map(str::to_string),
+        _ => None,
+    }
+}
+
+/// The HTTP status of a failed SDK call, if a response came back.
+pub fn error_status<E, R: HasStatus>(err: &SdkError<E, R>) -> Option<u16> {
+    err.raw_response().map(HasStatus::status_u16)
+}
+
+/// Response types whose HTTP status the harness can read.
+pub trait HasStatus {
+    fn status_u16(&self) -> u16;
+}
+
+impl HasStatus for aws_sdk_s3::config::http::HttpResponse {
+    fn status_u16(&self) -> u16 {
+        self.status().as_u16()
+    }
+}
+
+/// One line describing a failed SDK call: status, code, message, or the transport error.
+pub fn describe<
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: HasStatus + std::fmt::Debug,
+>(
+    err: &SdkError<E, R>,
+) -> String {
+    match err {
+        SdkError::ServiceError(se) => format!(
+            "HTTP {} {} ({})",
+            se.raw().status_u16(),
+            se.err().code().unwrap_or("<no code>"),
+            se.err().message().unwrap_or("<no message>")
+        ),
+        other => format!("{other:?}"),
+    }
+}
+
+/// Asserts that an SDK call failed with the given HTTP status and S3 error code.
+#[track_caller]
+pub fn assert_s3_error<T: std::fmt::Debug, E, R>(
+    res: Result<T, SdkError<E, R>>,
+    status: u16,
+    code: &str,
+) where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+    R: HasStatus + std::fmt::Debug,
+{
+    match res {
+        Ok(v) => panic!("expected {status} {code}, got success: {v:?}"),
+        Err(e) => {
+            let got_status = error_status(&e);
+            let got_code = error_code(&e);
+            assert!(
+                got_status == Some(status) && got_code.as_deref() == Some(code),
+                "expected HTTP {status} {code}, got {}",
+                describe(&e)
+            );
+        }
+    }
+}
+
+/// Asserts a raw response is an S3 error with `status` and `code`; returns the body.
+pub async fn expect_raw_error(resp: reqwest::Response, status: u16, code: &str) -> String {
+    let got = resp.status().as_u16();
+    let body = resp.text().await.unwrap_or_default();
+    let parsed = parse_s3_error(&body);
+    assert!(
+        got == status && parsed.as_ref().map(|(c, _)| c.as_str()) == Some(code),
+        "expected HTTP {status} {code}, got HTTP {got} with body: {body}"
+    );
+    body
+}
+
+// ---------------------------------------------------------------------------------------------
+// Hand-signed SigV4 requests (for cases an SDK cannot produce)
+// ---------------------------------------------------------------------------------------------
+
+/// What goes into the `x-amz-content-sha256` header and the canonical request.
+pub enum PayloadHash<'a> {
+    /// SHA-256 of these bytes.
+    Bytes(&'a [u8]),
+    /// A literal value such as `UNSIGNED-PAYLOAD` or `STREAMING-AWS4-HMAC-SHA256-PAYLOAD`.
+    Literal(&'a str),
+}
+
+/// The result of signing: headers to add, and the seed signature (for chunk signing).
+pub struct Signed {
+    pub headers: Vec<(String, String)>,
+    pub signature: String,
+    /// `YYYYMMDDTHHMMSSZ` as signed.
+    pub amz_date: String,
+    /// `YYYYMMDD/us-east-1/s3/aws4_request`
+    pub scope: String,
+    pub time: SystemTime,
+}
+
+/// Signs a request with SigV4 in headers. `headers` are extra headers that must be signed
+/// (they are also returned, so send exactly `Signed::headers`). `url` must be fully encoded.
+pub fn sign_headers(
+    method: &str,
+    url: &str,
+    headers: &[(&str, &str)],
+    payload: PayloadHash<'_>,
+    access_key: &str,
+    secret_key: &str,
+    time: SystemTime,
+) -> Signed {
+    use aws_sigv4::http_request::{
+        sign, PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest,
+        SigningSettings, UriPathNormalizationMode,
+    };
+    use aws_sigv4::sign::v4;
+
+    let creds = aws_credential_types::Credentials::new(access_key, secret_key, None, None, "test");
+    let identity = creds.into();
+    let mut settings = SigningSettings::default();
+    settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+    settings.percent_encoding_mode = PercentEncodingMode::Single;
+    settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+    let params = v4::SigningParams::builder()
+        .identity(&identity)
+        .region(REGION)
+        .name("s3")
+        .time(time)
+        .settings(settings)
+        .build()
+        .expect("signing params")
+        .into();
+    let body = match payload {
+        PayloadHash::Bytes(b) => SignableBody::Bytes(b),
+        PayloadHash::Literal(s) => SignableBody::Precomputed(s.to_string()),
+    };
+    let req =
+        SignableRequest::new(method, url, headers.iter().copied(), body).expect("signable request");
+    let (instructions, signature) = sign(req, &params).expect("sign").into_parts();
+    let mut out: Vec<(String, String)> = headers
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let mut amz_date = String::new();
+    for (k, v) in instructions.headers() {
+        if k.eq_ignore_ascii_case("x-amz-date") {
+            amz_date = v.to_string();
+        }
+        out.push((k.to_string(), v.to_string()));
+    }
+    let scope = format!("{}/{REGION}/s3/aws4_request", &amz_date[..8]);
+    Signed {
+        headers: out,
+        signature,
+        amz_date,
+        scope,
+        time,
+    }
+}
+
+/// Builds an `aws-chunked` body signed chunk by chunk (`STREAMING-AWS4-HMAC-SHA256-PAYLOAD`),
+/// chained from the seed signature in `signed`. `tamper` flips a byte in chunk `i` after signing.
+pub fn signed_chunked_body(
+    data: &[u8],
+    chunk_size: usize,
+    signed: &Signed,
+    secret_key: &str,
+    tamper: Option<usize>,
+) -> Vec<u8> {
+    let key = aws_sigv4::sign::v4::generate_signing_key(secret_key, signed.time, REGION, "s3");
+    let empty_hash = sha256_hex(b"");
+    let mut prev = signed.signature.clone();
+    let mut out = Vec::with_capacity(data.len() + 256);
+    let mut chunks: Vec<&[u8]> = data.chunks(chunk_size).collect();
+    chunks.push(&[]);
+    for (i, chunk) in chunks.iter().enumerate() {
+        let sts = format!(
+            "AWS4-HMAC-SHA256-PAYLOAD\n{}\n{}\n{}\n{}\n{}",
+            signed.amz_date,
+            signed.scope,
+            prev,
+            empty_hash,
+            sha256_hex(chunk)
+        );
+        let sig = aws_sigv4::sign::v4::calculate_signature(key.as_ref(), sts.as_bytes());
+        out.extend_from_slice(format!("{:x};chunk-signature={}\r\n", chunk.len(), sig).as_bytes());
+        let start = out.len();
+        out.extend_from_slice(chunk);
+        if tamper == Some(i) && !chunk.is_empty() {
+            out[start] ^= 0xff;
+        }
+        out.extend_from_slice(b"\r\n");
+        prev = sig;
+    }
+    out
+}
+
+/// Builds an unsigned `aws-chunked` body with trailers (`STREAMING-UNSIGNED-PAYLOAD-TRAILER`).
+pub fn unsigned_trailer_body(data: &[u8], chunk_size: usize, trailers: &[(&str, &str)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(data.len() + 256);
+    for chunk in data.chunks(chunk_size) {
+        out.extend_from_slice(format!("{:x}\r\n", chunk.len()).as_bytes());
+        out.extend_from_slice(chunk);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"0\r\n");
+    for (k, v) in trailers {
+        out.extend_from_slice(format!("{k}:{v}\r\n").as_bytes());
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// Base64 of the big-endian CRC32 (ISO-HDLC, as in `x-amz-checksum-crc32`).
+pub fn crc32_b64(data: &[u8]) -> String {
+    use base64::Engine;
+    base64::engine::general_purpose::STANDARD.encode(crc_fast::crc32_iso_hdlc(data).to_be_bytes())
+}
+
+/// Sends a request with the given headers and body using reqwest.
+pub async fn send_raw(
+    method: &str,
+    url: &str,
+    headers: &[(String, String)],
+    body: Vec<u8>,
+) -> reqwest::Response {
+    let http = reqwest::Client::new();
+    let m = reqwest::Method::from_bytes(method.as_bytes()).expect("valid method");
+    let mut rb = http.request(m, url);
+    for (k, v) in headers {
+        // reqwest sets Host and Content-Length itself from the URL and body.
+        if k.eq_ignore_ascii_case("host") || k.eq_ignore_ascii_case("content-length") {
+            continue;
+        }
+        rb = rb.header(k.as_str(), v.as_str());
+    }
+    rb.body(body).send().await.expect("send raw request")
+}
+
+// ---------------------------------------------------------------------------------------------
+// On-disk layout
+// ---------------------------------------------------------------------------------------------
+
+/// `<drive>/<bucket>/<key>`: the object directory on one drive.
+pub fn object_dir(drive: &Path, bucket: &str, key: &str) -> PathBuf {
+    drive.join(bucket).join(key)
+}
+
+/// `<drive>/<bucket>/<key>/quarry.meta`
+pub fn meta_path(drive: &Path, bucket: &str, key: &str) -> PathBuf {
+    object_dir(drive, bucket, key).join("quarry.meta")
+}
+
+/// Splits a `quarry.meta` file into its JSON header and inline shard bytes.
+///
+/// Format (crates/disk, version 1): the JSON header, then, when the header has `"inline_len": N`,
+/// a `\n` and N raw bytes. A header with a base64 `"inline"` field is read too.
+fn split_meta(bytes: &[u8]) -> Option<(serde_json::Value, Option<Vec<u8>>)> {
+    use base64::Engine;
+    let header_len = bytes
+        .iter()
+        .position(|&b| b == b'\n')
+        .unwrap_or(bytes.len());
+    let header: serde_json::Value = serde_json::from_slice(&bytes[..header_len]).ok()?;
+    let inline = if let Some(n) = header.get("inline_len").and_then(|v| v.as_u64()) {
+        let data = bytes.get(header_len + 1..)?;
+        (data.len() as u64 == n).then(|| data.to_vec())
+    } else if let Some(b64) = header.get("inline").and_then(|v| v.as_str()) {
+        base64::engine::general_purpose::STANDARD.decode(b64).ok()
+    } else {
+        None
+    };
+    Some((header, inline))
+}
+
+/// Reads and parses the JSON header of `quarry.meta`, if present and readable.
+pub fn read_meta(drive: &Path, bucket: &str, key: &str) -> Option<serde_json::Value> {
+    let bytes = fs::read(meta_path(drive, bucket, key)).ok()?;
+    split_meta(&bytes).map(|(h, _)| h)
+}
+
+/// The inline shard bytes (framed: `[blake3 32 B | chunk]`) stored in a drive's `quarry.meta`.
+pub fn read_inline(drive: &Path, bucket: &str, key: &str) -> Option<Vec<u8>> {
+    let bytes = fs::read(meta_path(drive, bucket, key)).ok()?;
+    split_meta(&bytes).and_then(|(_, inline)| inline)
+}
+
+/// The `part.1` shard file of an object on one drive: found through the data dir named in the
+/// drive's metadata, else (metadata gone) through any sub-directory of the object dir holding one.
+pub fn part_path(drive: &Path, bucket: &str, key: &str) -> Option<PathBuf> {
+    let dir = object_dir(drive, bucket, key);
+    if let Some(meta) = read_meta(drive, bucket, key) {
+        if let Some(dd) = meta.get("data_dir").and_then(|v| v.as_str()) {
+            return Some(dir.join(dd).join("part.1"));
+        }
+    }
+    for e in fs::read_dir(&dir).ok()?.flatten() {
+        let p = e.path().join("part.1");
+        if p.is_file() {
+            return Some(p);
+        }
+    }
+    None
+}
+
+/// Replaces the inline shard bytes of a drive's `quarry.meta` with `new` (same length: the
+/// header is kept byte for byte, so only the shard changes, as bit rot would change it).
+pub fn write_inline(drive: &Path, bucket: &str, key: &str, new: &[u8]) {
+    use base64::Engine;
+    let path = meta_path(drive, bucket, key);
+    let bytes = fs::read(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let (mut header, old) = split_meta(&bytes).expect("a readable quarry.meta");
+    let old = old.expect("an inline object");
+    assert_eq!(old.len(), new.len(), "write_inline keeps the length");
+    let out = if header.get("inline_len").is_some() {
+        let header_len = bytes.len() - old.len() - 1;
+        let mut out = bytes[..header_len + 1].to_vec();
+        out.extend_from_slice(new);
+        out
+    } else {
+        header["inline"] =
+            serde_json::Value::String(base64::engine::general_purpose::STANDARD.encode(new));
+        serde_json::to_vec(&header).expect("serialize meta")
+    };
+    fs::write(&path, out).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+}
+
+/// Flips (XOR 0xff) `len` bytes of a file at `offset` in place.
+pub fn flip_bytes(path: &Path, offset: u64, len: usize) {
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()));
+    let mut buf = vec![0u8; len];
+    f.seek(SeekFrom::Start(offset)).expect("seek");
+    f.read_exact(&mut buf).expect("read bytes to flip");
+    for b in &mut buf {
+        *b ^= 0xff;
+    }
+    f.seek(SeekFrom::Start(offset)).expect("seek");
+    std::io::Write::write_all(&mut f, &buf).expect("write flipped bytes");
+    f.sync_all().expect("sync");
+}
+
+/// Lists every file under `dir`, relative to it, sorted.
+pub fn list_files(dir: &Path) -> Vec<PathBuf> {
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(rd) = fs::read_dir(dir) else { return };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(base, &p, out);
+            } else if let Ok(rel) = p.strip_prefix(base) {
+                out.push(rel.to_path_buf());
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+/// Polls `cond` every 50 ms until it holds or `timeout` passes; returns whether it held.
+pub async fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if cond() {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Reads a whole GetObject body.
+pub async fn get_bytes(client: &Client, bucket: &str, key: &str) -> Vec<u8> {
+    match client.get_object().bucket(bucket).key(key).send().await {
+        Ok(out) => out
+            .body
+            .collect()
+            .await
+            .unwrap_or_else(|e| panic!("read body of {bucket}/{key}: {e}"))
+            .into_bytes()
+            .to_vec(),
+        Err(e) => panic!("GET {bucket}/{key}: {}", describe(&e)),
+    }
+}
+
+/// PutObject of `data`; panics with the server's answer on failure. Returns the ETag.
+pub async fn put_bytes(client: &Client, bucket: &str, key: &str, data: &[u8]) -> String {
+    match client
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(data.to_vec().into())
+        .send()
+        .await
+    {
+        Ok(out) => out.e_tag.unwrap_or_default(),
+        Err(e) => panic!(
+            "PUT {bucket}/{key} ({} bytes): {}",
+            data.len(),
+            describe(&e)
+        ),
+    }
+}

@@ -1,0 +1,13 @@
+//! S3 integration tests against a real `quarry` process. One binary, one module per area; every
+//! test starts its own server (see `quarry_integration::TestServer`), so they run in parallel.
+//!
+//! Run `cargo build -p quarry` first, then `cargo nextest run -p quarry-integration` (or `cargo test`).
+
+mod auth;
+mod buckets;
+mod erasure;
+mod listing;
+mod objects;
+mod ranges;
+mod restart;
+mod topology;
