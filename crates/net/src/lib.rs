@@ -1,0 +1,30 @@
+//! `quarry-net`: how Quarry nodes talk to each other.
+//!
+//! What it is for:
+//! - [`wire`]: the control plane's frames, as pure encode/decode functions (no IO), versioned and
+//!   authenticated per frame with the connection's session key;
+//! - [`auth`]: the connection handshake, in which both ends prove they know the cluster secret and
+//!   derive the session keys; nothing is served on a connection before it succeeds;
+//! - [`rpc`]: the control RPC over TCP, [`RpcClient`] (pooled connections per peer, multiplexed
+//!   calls, a timeout on every call, back-off for unreachable peers) and [`RpcServer`] (dispatch to a
+//!   [`Handler`], bounded connections and requests);
+//! - [`bufpool`]: the [`BufPool`] of aligned buffers carved from a few slabs, shared by the data
+//!   plane, the decoder and HTTP bodies (DESIGN.md, "Buffers");
+//! - [`data`]: bulk transfers over TCP straight into and out of pooled buffers.
+//!
+//! What it is not: it knows nothing of drives, objects or S3. Payloads are opaque bytes; the messages
+//! of the `Drive` trait's remote side (`RemoteDrive`) are defined on top of [`rpc`] later, as are the
+//! `DataPlane` trait and its verbs backend (RDMA lives in `crates/verbs`, the only crate with `unsafe`).
+//! There is no TLS: frames are authenticated, not encrypted, so internode traffic belongs on a trusted
+//! network.
+#![forbid(unsafe_code)]
+
+pub mod auth;
+pub mod bufpool;
+pub mod data;
+pub mod rpc;
+pub mod wire;
+
+pub use auth::{ClusterSecret, Identity};
+pub use bufpool::{BufPool, BufPoolConfig, PooledBuf};
+pub use rpc::{Handler, RpcClient, RpcConfig, RpcError, RpcServer};

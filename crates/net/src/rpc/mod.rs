@@ -1,0 +1,224 @@
+//! Control RPC over TCP: [`RpcClient`] (pooled, multiplexed, timed-out, backed-off calls to peers)
+//! and [`RpcServer`] (handshake, then dispatch of each request to a [`Handler`]).
+//!
+//! A call is `(method: u16, payload: Bytes) -> Result<Bytes, RpcError>`; payloads are opaque here (the
+//! Drive messages are defined on top). Each connection is authenticated by [`crate::auth`] before a
+//! single request is read, and every frame on it is sealed per [`crate::wire`].
+//!
+//! Error codes that travel in error frames are in [`codes`]; an application (e.g. the remote side of
+//! `Drive`) uses codes from [`codes::APPLICATION_BASE`] up and maps them to its own errors.
+
+mod client;
+mod server;
+
+use std::future::Future;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::sync::mpsc;
+
+pub use client::{ClientStats, PeerStatus, RpcClient};
+pub use server::{RpcServer, ServerStats};
+
+use crate::auth::AuthError;
+use crate::wire::{self, Decoded, Frame, Opener, Sealer, WireError};
+
+/// Error codes carried by error frames.
+pub mod codes {
+    /// The server has no such method.
+    pub const UNKNOWN_METHOD: u16 = 1;
+    /// The request's payload is invalid for its method.
+    pub const BAD_REQUEST: u16 = 2;
+    /// The handler failed in a way it did not classify.
+    pub const INTERNAL: u16 = 3;
+    /// The handler's response is larger than a frame may be.
+    pub const RESPONSE_TOO_LARGE: u16 = 4;
+    /// First code free for applications built on this RPC.
+    pub const APPLICATION_BASE: u16 = 1000;
+}
+
+/// Settings of both ends. Defaults suit a LAN cluster.
+#[derive(Debug, Clone)]
+pub struct RpcConfig {
+    /// Bound on every call, from its start (including connecting) to its response.
+    pub call_timeout: Duration,
+    /// Bound on establishing a TCP connection.
+    pub connect_timeout: Duration,
+    /// Bound on the handshake, on both ends.
+    pub handshake_timeout: Duration,
+    /// Allowed difference between two nodes' clocks in the handshake.
+    pub max_clock_skew: Duration,
+    /// Connections a client keeps to each peer; calls are spread over them round-robin.
+    pub connections_per_peer: usize,
+    /// Largest frame payload sent or accepted.
+    pub max_frame: u32,
+    /// First delay after a failed connection attempt; doubles per failure, jittered.
+    pub backoff_initial: Duration,
+    /// Largest delay between connection attempts.
+    pub backoff_max: Duration,
+    /// Requests a server runs at once per connection; beyond that it stops reading the connection.
+    /// A server holds at most `max_connections * max_in_flight_per_connection` request payloads of
+    /// at most `max_frame` bytes each.
+    pub max_in_flight_per_connection: usize,
+    /// Connections a server accepts at once; beyond that new ones are closed at once.
+    pub max_connections: usize,
+}
+
+impl Default for RpcConfig {
+    fn default() -> RpcConfig {
+        RpcConfig {
+            call_timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(3),
+            handshake_timeout: Duration::from_secs(5),
+            max_clock_skew: crate::auth::DEFAULT_MAX_SKEW,
+            connections_per_peer: 2,
+            max_frame: wire::DEFAULT_MAX_PAYLOAD,
+            backoff_initial: Duration::from_millis(100),
+            backoff_max: Duration::from_secs(10),
+            max_in_flight_per_connection: 64,
+            max_connections: 256,
+        }
+    }
+}
+
+/// Every way a call can fail.
+#[derive(Debug, thiserror::Error)]
+pub enum RpcError {
+    #[error("call to {peer} timed out after {after:?}")]
+    Timeout { peer: String, after: Duration },
+    #[error("peer {peer} is marked down (next attempt in {retry_in:?}); last error: {last_error}")]
+    PeerDown {
+        peer: String,
+        retry_in: Duration,
+        last_error: String,
+    },
+    #[error("cannot connect to {peer}: {source}")]
+    Connect {
+        peer: String,
+        source: std::io::Error,
+    },
+    #[error("handshake with {peer} failed: {source}")]
+    Handshake { peer: String, source: AuthError },
+    #[error("connection to {peer} closed: {reason}")]
+    ConnectionClosed { peer: String, reason: String },
+    #[error("request payload of {len} bytes exceeds the maximum frame payload of {max} bytes")]
+    TooLarge { len: usize, max: u32 },
+    #[error("protocol error: {0}")]
+    Wire(#[from] WireError),
+    /// An error answered by the peer (or returned by a [`Handler`]), see [`codes`].
+    #[error("remote error {code}: {message}")]
+    Remote { code: u16, message: String },
+}
+
+impl RpcError {
+    /// An error to send back as an error frame.
+    pub fn remote(code: u16, message: impl Into<String>) -> RpcError {
+        RpcError::Remote {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn unknown_method(method: u16) -> RpcError {
+        RpcError::remote(codes::UNKNOWN_METHOD, format!("unknown method {method}"))
+    }
+
+    /// The code of a remote error.
+    pub fn code(&self) -> Option<u16> {
+        match self {
+            RpcError::Remote { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// Whether the peer cannot be reached (as opposed to having answered with an error).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            RpcError::Timeout { .. }
+                | RpcError::PeerDown { .. }
+                | RpcError::Connect { .. }
+                | RpcError::ConnectionClosed { .. }
+        )
+    }
+}
+
+/// The server side of the RPC: one call per request, run concurrently.
+pub trait Handler: Send + Sync + 'static {
+    /// Answers one request. An `Err` travels back as an error frame: [`RpcError::Remote`] keeps its
+    /// code and message, any other error becomes [`codes::INTERNAL`] with its text.
+    fn handle(
+        &self,
+        method: u16,
+        payload: Bytes,
+    ) -> impl Future<Output = Result<Bytes, RpcError>> + Send;
+}
+
+/// Why reading a connection stopped.
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    /// The peer sent something that is not a valid frame: the connection is closed.
+    #[error("{0}")]
+    Wire(#[from] WireError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Reads the next frame: `Ok(None)` at a clean end of stream.
+async fn read_frame<R: AsyncRead + Unpin>(
+    r: &mut R,
+    opener: &mut Opener,
+    buf: &mut BytesMut,
+) -> Result<Option<Frame>, ReadError> {
+    loop {
+        match opener.open(buf)? {
+            Decoded::Frame(f) => return Ok(Some(f)),
+            Decoded::Need(n) => {
+                // `n` is bounded by the maximum frame: the header was checked first.
+                buf.reserve(n - buf.len());
+                if r.read_buf(buf).await? == 0 {
+                    if buf.is_empty() {
+                        return Ok(None);
+                    }
+                    return Err(WireError::Truncated {
+                        need: n,
+                        have: buf.len(),
+                    }
+                    .into());
+                }
+            }
+        }
+    }
+}
+
+/// Seals and writes frames from `rx` until it closes or a write fails, batching whatever is queued
+/// into one flush.
+async fn write_loop<W: AsyncWrite + Unpin>(
+    w: W,
+    mut sealer: Sealer,
+    mut rx: mpsc::Receiver<Frame>,
+) -> std::io::Result<()> {
+    let mut w = BufWriter::with_capacity(64 << 10, w);
+    while let Some(frame) = rx.recv().await {
+        write_sealed(&mut w, &mut sealer, &frame).await?;
+        while let Ok(frame) = rx.try_recv() {
+            write_sealed(&mut w, &mut sealer, &frame).await?;
+        }
+        w.flush().await?;
+    }
+    w.shutdown().await
+}
+
+async fn write_sealed<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    sealer: &mut Sealer,
+    frame: &Frame,
+) -> std::io::Result<()> {
+    let (header, tag) = sealer
+        .seal(frame)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    w.write_all(&header).await?;
+    w.write_all(&frame.payload).await?;
+    w.write_all(&tag).await
+}

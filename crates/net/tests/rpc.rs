@@ -1,0 +1,591 @@
+//! Control RPC over loopback (127.0.0.1 only): a real server, real clients, real sockets.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::{BufMut, Bytes, BytesMut};
+use quarry_net::auth::{self, AuthError, RejectReason};
+use quarry_net::rpc::{codes, PeerStatus};
+use quarry_net::wire::{Frame, FrameKind, Header};
+use quarry_net::{ClusterSecret, Handler, Identity, RpcClient, RpcConfig, RpcError, RpcServer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use uuid::Uuid;
+
+const ECHO: u16 = 1;
+/// Echo after sleeping the number of milliseconds in the payload's first 8 bytes.
+const SLOW_ECHO: u16 = 2;
+const FAIL: u16 = 3;
+/// Answers with as many bytes as the payload's first 8 bytes say.
+const BIG: u16 = 4;
+const PANIC: u16 = 5;
+
+const SECRET: &[u8] = b"test-cluster-secret-0123";
+
+#[derive(Default)]
+struct TestHandler {
+    calls: AtomicU64,
+    in_flight: AtomicU64,
+    peak: AtomicU64,
+}
+
+impl Handler for TestHandler {
+    async fn handle(&self, method: u16, payload: Bytes) -> Result<Bytes, RpcError> {
+        self.calls.fetch_add(1, Ordering::Relaxed);
+        let arg = || {
+            payload
+                .get(..8)
+                .map(|b| u64::from_be_bytes(b.try_into().unwrap()))
+                .unwrap_or(0)
+        };
+        match method {
+            ECHO => Ok(payload),
+            SLOW_ECHO => {
+                let now = self.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                self.peak.fetch_max(now, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(arg())).await;
+                self.in_flight.fetch_sub(1, Ordering::SeqCst);
+                Ok(payload)
+            }
+            FAIL => Err(RpcError::remote(
+                codes::APPLICATION_BASE + 7,
+                "drive 3 is offline",
+            )),
+            BIG => Ok(Bytes::from(vec![7u8; arg() as usize])),
+            PANIC => panic!("handler bug"),
+            other => Err(RpcError::unknown_method(other)),
+        }
+    }
+}
+
+fn identity(node: &str, secret: &[u8]) -> Identity {
+    Identity {
+        deployment_id: Uuid::from_u128(0xfeed),
+        node_id: node.into(),
+        secret: ClusterSecret::new(secret).unwrap(),
+    }
+}
+
+fn config() -> RpcConfig {
+    RpcConfig {
+        call_timeout: Duration::from_secs(5),
+        connect_timeout: Duration::from_secs(1),
+        handshake_timeout: Duration::from_secs(1),
+        backoff_initial: Duration::from_millis(50),
+        backoff_max: Duration::from_millis(200),
+        ..RpcConfig::default()
+    }
+}
+
+async fn server_with(config: RpcConfig) -> (RpcServer, Arc<TestHandler>, String) {
+    let handler = Arc::new(TestHandler::default());
+    let server = RpcServer::bind(
+        "127.0.0.1:0",
+        identity("server", SECRET),
+        config,
+        handler.clone(),
+    )
+    .await
+    .unwrap();
+    let addr = server.local_addr().to_string();
+    (server, handler, addr)
+}
+
+async fn server() -> (RpcServer, Arc<TestHandler>, String) {
+    server_with(config()).await
+}
+
+fn client() -> RpcClient {
+    RpcClient::new(identity("client", SECRET), config())
+}
+
+fn arg(n: u64, tail: &[u8]) -> Bytes {
+    let mut b = BytesMut::new();
+    b.put_u64(n);
+    b.put_slice(tail);
+    b.freeze()
+}
+
+/// Whether the server closed `s` (EOF or reset) within a second.
+async fn closed_by_server(s: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 256];
+    let deadline = Instant::now() + Duration::from_secs(1);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(left, s.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => continue, // e.g. a handshake reject message
+            Err(_) => return false,
+        }
+    }
+}
+
+#[tokio::test]
+async fn round_trip_errors_and_ping() {
+    let (server, _h, addr) = server().await;
+    let c = client();
+    assert_eq!(c.peer_status(&addr), PeerStatus::Unknown);
+    let got = c
+        .call(&addr, ECHO, Bytes::from_static(b"hello"))
+        .await
+        .unwrap();
+    assert_eq!(&got[..], b"hello");
+    assert_eq!(&c.call(&addr, ECHO, Bytes::new()).await.unwrap()[..], b"");
+    assert_eq!(c.peer_status(&addr), PeerStatus::Up);
+
+    match c.call(&addr, FAIL, Bytes::new()).await {
+        Err(RpcError::Remote { code, message }) => {
+            assert_eq!(code, codes::APPLICATION_BASE + 7);
+            assert_eq!(message, "drive 3 is offline");
+        }
+        other => panic!("{other:?}"),
+    }
+    let e = c.call(&addr, PANIC, Bytes::new()).await.unwrap_err();
+    assert_eq!(e.code(), Some(codes::INTERNAL), "{e}");
+    let e = c.call(&addr, 999, Bytes::new()).await.unwrap_err();
+    assert_eq!(e.code(), Some(codes::UNKNOWN_METHOD), "{e}");
+    assert!(c.ping(&addr).await.unwrap() < Duration::from_secs(1));
+    // A response of 1 MiB comes back whole.
+    let big = c.call(&addr, BIG, arg(1 << 20, b"")).await.unwrap();
+    assert_eq!(big.len(), 1 << 20);
+    assert!(big.iter().all(|b| *b == 7));
+    // Errors did not break the connection: everything went over the pool's connections.
+    assert!(c.stats().connects <= 2);
+    assert_eq!(server.stats().protocol_errors, 0);
+}
+
+#[tokio::test]
+async fn many_concurrent_calls_are_multiplexed_over_few_connections() {
+    let (server, handler, addr) = server().await;
+    let c = client();
+    let mut calls = Vec::new();
+    for i in 0..300u64 {
+        let c = c.clone();
+        let addr = addr.clone();
+        calls.push(tokio::spawn(async move {
+            // Later calls sleep less, so responses come back out of order.
+            let ms = (300 - i) % 17;
+            let payload = arg(ms, format!("call {i}").as_bytes());
+            let got = c.call(&addr, SLOW_ECHO, payload.clone()).await.unwrap();
+            assert_eq!(got, payload, "call {i} got another call's response");
+        }));
+    }
+    for call in calls {
+        call.await.unwrap();
+    }
+    assert_eq!(handler.calls.load(Ordering::Relaxed), 300);
+    let stats = c.stats();
+    assert_eq!(stats.calls, 300);
+    assert_eq!(stats.connects, 2, "connections_per_peer = 2, reused");
+    assert_eq!(server.stats().connections_accepted, 2);
+}
+
+#[tokio::test]
+async fn a_call_that_times_out_fails_typed_and_its_late_response_is_discarded() {
+    let (_server, _h, addr) = server().await;
+    let c = RpcClient::new(
+        identity("client", SECRET),
+        RpcConfig {
+            connections_per_peer: 1,
+            ..config()
+        },
+    );
+    c.call(&addr, ECHO, Bytes::new()).await.unwrap();
+    // Other answers keep arriving on the connection while the slow call waits, so the connection is
+    // known alive and kept (a silent one is dropped: see the next test).
+    let chatter = {
+        let c = c.clone();
+        let addr = addr.clone();
+        tokio::spawn(async move {
+            for _ in 0..40 {
+                c.ping(&addr).await.unwrap();
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+    };
+    let start = Instant::now();
+    let e = c
+        .call_with_timeout(
+            &addr,
+            SLOW_ECHO,
+            arg(500, b"slow"),
+            Duration::from_millis(150),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, RpcError::Timeout { after, .. } if after == Duration::from_millis(150)),
+        "{e}"
+    );
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "did not wait for the answer"
+    );
+    assert_eq!(c.stats().timeouts, 1);
+    // Calls on the same connection get their own answers, not the late one.
+    for i in 0..10u64 {
+        let p = arg(0, format!("fast {i}").as_bytes());
+        assert_eq!(c.call(&addr, SLOW_ECHO, p.clone()).await.unwrap(), p);
+    }
+    chatter.await.unwrap();
+    tokio::time::sleep(Duration::from_millis(600).saturating_sub(start.elapsed())).await;
+    assert_eq!(c.stats().late_responses, 1);
+    assert_eq!(
+        &c.call(&addr, ECHO, Bytes::from_static(b"after"))
+            .await
+            .unwrap()[..],
+        b"after"
+    );
+    assert_eq!(
+        c.stats().connects,
+        1,
+        "the timeout did not cost the connection"
+    );
+}
+
+#[tokio::test]
+async fn a_silent_connection_is_dropped_after_a_timeout_and_replaced() {
+    // A peer that completes the handshake, then never answers (a hung process, a vanished host).
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let accepted = Arc::new(AtomicU64::new(0));
+    let count = accepted.clone();
+    let black_hole = tokio::spawn(async move {
+        let mut held = Vec::new();
+        loop {
+            let (mut s, _) = listener.accept().await.unwrap();
+            count.fetch_add(1, Ordering::SeqCst);
+            let id = identity("black-hole", SECRET);
+            if auth::server_handshake(&mut s, &id, Duration::from_secs(60))
+                .await
+                .is_ok()
+            {
+                held.push(s);
+            }
+        }
+    });
+    let c = RpcClient::new(
+        identity("client", SECRET),
+        RpcConfig {
+            connections_per_peer: 1,
+            ..config()
+        },
+    );
+    for _ in 0..2 {
+        let e = c
+            .call_with_timeout(&addr, ECHO, Bytes::new(), Duration::from_millis(250))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, RpcError::Timeout { .. }), "{e}");
+    }
+    // The first timed-out call gave up its silent connection, so the second one opened a new one.
+    assert_eq!(c.stats().connects, 2);
+    assert_eq!(accepted.load(Ordering::SeqCst), 2);
+    black_hole.abort();
+}
+
+#[tokio::test]
+async fn peer_down_fails_fast_then_backs_off_then_recovers() {
+    let (server, _h, addr) = server().await;
+    let c = client();
+    c.call(&addr, ECHO, Bytes::new()).await.unwrap();
+    server.shutdown().await;
+
+    // The open connections die, then connecting fails and the peer is marked down.
+    let mut saw_connect_error = false;
+    for _ in 0..4 {
+        match c.call(&addr, ECHO, Bytes::new()).await {
+            Err(RpcError::ConnectionClosed { .. }) => {}
+            Err(RpcError::Connect { .. }) => {
+                saw_connect_error = true;
+                break;
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    assert!(saw_connect_error);
+    assert!(matches!(
+        c.peer_status(&addr),
+        PeerStatus::Down {
+            consecutive_failures: 1,
+            ..
+        }
+    ));
+
+    // While down, calls fail at once without touching the network.
+    let start = Instant::now();
+    let e = c.call(&addr, ECHO, Bytes::new()).await.unwrap_err();
+    assert!(matches!(e, RpcError::PeerDown { .. }), "{e}");
+    assert!(e.is_unreachable());
+    assert!(
+        start.elapsed() < Duration::from_millis(200),
+        "no connection attempt"
+    );
+    assert!(c.stats().fast_failures >= 1);
+
+    // Still down after the first delay: the next attempt fails and the delay grows.
+    tokio::time::sleep(Duration::from_millis(60)).await;
+    assert!(matches!(
+        c.call(&addr, ECHO, Bytes::new()).await,
+        Err(RpcError::Connect { .. })
+    ));
+    assert!(matches!(
+        c.peer_status(&addr),
+        PeerStatus::Down {
+            consecutive_failures: 2,
+            ..
+        }
+    ));
+
+    // The server comes back on the same port: a call succeeds once the back-off allows.
+    let handler = Arc::new(TestHandler::default());
+    let _server = RpcServer::bind(addr.as_str(), identity("server", SECRET), config(), handler)
+        .await
+        .unwrap();
+    let start = Instant::now();
+    loop {
+        match c.call(&addr, ECHO, Bytes::from_static(b"back")).await {
+            Ok(b) => {
+                assert_eq!(&b[..], b"back");
+                break;
+            }
+            Err(RpcError::PeerDown { retry_in, .. }) => {
+                assert!(retry_in <= Duration::from_millis(200), "back-off is capped");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+        assert!(start.elapsed() < Duration::from_secs(2), "never recovered");
+    }
+    assert_eq!(c.peer_status(&addr), PeerStatus::Up);
+}
+
+#[tokio::test]
+async fn wrong_secret_or_deployment_is_refused_and_nothing_is_served() {
+    let (server, handler, addr) = server().await;
+    let c = RpcClient::new(identity("intruder", b"some-other-secret-value"), config());
+    match c.call(&addr, ECHO, Bytes::new()).await {
+        Err(RpcError::Handshake {
+            source: AuthError::Rejected(RejectReason::BadProof),
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    let mut other = identity("other-cluster", SECRET);
+    other.deployment_id = Uuid::from_u128(1);
+    let c = RpcClient::new(other, config());
+    match c.call(&addr, ECHO, Bytes::new()).await {
+        Err(RpcError::Handshake {
+            source: AuthError::Rejected(RejectReason::DeploymentMismatch),
+            ..
+        }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(handler.calls.load(Ordering::Relaxed), 0);
+    assert_eq!(server.stats().handshake_failures, 2);
+
+    // A request frame sent without a handshake is not served either.
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let mut frame = BytesMut::new();
+    quarry_net::wire::Sealer::new(&[0; 32], 1024)
+        .seal_into(
+            &Frame::request(1, ECHO, Bytes::from_static(b"x")),
+            &mut frame,
+        )
+        .unwrap();
+    s.write_all(&frame).await.unwrap();
+    assert!(closed_by_server(&mut s).await);
+    assert_eq!(handler.calls.load(Ordering::Relaxed), 0);
+}
+
+#[tokio::test]
+async fn oversized_frames_are_refused() {
+    // The client refuses to send more than its own maximum.
+    let (server, _h, addr) = server_with(RpcConfig {
+        max_frame: 64 << 10,
+        ..config()
+    })
+    .await;
+    let small = RpcClient::new(
+        identity("client", SECRET),
+        RpcConfig {
+            max_frame: 1024,
+            ..config()
+        },
+    );
+    assert!(matches!(
+        small.call(&addr, ECHO, Bytes::from(vec![0u8; 1025])).await,
+        Err(RpcError::TooLarge {
+            len: 1025,
+            max: 1024
+        })
+    ));
+
+    // A peer sending more than the server's maximum is disconnected; the client sees the close.
+    let big = RpcClient::new(
+        identity("client", SECRET),
+        RpcConfig {
+            max_frame: 4 << 20,
+            connections_per_peer: 1,
+            ..config()
+        },
+    );
+    let e = big
+        .call(&addr, ECHO, Bytes::from(vec![0u8; 100 << 10]))
+        .await
+        .unwrap_err();
+    assert!(matches!(e, RpcError::ConnectionClosed { .. }), "{e}");
+    assert_eq!(server.stats().protocol_errors, 1);
+    // And a handler's response larger than the maximum becomes a typed error.
+    let e = big.call(&addr, BIG, arg(65 << 10, b"")).await.unwrap_err();
+    assert_eq!(e.code(), Some(codes::RESPONSE_TOO_LARGE), "{e}");
+
+    // An authenticated peer whose header claims 4 GiB is cut off from the header alone.
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let session = auth::client_handshake(&mut s, &identity("raw", SECRET), Duration::from_secs(60))
+        .await
+        .unwrap();
+    let header = Header {
+        kind: FrameKind::Request,
+        flags: 0,
+        request_id: 1,
+        method: ECHO,
+        payload_len: u32::MAX,
+    };
+    s.write_all(&header.encode()).await.unwrap();
+    assert!(closed_by_server(&mut s).await);
+    assert_eq!(server.stats().protocol_errors, 2);
+    drop(session);
+    // The server still serves.
+    assert_eq!(
+        &big.call(&addr, ECHO, Bytes::from_static(b"ok"))
+            .await
+            .unwrap()[..],
+        b"ok"
+    );
+}
+
+#[tokio::test]
+async fn a_peer_sending_garbage_is_disconnected_without_affecting_others() {
+    let (server, _h, addr) = server_with(RpcConfig {
+        handshake_timeout: Duration::from_millis(300),
+        ..config()
+    })
+    .await;
+    let c = client();
+    c.call(&addr, ECHO, Bytes::new()).await.unwrap();
+
+    // A steady stream of calls from a good client while bad peers come and go.
+    let good = {
+        let c = c.clone();
+        let addr = addr.clone();
+        tokio::spawn(async move {
+            for i in 0..100u64 {
+                let p = arg(1, format!("good {i}").as_bytes());
+                assert_eq!(c.call(&addr, SLOW_ECHO, p.clone()).await.unwrap(), p);
+            }
+        })
+    };
+
+    // Garbage instead of a handshake.
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: quarry\r\n\r\n")
+        .await
+        .unwrap();
+    assert!(closed_by_server(&mut s).await);
+
+    // Garbage after a good handshake.
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let _session =
+        auth::client_handshake(&mut s, &identity("bad", SECRET), Duration::from_secs(60))
+            .await
+            .unwrap();
+    s.write_all(&[0x5a; 64]).await.unwrap();
+    assert!(closed_by_server(&mut s).await);
+
+    // A well-formed frame with a bad MAC after a good handshake.
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    let _session =
+        auth::client_handshake(&mut s, &identity("forger", SECRET), Duration::from_secs(60))
+            .await
+            .unwrap();
+    let mut frame = BytesMut::new();
+    quarry_net::wire::Sealer::new(&[1; 32], 1024)
+        .seal_into(
+            &Frame::request(1, ECHO, Bytes::from_static(b"x")),
+            &mut frame,
+        )
+        .unwrap();
+    s.write_all(&frame).await.unwrap();
+    assert!(closed_by_server(&mut s).await);
+
+    // A peer that connects and says nothing is dropped after the handshake timeout.
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    assert!(closed_by_server(&mut s).await);
+
+    good.await.unwrap();
+    let stats = server.stats();
+    assert_eq!(stats.protocol_errors, 2);
+    assert_eq!(stats.handshake_failures, 2);
+    assert!(
+        c.stats().connects <= 2,
+        "the good client's connections were never disturbed"
+    );
+}
+
+#[tokio::test]
+async fn connections_beyond_the_bound_are_closed_at_once() {
+    let (server, _h, addr) = server_with(RpcConfig {
+        max_connections: 1,
+        ..config()
+    })
+    .await;
+    let c = RpcClient::new(
+        identity("client", SECRET),
+        RpcConfig {
+            connections_per_peer: 1,
+            ..config()
+        },
+    );
+    c.call(&addr, ECHO, Bytes::new()).await.unwrap();
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    assert!(closed_by_server(&mut s).await);
+    assert_eq!(server.stats().connections_refused, 1);
+    c.call(&addr, ECHO, Bytes::new()).await.unwrap();
+}
+
+#[tokio::test]
+async fn requests_in_flight_per_connection_are_bounded() {
+    let (_server, handler, addr) = server_with(RpcConfig {
+        max_in_flight_per_connection: 2,
+        ..config()
+    })
+    .await;
+    let c = RpcClient::new(
+        identity("client", SECRET),
+        RpcConfig {
+            connections_per_peer: 1,
+            ..config()
+        },
+    );
+    let start = Instant::now();
+    let calls: Vec<_> = (0..6u64)
+        .map(|i| {
+            let c = c.clone();
+            let addr = addr.clone();
+            tokio::spawn(async move {
+                let p = arg(50, &i.to_be_bytes());
+                assert_eq!(c.call(&addr, SLOW_ECHO, p.clone()).await.unwrap(), p);
+            })
+        })
+        .collect();
+    for call in calls {
+        call.await.unwrap();
+    }
+    assert_eq!(handler.peak.load(Ordering::SeqCst), 2);
+    assert!(
+        start.elapsed() >= Duration::from_millis(150),
+        "three waves of two"
+    );
+}
