@@ -32,6 +32,9 @@ pub const ACCESS_KEY: &str = "quarrytestadmin";
 pub const SECRET_KEY: &str = "quarry-test-secret-key-0123456789";
 /// The only region Quarry serves.
 pub const REGION: &str = "us-east-1";
+/// The virtual-host domain every test server is started with (`QUARRY_DOMAIN`): a request whose
+/// Host is `<bucket>.s3.quarry.test[:port]` addresses that bucket. Any other host is path style.
+pub const VHOST_DOMAIN: &str = "s3.quarry.test";
 
 /// How long to wait for `/health/live` after spawning the process.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
@@ -155,6 +158,7 @@ impl TestServer {
                     .env_remove("QUARRY_ROOT_PASSWORD");
             }
         }
+        cmd.env("QUARRY_DOMAIN", VHOST_DOMAIN);
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }

@@ -4,10 +4,15 @@
 //! Run `cargo build -p quarry` first, then `cargo nextest run -p quarry-integration` (or `cargo test`).
 
 mod auth;
+mod browser;
 mod buckets;
+mod conditional;
+mod copy;
 mod erasure;
 mod listing;
+mod multipart;
 mod objects;
 mod ranges;
 mod restart;
+mod sigv2;
 mod topology;

@@ -1,6 +1,7 @@
 //! Command line: flags, their `QUARRY_*` environment fallbacks, and defaults.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, CommandFactory, Parser, Subcommand, ValueEnum};
 
@@ -69,9 +70,52 @@ pub struct ServerArgs {
     )]
     pub region: String,
 
+    /// Domains for virtual-host-style requests (`<bucket>.<domain>`), comma-separated.
+    /// Path-style requests keep working on every host.
+    #[arg(
+        long = "domain",
+        env = "QUARRY_DOMAIN",
+        value_delimiter = ',',
+        value_name = "DOMAIN"
+    )]
+    pub domains: Vec<String>,
+
     /// Log line format. The level comes from QUARRY_LOG or RUST_LOG (default: info).
     #[arg(long, env = "QUARRY_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// Unfinished multipart uploads older than this are removed: a number with a unit
+    /// (s, m, h, d), e.g. 24h, 90m; a bare number is seconds.
+    #[arg(
+        long,
+        env = "QUARRY_MULTIPART_EXPIRY",
+        default_value = "24h",
+        value_parser = parse_duration,
+        value_name = "DURATION"
+    )]
+    pub multipart_expiry: Duration,
+}
+
+/// Parses `90`, `90s`, `30m`, `24h`, `7d` into a duration of at least one second.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num
+        .parse()
+        .map_err(|_| format!("{s:?} is not a duration such as 90s, 30m, 24h or 7d"))?;
+    let secs = match unit {
+        "" | "s" => Some(n),
+        "m" => n.checked_mul(60),
+        "h" => n.checked_mul(3600),
+        "d" => n.checked_mul(86_400),
+        _ => return Err(format!("unknown unit {unit:?} in {s:?}: use s, m, h or d")),
+    }
+    .ok_or_else(|| format!("{s:?} is too long"))?;
+    if secs == 0 {
+        return Err("the duration must be at least one second".into());
+    }
+    Ok(Duration::from_secs(secs))
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -88,7 +132,10 @@ pub struct Settings {
     /// `(access key, secret key)` when given on the command line or in the environment.
     pub root: Option<(String, String)>,
     pub region: String,
+    /// Virtual-host domains, lower-case, without a trailing dot.
+    pub domains: Vec<String>,
     pub log_format: LogFormat,
+    pub multipart_expiry: Duration,
 }
 
 impl ServerArgs {
@@ -121,12 +168,27 @@ impl ServerArgs {
         {
             usage_error("--region must be letters, digits and '-' (e.g. us-east-1)");
         }
+        let mut domains = Vec::new();
+        for d in &self.domains {
+            let d = d.trim().trim_end_matches('.').to_ascii_lowercase();
+            if d.is_empty() {
+                continue;
+            }
+            if d.contains(':') || d.contains('/') || d.starts_with('.') || d.contains("..") {
+                usage_error(format!(
+                    "--domain {d:?} must be a host name without port or scheme (e.g. s3.example.com)"
+                ));
+            }
+            domains.push(d);
+        }
         Settings {
             dirs,
+            domains,
             address: self.address,
             root: self.root_user.zip(self.root_password),
             region: self.region,
             log_format: self.log_format,
+            multipart_expiry: self.multipart_expiry,
         }
     }
 }
@@ -175,6 +237,25 @@ mod tests {
         assert_eq!(args.dirs, vec![PathBuf::from("/a"), PathBuf::from("/b")]);
         assert_eq!(args.address, "0.0.0.0:9100");
         assert_eq!(args.log_format, LogFormat::Json);
+        assert!(args.domains.is_empty());
+        let Command::Server(args) = parse(&["server", "--domain", "s3.example.com,S3.Local."])
+            .unwrap()
+            .command;
+        let settings = args.settings();
+        assert_eq!(settings.domains, ["s3.example.com", "s3.local"]);
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("30m"), Ok(Duration::from_secs(1800)));
+        assert_eq!(parse_duration("24h"), Ok(Duration::from_secs(86_400)));
+        assert_eq!(parse_duration("2d"), Ok(Duration::from_secs(172_800)));
+        for bad in ["", "h", "0", "5w", "-1h", "1.5h", "99999999999999999999d"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        let Command::Server(args) = parse(&["server"]).unwrap().command;
+        assert_eq!(args.multipart_expiry, Duration::from_secs(86_400));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! quarry server [DIRS...] [--address HOST:PORT] [--root-user U] [--root-password P]
-//!               [--region R] [--log-format text|json]
+//!               [--region R] [--domain D[,D...]] [--log-format text|json]
 //! ```
 //!
 //! The binary only wires the library crates together; each step is one function:

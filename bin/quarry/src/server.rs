@@ -21,7 +21,11 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create drive directory {}", dir.display()))?;
     }
-    let layer = ErasureServer::open_local(settings.dirs.clone(), ObjectConfig::default())
+    let cfg = ObjectConfig {
+        multipart_expiry: settings.multipart_expiry,
+        ..ObjectConfig::default()
+    };
+    let layer = ErasureServer::open_local(settings.dirs.clone(), cfg)
         .await
         .context("cannot open the drives")?;
     let ((access_key, secret_key), source) =
@@ -62,6 +66,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
             access_key,
             secret_key,
         }],
+        domains: settings.domains.clone(),
     };
     let probe: Arc<dyn ReadinessProbe> = Arc::new(Probe(layer.clone()));
     let signalled = Arc::new(Notify::new());

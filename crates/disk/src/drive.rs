@@ -7,6 +7,7 @@ use bytes::Bytes;
 use uuid::Uuid;
 
 use crate::meta::ObjectMeta;
+use crate::multipart::{PartMeta, UploadMeta};
 
 /// Errors a drive reports. The object layer counts them per drive to decide quorum, so each
 /// variant names one exact condition.
@@ -186,4 +187,63 @@ pub trait Drive: Send + Sync + fmt::Debug + 'static {
 
     /// Lists keys in order; see [`WalkOptions`].
     async fn walk(&self, bucket: &str, opts: &WalkOptions) -> Result<Vec<WalkEntry>>;
+
+    /// Reads the configuration blob `name` of `bucket` (`.quarry.sys/buckets/<bucket>/<name>`).
+    /// `FileNotFound` when it is not set, `VolumeNotFound` when the bucket does not exist.
+    /// Names are 1 to 64 bytes of `[a-z0-9._-]`, not beginning with '.'.
+    async fn read_bucket_config(&self, bucket: &str, name: &str) -> Result<Bytes>;
+    /// Replaces the blob atomically (temp file, fsync, rename). `VolumeNotFound` when the bucket
+    /// does not exist. Blobs are removed with their bucket.
+    async fn write_bucket_config(&self, bucket: &str, name: &str, data: &[u8]) -> Result<()>;
+    /// Removes the blob; one that is not set is not an error.
+    async fn delete_bucket_config(&self, bucket: &str, name: &str) -> Result<()>;
+
+    // ---- multipart uploads (layout in [`crate::multipart`]) ----
+
+    /// Creates the directory of upload `meta.upload_id` of `meta.bucket/meta.key` and writes its
+    /// `upload.meta` atomically. Fails with `VolumeNotFound` if the bucket does not exist.
+    async fn create_upload(&self, meta: &UploadMeta) -> Result<()>;
+
+    /// Reads an upload's `upload.meta`; `FileNotFound` if there is no such upload here.
+    async fn read_upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<UploadMeta>;
+
+    /// Commits one part: moves `tmp/<tmp_id>/<part.data_dir>` (holding the shard file
+    /// `part.<part.number>`) into the upload directory, replaces `part.<N>.meta` atomically, then
+    /// removes the data dir of the part it replaced and the tmp dir. `FileNotFound` if the upload
+    /// does not exist (never created, completed or aborted): an upload is never re-created.
+    async fn commit_part(
+        &self,
+        tmp_id: Uuid,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part: &PartMeta,
+    ) -> Result<()>;
+
+    /// Every committed part of an upload, by ascending part number. `FileNotFound` if the upload
+    /// does not exist; unreadable part metadata is skipped (with a warning): that part is
+    /// missing on this drive.
+    async fn list_parts(&self, bucket: &str, key: &str, upload_id: &str) -> Result<Vec<PartMeta>>;
+
+    /// Prepares the commit of a completed upload: places the shard files of `parts` (as listed by
+    /// `list_parts`) at `tmp/<tmp_id>/<data_dir>/part.1 .. part.K`, in the order given, without
+    /// disturbing the upload (hard links where the filesystem has them), so `rename_data` can
+    /// commit them and a failed commit leaves the upload whole. `FileNotFound` if a part's shard
+    /// file is missing.
+    async fn stage_parts(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: &[PartMeta],
+        tmp_id: Uuid,
+        data_dir: Uuid,
+    ) -> Result<()>;
+
+    /// Removes an upload and all its parts. `FileNotFound` if it does not exist.
+    async fn delete_upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<()>;
+
+    /// The uploads on this drive, of `bucket` only when given, in no particular order. Uploads
+    /// whose `upload.meta` is missing (being created) or unreadable are skipped.
+    async fn list_uploads(&self, bucket: Option<&str>) -> Result<Vec<UploadMeta>>;
 }

@@ -9,6 +9,8 @@
 //! ```text
 //! <drive>/.quarry.sys/format.json            deployment id, layout, this drive's id and position
 //! <drive>/.quarry.sys/tmp/<uuid>/             in-flight writes; swept at start-up
+//! <drive>/.quarry.sys/buckets/<bucket>/<name>  bucket configuration blobs (cors, ...)
+//! <drive>/.quarry.sys/multipart/<hash>/<upload-id>/   multipart uploads (see [`multipart`])
 //! <drive>/<bucket>/<key>/quarry.meta          versioned JSON header, then inline shard bytes if small
 //! <drive>/<bucket>/<key>/<data-dir-uuid>/part.<N>   shard file: per block [blake3 (32 B) | chunk]
 //! <drive>/<bucket>/<prefix>/.quarry.dir/      the object of a key ending in '/' ("folder marker")
@@ -21,9 +23,11 @@ mod drive;
 pub mod format;
 mod local;
 pub mod meta;
+pub mod multipart;
 pub mod path;
 
 pub use drive::{DiskInfo, Drive, DriveError, ShardWriter, VolInfo, WalkEntry, WalkOptions};
 pub use format::FormatV1;
 pub use local::LocalDrive;
 pub use meta::{ErasureInfo, ObjectMeta, PartInfo, META_VERSION};
+pub use multipart::{PartMeta, UploadMeta, UPLOAD_META_VERSION};

@@ -3,6 +3,8 @@
 //! Every method validates its names (see [`crate::path`]) before it builds a path, and runs its
 //! filesystem work on tokio's blocking pool.
 
+mod bucket_config;
+mod multipart;
 mod walk;
 
 use std::fs::{self, File, OpenOptions};
@@ -22,6 +24,7 @@ use crate::drive::{
 };
 use crate::format::FormatV1;
 use crate::meta::ObjectMeta;
+use crate::multipart::{PartMeta, UploadMeta};
 use crate::path::{
     key_rel_path, part_file_name, validate_bucket, FORMAT_FILE, META_FILE, SYS_DIR, TMP_DIR,
     TMP_FILE_PREFIX,
@@ -112,16 +115,20 @@ impl LocalDrive {
 
     fn disk_info_sync(&self) -> Result<DiskInfo> {
         let st = rustix::fs::statvfs(&*self.root).map_err(io::Error::from)?;
-        let id = match self.read_format_sync() {
-            Ok(f) => f.map(|f| f.drive_id),
-            Err(e) => {
-                warn!(drive = %self.endpoint, error = %e, "cannot read format.json");
-                None
+        // A drive without its format file is not the drive that was formatted (unmounted,
+        // wiped or replaced): it is not online until the object layer formats it again.
+        let id = match self.read_format_sync()? {
+            Some(f) => f.drive_id,
+            None => {
+                return Err(DriveError::Unusable(format!(
+                    "{} has no format.json",
+                    self.endpoint
+                )))
             }
         };
         Ok(DiskInfo {
             endpoint: self.endpoint.to_string(),
-            id,
+            id: Some(id),
             total: st.f_blocks.saturating_mul(st.f_frsize),
             free: st.f_bavail.saturating_mul(st.f_frsize),
         })
@@ -130,7 +137,8 @@ impl LocalDrive {
     fn make_volume_sync(&self, bucket: &str) -> Result<()> {
         let dir = self.bucket_dir(bucket)?;
         match fs::create_dir(&dir) {
-            Ok(()) => {}
+            // Configuration left by an earlier bucket of this name (a crash mid-delete) goes.
+            Ok(()) => self.clear_bucket_configs(bucket)?,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 return Err(DriveError::VolumeExists)
             }
@@ -174,8 +182,8 @@ impl LocalDrive {
                 name: bucket.to_owned(),
                 created_ns: created_ns(&md),
             }),
-            Ok(_) => Err(DriveError::VolumeNotFound),
-            Err(e) if is_not_found(&e) => Err(DriveError::VolumeNotFound),
+            Ok(_) => Err(volume_not_found(&dir)),
+            Err(e) if is_not_found(&e) => Err(volume_not_found(&dir)),
             Err(e) => Err(e.into()),
         }
     }
@@ -189,13 +197,14 @@ impl LocalDrive {
             let trash = self.tmp_write_dir(Uuid::new_v4());
             let target = match fs::rename(&dir, &trash) {
                 Ok(()) => trash,
-                Err(e) if is_not_found(&e) => return Err(DriveError::VolumeNotFound),
+                Err(e) if is_not_found(&e) => return Err(volume_not_found(&dir)),
                 Err(e) => {
                     debug!(error = %e, "cannot move bucket to tmp; deleting in place");
                     dir
                 }
             };
             fsync_dir(&self.root)?;
+            self.clear_bucket_configs(bucket)?;
             return match fs::remove_dir_all(&target) {
                 Err(e) if !is_not_found(&e) => Err(e.into()),
                 _ => Ok(()),
@@ -210,10 +219,11 @@ impl LocalDrive {
             Err(e) if e.kind() == io::ErrorKind::DirectoryNotEmpty => {
                 return Err(DriveError::VolumeNotEmpty)
             }
-            Err(e) if is_not_found(&e) => return Err(DriveError::VolumeNotFound),
+            Err(e) if is_not_found(&e) => return Err(volume_not_found(&dir)),
             Err(e) => return Err(e.into()),
         }
         fsync_dir(&self.root)?;
+        self.clear_bucket_configs(bucket)?;
         Ok(())
     }
 
@@ -244,8 +254,24 @@ impl LocalDrive {
         data_dir: Uuid,
         part: u32,
     ) -> Result<LocalShardWriter> {
-        let dir = self.tmp_write_dir(tmp_id).join(data_dir.to_string());
-        fs::create_dir_all(&dir)?;
+        // Create only the two levels below `.quarry.sys/tmp`: if the drive's own directories
+        // are gone (unmounted, removed), the write fails instead of re-creating the drive root
+        // on whatever filesystem is underneath.
+        let write_dir = self.tmp_write_dir(tmp_id);
+        let dir = write_dir.join(data_dir.to_string());
+        for d in [&write_dir, &dir] {
+            match fs::create_dir(d) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) if is_not_found(&e) => {
+                    return Err(DriveError::Unusable(format!(
+                        "{} is missing: the drive is not mounted or was removed",
+                        self.tmp_dir().display()
+                    )))
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
         let path = dir.join(part_file_name(part));
         let file = OpenOptions::new()
             .write(true)
@@ -523,6 +549,80 @@ impl Drive for LocalDrive {
         let (this, bucket, opts) = (self.clone(), bucket.to_owned(), opts.clone());
         blocking(move || this.walk_sync(&bucket, &opts)).await
     }
+
+    // Multipart uploads: the work is in local/multipart.rs.
+
+    async fn create_upload(&self, meta: &UploadMeta) -> Result<()> {
+        let (this, meta) = (self.clone(), meta.clone());
+        blocking(move || this.create_upload_sync(&meta)).await
+    }
+
+    async fn read_upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<UploadMeta> {
+        let (this, b, k, u) = self.upload_names(bucket, key, upload_id);
+        blocking(move || this.read_upload_sync(&b, &k, &u)).await
+    }
+
+    async fn commit_part(
+        &self,
+        tmp_id: Uuid,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part: &PartMeta,
+    ) -> Result<()> {
+        let (this, b, k, u) = self.upload_names(bucket, key, upload_id);
+        let part = part.clone();
+        blocking(move || this.commit_part_sync(tmp_id, &b, &k, &u, &part)).await
+    }
+
+    async fn list_parts(&self, bucket: &str, key: &str, upload_id: &str) -> Result<Vec<PartMeta>> {
+        let (this, b, k, u) = self.upload_names(bucket, key, upload_id);
+        blocking(move || this.list_parts_sync(&b, &k, &u)).await
+    }
+
+    async fn stage_parts(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: &[PartMeta],
+        tmp_id: Uuid,
+        data_dir: Uuid,
+    ) -> Result<()> {
+        let (this, b, k, u) = self.upload_names(bucket, key, upload_id);
+        let parts = parts.to_vec();
+        blocking(move || this.stage_parts_sync(&b, &k, &u, &parts, tmp_id, data_dir)).await
+    }
+
+    async fn delete_upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<()> {
+        let (this, b, k, u) = self.upload_names(bucket, key, upload_id);
+        blocking(move || this.delete_upload_sync(&b, &k, &u)).await
+    }
+
+    async fn list_uploads(&self, bucket: Option<&str>) -> Result<Vec<UploadMeta>> {
+        let (this, bucket) = (self.clone(), bucket.map(str::to_owned));
+        blocking(move || this.list_uploads_sync(bucket.as_deref())).await
+    }
+
+    async fn read_bucket_config(&self, bucket: &str, name: &str) -> Result<Bytes> {
+        let (this, bucket, name) = (self.clone(), bucket.to_owned(), name.to_owned());
+        blocking(move || {
+            this.read_bucket_config_sync(&bucket, &name)
+                .map(Bytes::from)
+        })
+        .await
+    }
+
+    async fn write_bucket_config(&self, bucket: &str, name: &str, data: &[u8]) -> Result<()> {
+        let (this, bucket, name) = (self.clone(), bucket.to_owned(), name.to_owned());
+        let data = data.to_vec();
+        blocking(move || this.write_bucket_config_sync(&bucket, &name, &data)).await
+    }
+
+    async fn delete_bucket_config(&self, bucket: &str, name: &str) -> Result<()> {
+        let (this, bucket, name) = (self.clone(), bucket.to_owned(), name.to_owned());
+        blocking(move || this.delete_bucket_config_sync(&bucket, &name)).await
+    }
 }
 
 /// Writes below this many buffered bytes wait for more before going to the blocking pool.
@@ -603,15 +703,28 @@ fn not_found(bucket_dir: &Path) -> DriveError {
     if bucket_dir.is_dir() {
         DriveError::FileNotFound
     } else {
-        DriveError::VolumeNotFound
+        volume_not_found(bucket_dir)
+    }
+}
+
+/// The error for a missing bucket directory: `VolumeNotFound`, unless the drive itself is gone
+/// (its system directory is missing: unmounted or removed), which must count as an offline
+/// drive and never as a drive that positively says "no such bucket".
+fn volume_not_found(bucket_dir: &Path) -> DriveError {
+    match bucket_dir.parent() {
+        Some(root) if !root.join(SYS_DIR).is_dir() => DriveError::Unusable(format!(
+            "{} has no {SYS_DIR}: the drive is not mounted or was removed",
+            root.display()
+        )),
+        _ => DriveError::VolumeNotFound,
     }
 }
 
 fn check_bucket(bucket_dir: &Path) -> Result<()> {
     match fs::metadata(bucket_dir) {
         Ok(md) if md.is_dir() => Ok(()),
-        Ok(_) => Err(DriveError::VolumeNotFound),
-        Err(e) if is_not_found(&e) => Err(DriveError::VolumeNotFound),
+        Ok(_) => Err(volume_not_found(bucket_dir)),
+        Err(e) if is_not_found(&e) => Err(volume_not_found(bucket_dir)),
         Err(e) => Err(e.into()),
     }
 }

@@ -23,6 +23,8 @@ pub const META_FILE: &str = "quarry.meta";
 pub const SYS_DIR: &str = ".quarry.sys";
 /// In-flight writes, under [`SYS_DIR`].
 pub const TMP_DIR: &str = "tmp";
+/// Multipart uploads, under [`SYS_DIR`].
+pub const MULTIPART_DIR: &str = "multipart";
 /// The drive's format file, under [`SYS_DIR`].
 pub const FORMAT_FILE: &str = "format.json";
 /// Directory holding the object of a key that ends in '/', inside the directory of that prefix.

@@ -71,15 +71,16 @@ async fn open_creates_layout_and_sweeps_tmp() {
 async fn format_and_disk_info() {
     let (_t, d) = drive().await;
     assert_eq!(d.read_format().await.unwrap(), None);
-    let info = d.disk_info().await.unwrap();
-    assert_eq!(info.id, None);
-    assert!(info.total > 0 && info.free <= info.total, "{info:?}");
+    // Unformatted: not online.
+    assert!(matches!(d.disk_info().await, Err(DriveError::Unusable(_))));
 
     let me = Uuid::new_v4();
     let f = FormatV1::new(Uuid::new_v4(), me, vec![vec![me, Uuid::new_v4()]]);
     d.write_format(&f).await.unwrap();
     assert_eq!(d.read_format().await.unwrap(), Some(f.clone()));
-    assert_eq!(d.disk_info().await.unwrap().id, Some(me));
+    let info = d.disk_info().await.unwrap();
+    assert_eq!(info.id, Some(me));
+    assert!(info.total > 0 && info.free <= info.total, "{info:?}");
     // Rewriting replaces it whole, and leaves no temp file behind.
     let f2 = FormatV1::new(f.deployment_id, me, vec![vec![me]]);
     d.write_format(&f2).await.unwrap();
@@ -94,6 +95,34 @@ async fn format_and_disk_info() {
         d.read_format().await,
         Err(DriveError::UnsupportedVersion { found: 9, .. })
     ));
+}
+
+#[tokio::test]
+async fn a_removed_drive_is_not_recreated_by_writes() {
+    let (_t, d) = drive().await;
+    let me = Uuid::new_v4();
+    d.write_format(&FormatV1::new(Uuid::new_v4(), me, vec![vec![me]]))
+        .await
+        .unwrap();
+    let moved = d.root().with_extension("unmounted");
+    std::fs::rename(d.root(), &moved).unwrap();
+    assert!(matches!(
+        d.create_shard_writer(Uuid::new_v4(), Uuid::new_v4(), 1)
+            .await,
+        Err(DriveError::Unusable(_))
+    ));
+    assert!(d.make_volume("bucket").await.is_err());
+    assert!(d.disk_info().await.is_err());
+    // A missing drive is offline, not a drive that says "no such bucket".
+    assert!(matches!(
+        d.stat_volume("bucket").await,
+        Err(DriveError::Unusable(_))
+    ));
+    assert!(matches!(
+        d.read_meta("bucket", "k").await,
+        Err(DriveError::Unusable(_))
+    ));
+    assert!(!d.root().exists(), "the drive root was re-created");
 }
 
 #[tokio::test]

@@ -8,6 +8,10 @@ use bytes::Bytes;
 use futures::Stream;
 
 use crate::error::Result;
+use crate::multipart::{
+    CompleteOptions, CompletePart, ListPartsOptions, ListPartsResult, ListUploadsOptions,
+    ListUploadsResult, NewUploadOptions, PartOptions, UploadInfo, UploadedPart,
+};
 
 /// A request body as it arrives: chunks of bytes, or an I/O error from the front end's decoder
 /// (signature checks, checksum trailers). An error aborts the write; nothing is committed.
@@ -106,6 +110,62 @@ pub struct PutOptions {
     /// Fail with `PreconditionFailed` (or `ObjectNotFound` for `IfMatch` on a missing key)
     /// unless this holds when the write commits.
     pub precondition: Option<WritePrecondition>,
+    /// Checksums only known once the body has ended (an aws-chunked trailer): called after the
+    /// last body byte was read and before the commit; its entries are added to `checksums`.
+    pub late_checksums: Option<LateChecksums>,
+}
+
+/// A source of checksums filled in while a body streams (see [`PutOptions::late_checksums`]):
+/// algorithm name (e.g. `crc32c`) to value, as stored in [`ObjectInfo::checksums`].
+#[derive(Clone)]
+pub struct LateChecksums(pub std::sync::Arc<dyn Fn() -> BTreeMap<String, String> + Send + Sync>);
+
+impl std::fmt::Debug for LateChecksums {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LateChecksums(..)")
+    }
+}
+
+/// The metadata a copy gets instead of its source's (`x-amz-metadata-directive: REPLACE`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ReplaceMetadata {
+    /// Lower-case standard header names to values, as in [`PutOptions::headers`].
+    pub headers: BTreeMap<String, String>,
+    /// User metadata without the `x-amz-meta-` prefix.
+    pub user_meta: BTreeMap<String, String>,
+}
+
+/// Options of a server-side copy.
+#[derive(Debug, Clone, Default)]
+pub struct CopyOptions {
+    /// `None` keeps the source's headers and user metadata; `Some` replaces them.
+    pub metadata: Option<ReplaceMetadata>,
+    /// Copy only if the source is still this version, `(etag, mod_time_ns)`, when the copy opens
+    /// it; else `PreconditionFailed`. Lets the caller check conditions on the source's metadata
+    /// first without racing a concurrent overwrite.
+    pub source_version: Option<(String, i64)>,
+    /// A condition on the destination key, as for a PUT.
+    pub precondition: Option<WritePrecondition>,
+    /// New checksums for the copy, computed from its bytes as they stream by; they replace the
+    /// source's. `None` keeps the source's full-object checksums.
+    pub checksums: Option<CopyChecksums>,
+}
+
+/// A function that sees every byte of a stream, in order.
+pub type ByteTap = std::sync::Arc<dyn Fn(&[u8]) + Send + Sync>;
+
+/// Checksums computed during a streamed copy: `tap` sees every byte in order, then `result`
+/// gives the values to store (see [`CopyOptions::checksums`]).
+#[derive(Clone)]
+pub struct CopyChecksums {
+    pub tap: ByteTap,
+    pub result: LateChecksums,
+}
+
+impl std::fmt::Debug for CopyChecksums {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CopyChecksums(..)")
+    }
 }
 
 /// The answer to a GET: what the object is, which bytes follow, and the bytes.
@@ -177,4 +237,110 @@ pub trait ObjectLayer: Send + Sync + 'static {
     async fn delete_object(&self, bucket: &str, key: &str) -> Result<()>;
 
     async fn list_objects(&self, bucket: &str, opts: ListOptions) -> Result<ListResult>;
+
+    // ---- multipart uploads (types in `crate::multipart`) ----
+    // Defaults answer `NotImplemented`, for layers (test doubles) without multipart support.
+
+    /// CreateMultipartUpload.
+    async fn new_multipart_upload(
+        &self,
+        _bucket: &str,
+        _key: &str,
+        _opts: NewUploadOptions,
+    ) -> Result<UploadInfo> {
+        Err(crate::Error::NotImplemented("multipart upload"))
+    }
+
+    /// UploadPart: streams `body` into part `part_number` (1..=10000), replacing an earlier part
+    /// of that number once committed. Memory use is bounded as for a PUT.
+    async fn put_object_part(
+        &self,
+        _bucket: &str,
+        _key: &str,
+        _upload_id: &str,
+        _part_number: u32,
+        _body: ByteStream,
+        _opts: PartOptions,
+    ) -> Result<UploadedPart> {
+        Err(crate::Error::NotImplemented("multipart upload"))
+    }
+
+    /// ListParts: one page of an upload's parts.
+    async fn list_object_parts(
+        &self,
+        _bucket: &str,
+        _key: &str,
+        _upload_id: &str,
+        _opts: ListPartsOptions,
+    ) -> Result<ListPartsResult> {
+        Err(crate::Error::NotImplemented("multipart upload"))
+    }
+
+    /// CompleteMultipartUpload: commits the listed parts (ascending, each but the last at least
+    /// 5 MiB) as the object, atomically like a PUT, and removes the upload.
+    async fn complete_multipart_upload(
+        &self,
+        _bucket: &str,
+        _key: &str,
+        _upload_id: &str,
+        _parts: Vec<CompletePart>,
+        _opts: CompleteOptions,
+    ) -> Result<ObjectInfo> {
+        Err(crate::Error::NotImplemented("multipart upload"))
+    }
+
+    /// AbortMultipartUpload: `NoSuchUpload` when there is no such upload.
+    async fn abort_multipart_upload(
+        &self,
+        _bucket: &str,
+        _key: &str,
+        _upload_id: &str,
+    ) -> Result<()> {
+        Err(crate::Error::NotImplemented("multipart upload"))
+    }
+
+    /// ListMultipartUploads: one page of a bucket's uploads in progress.
+    async fn list_multipart_uploads(
+        &self,
+        _bucket: &str,
+        _opts: ListUploadsOptions,
+    ) -> Result<ListUploadsResult> {
+        Err(crate::Error::NotImplemented("multipart upload"))
+    }
+
+    /// GetObject of one part (`partNumber`, 1..=parts) of an object; `range` is the part's span.
+    async fn get_object_part(
+        &self,
+        _bucket: &str,
+        _key: &str,
+        _part_number: u32,
+    ) -> Result<GetObjectReader> {
+        Err(crate::Error::NotImplemented("GetObject with partNumber"))
+    }
+
+    /// Copies an object, streaming its bytes (never holding the whole object in memory); the
+    /// destination may be the source itself. The copy's ETag is the MD5 of its bytes (the
+    /// source's ETag unless the source is multipart), its checksums the source's full-object
+    /// ones. The default reads with [`ObjectLayer::get_object`] and writes with
+    /// [`ObjectLayer::put_object`].
+    async fn copy_object(
+        &self,
+        src_bucket: &str,
+        src_key: &str,
+        dst_bucket: &str,
+        dst_key: &str,
+        opts: CopyOptions,
+    ) -> Result<ObjectInfo> {
+        crate::copy::stream_copy(self, src_bucket, src_key, dst_bucket, dst_key, opts).await
+    }
+
+    /// The bucket configuration document `name` (e.g. `cors`), as stored; `None` when not set.
+    /// `BucketNotFound` when the bucket does not exist. Names are 1 to 64 bytes of `[a-z0-9._-]`.
+    async fn get_bucket_config(&self, bucket: &str, name: &str) -> Result<Option<Bytes>>;
+
+    /// Replaces the bucket configuration document `name` once a write quorum has it.
+    async fn put_bucket_config(&self, bucket: &str, name: &str, data: Bytes) -> Result<()>;
+
+    /// Removes the bucket configuration document `name`; one that is not set is not an error.
+    async fn delete_bucket_config(&self, bucket: &str, name: &str) -> Result<()>;
 }

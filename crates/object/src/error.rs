@@ -44,6 +44,24 @@ pub enum Error {
     Corrupt(String),
     #[error(transparent)]
     Drive(#[from] DriveError),
+    /// The multipart upload id names no upload of this key (never created, completed or aborted).
+    #[error("the specified multipart upload does not exist")]
+    NoSuchUpload,
+    /// A part named in CompleteMultipartUpload was not uploaded, or its ETag (or checksum) differs.
+    #[error("invalid part: {0}")]
+    InvalidPart(String),
+    /// The parts of CompleteMultipartUpload are not in ascending order of part number.
+    #[error("the list of parts was not in ascending order")]
+    InvalidPartOrder,
+    /// A part other than the last is smaller than the minimum part size.
+    #[error("part {part} is {size} bytes, smaller than the minimum of {min} bytes")]
+    EntityTooSmall { part: u32, size: u64, min: u64 },
+    /// A part number outside the object's parts (1..=parts) or outside 1..=10000.
+    #[error("part number {part} is not valid (the object has {parts} parts)")]
+    InvalidPartNumber { part: u32, parts: usize },
+    /// The operation is not implemented by this object layer.
+    #[error("{0} is not implemented")]
+    NotImplemented(&'static str),
     #[error("{0}")]
     Internal(String),
 }

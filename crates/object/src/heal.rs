@@ -61,7 +61,7 @@ impl ErasureSet {
         let n_shards = reader.erasure.total_shards();
         let mut bad = vec![false; n];
         for part in &meta.parts {
-            for block in 0..reader.erasure.block_count(part.size).max(1) {
+            for block in 0..reader.erasure.block_count(part.size) {
                 for shard in 0..n_shards {
                     if let Some(pos) = reader.holder[shard] {
                         if !bad[pos] && reader.read_chunk(part, block, shard).await.is_none() {

@@ -6,11 +6,14 @@
 //! It is not the place for S3 wire details (headers, XML, signatures): those stay in crates/s3.
 
 mod api;
+mod bucket_config;
 mod config;
+mod copy;
 mod error;
 mod get;
 mod heal;
 mod list;
+mod multipart;
 mod names;
 mod nslock;
 mod put;
@@ -19,9 +22,15 @@ mod server;
 mod set;
 
 pub use api::*;
-pub use config::ObjectConfig;
+pub use bucket_config::{ConfigEnvelope, CONFIG_FORMAT_VERSION};
+pub use config::{ObjectConfig, DEFAULT_MULTIPART_EXPIRY};
 pub use error::{Error, Result};
 pub use heal::HealResult;
+pub use multipart::{
+    ChecksumHashers, CompleteOptions, CompletePart, ListPartsOptions, ListPartsResult,
+    ListUploadsOptions, ListUploadsResult, NewUploadOptions, PartHasher, PartOptions, UploadInfo,
+    UploadedPart, MAX_PARTS, MAX_PART_SIZE, MIN_PART_SIZE,
+};
 pub use names::{check_bucket_name, check_key, MAX_KEY_LEN};
 pub use server::{ErasureServer, Layout, Readiness};
 pub use set::ErasureSet;

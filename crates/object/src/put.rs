@@ -361,6 +361,10 @@ impl ErasureSet {
                 });
             }
         }
+        let mut checksums = opts.checksums;
+        if let Some(late) = &opts.late_checksums {
+            checksums.extend((late.0)());
+        }
         let digest: [u8; 16] = md5.finalize().into();
         if let Some(want) = opts.content_md5 {
             if want != digest {
@@ -379,7 +383,7 @@ impl ErasureSet {
             etag: hex::encode(digest),
             headers: opts.headers,
             user_meta: opts.user_meta,
-            checksums: opts.checksums,
+            checksums,
             erasure: ErasureInfo {
                 codec: CODEC_RS_VANDERMONDE.to_string(),
                 bitrot: BITROT_BLAKE3.to_string(),
@@ -506,6 +510,15 @@ impl ErasureSet {
     }
 }
 
+/// Whether an `If-Match` value names this ETag: `*`, or one of a comma-separated list of
+/// (quoted or bare, possibly weak) ETags.
+pub(crate) fn etag_matches(condition: &str, etag: &str) -> bool {
+    condition.split(',').map(str::trim).any(|c| {
+        let c = c.strip_prefix("W/").unwrap_or(c);
+        c == "*" || c.trim_matches('"') == etag
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -534,13 +547,4 @@ mod tests {
             assert_eq!(out, data, "split {split}");
         }
     }
-}
-
-/// Whether an `If-Match` value names this ETag: `*`, or one of a comma-separated list of
-/// (quoted or bare, possibly weak) ETags.
-pub(crate) fn etag_matches(condition: &str, etag: &str) -> bool {
-    condition.split(',').map(str::trim).any(|c| {
-        let c = c.strip_prefix("W/").unwrap_or(c);
-        c == "*" || c.trim_matches('"') == etag
-    })
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use bytes::Bytes;
 use quarry_disk::{Drive, FormatV1, LocalDrive};
 use tokio::sync::mpsc;
 use tracing::{info, warn};
@@ -13,6 +14,10 @@ use uuid::Uuid;
 use crate::api::*;
 use crate::config::ObjectConfig;
 use crate::error::{Error, Result};
+use crate::multipart::{
+    CompleteOptions, CompletePart, ListPartsOptions, ListPartsResult, ListUploadsOptions,
+    ListUploadsResult, NewUploadOptions, PartOptions, UploadInfo, UploadedPart,
+};
 use crate::names::{check_bucket_name, check_key};
 use crate::set::{ErasureSet, HealRequest};
 
@@ -93,6 +98,7 @@ impl ErasureServer {
         let (heal_tx, heal_rx) = mpsc::channel(HEAL_QUEUE);
         let set = Arc::new(ErasureSet::new(set_drives, cfg, deployment_id, heal_tx)?);
         spawn_heal_worker(set.clone(), heal_rx);
+        spawn_upload_cleaner(&set);
         info!(
             %deployment_id,
             drives = set.drive_count(),
@@ -256,6 +262,25 @@ fn spawn_heal_worker(set: Arc<ErasureSet>, mut rx: mpsc::Receiver<HealRequest>) 
     });
 }
 
+/// Removes stale multipart uploads at start-up and then every `multipart_cleanup_interval`.
+/// Holds the set weakly: the task ends when the server is dropped.
+fn spawn_upload_cleaner(set: &Arc<ErasureSet>) {
+    let weak = Arc::downgrade(set);
+    let expiry = set.cfg.multipart_expiry;
+    let every = set
+        .cfg
+        .multipart_cleanup_interval
+        .max(std::time::Duration::from_millis(100));
+    tokio::spawn(async move {
+        loop {
+            let Some(set) = weak.upgrade() else { return };
+            set.remove_stale_uploads(expiry).await;
+            drop(set);
+            tokio::time::sleep(every).await;
+        }
+    });
+}
+
 #[async_trait]
 impl ObjectLayer for ErasureServer {
     async fn make_bucket(&self, bucket: &str) -> Result<()> {
@@ -289,6 +314,10 @@ impl ObjectLayer for ErasureServer {
         }
         for s in &self.sets {
             s.delete_bucket(bucket).await?;
+        }
+        // Unfinished uploads go with the bucket (a bucket made again later starts empty).
+        for s in &self.sets {
+            s.remove_bucket_uploads(bucket).await;
         }
         Ok(())
     }
@@ -328,8 +357,131 @@ impl ObjectLayer for ErasureServer {
         self.set_of(bucket, key).delete_object(bucket, key).await
     }
 
+    async fn copy_object(
+        &self,
+        src_bucket: &str,
+        src_key: &str,
+        dst_bucket: &str,
+        dst_key: &str,
+        opts: CopyOptions,
+    ) -> Result<ObjectInfo> {
+        check_key(src_key)?;
+        check_key(dst_key)?;
+        let onto_itself = src_bucket == dst_bucket && src_key == dst_key;
+        if let (true, Some(metadata)) = (onto_itself, &opts.metadata) {
+            let set = self.set_of(dst_bucket, dst_key);
+            let replaced = set
+                .replace_metadata(dst_bucket, dst_key, &opts, metadata)
+                .await?;
+            if let Some(info) = replaced {
+                return Ok(info);
+            }
+        }
+        crate::copy::stream_copy(self, src_bucket, src_key, dst_bucket, dst_key, opts).await
+    }
+
     async fn list_objects(&self, bucket: &str, opts: ListOptions) -> Result<ListResult> {
         // One set per node for now; merging the pages of several sets comes with the cluster.
         self.only_set().list_objects(bucket, opts).await
+    }
+
+    async fn new_multipart_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        opts: NewUploadOptions,
+    ) -> Result<UploadInfo> {
+        check_key(key)?;
+        self.set_of(bucket, key)
+            .new_multipart_upload(bucket, key, opts)
+            .await
+    }
+
+    async fn put_object_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part_number: u32,
+        body: ByteStream,
+        opts: PartOptions,
+    ) -> Result<UploadedPart> {
+        check_key(key)?;
+        self.set_of(bucket, key)
+            .put_object_part(bucket, key, upload_id, part_number, body, opts)
+            .await
+    }
+
+    async fn list_object_parts(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        opts: ListPartsOptions,
+    ) -> Result<ListPartsResult> {
+        check_key(key)?;
+        self.set_of(bucket, key)
+            .list_object_parts(bucket, key, upload_id, opts)
+            .await
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: Vec<CompletePart>,
+        opts: CompleteOptions,
+    ) -> Result<ObjectInfo> {
+        check_key(key)?;
+        self.set_of(bucket, key)
+            .complete_multipart_upload(bucket, key, upload_id, parts, opts)
+            .await
+    }
+
+    async fn abort_multipart_upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<()> {
+        check_key(key)?;
+        self.set_of(bucket, key)
+            .abort_multipart_upload(bucket, key, upload_id)
+            .await
+    }
+
+    async fn list_multipart_uploads(
+        &self,
+        bucket: &str,
+        opts: ListUploadsOptions,
+    ) -> Result<ListUploadsResult> {
+        // One set per node for now, as for list_objects.
+        self.only_set().list_multipart_uploads(bucket, opts).await
+    }
+
+    async fn get_object_part(
+        &self,
+        bucket: &str,
+        key: &str,
+        part_number: u32,
+    ) -> Result<GetObjectReader> {
+        check_key(key)?;
+        self.set_of(bucket, key)
+            .get_object_part(bucket, key, part_number)
+            .await
+    }
+
+    async fn get_bucket_config(&self, bucket: &str, name: &str) -> Result<Option<Bytes>> {
+        check_bucket_name(bucket).map_err(|_| Error::BucketNotFound)?;
+        // Bucket configuration lives on the first set (every set has every bucket).
+        self.only_set().read_bucket_config(bucket, name).await
+    }
+
+    async fn put_bucket_config(&self, bucket: &str, name: &str, data: Bytes) -> Result<()> {
+        check_bucket_name(bucket).map_err(|_| Error::BucketNotFound)?;
+        self.only_set()
+            .write_bucket_config(bucket, name, data)
+            .await
+    }
+
+    async fn delete_bucket_config(&self, bucket: &str, name: &str) -> Result<()> {
+        check_bucket_name(bucket).map_err(|_| Error::BucketNotFound)?;
+        self.only_set().delete_bucket_config(bucket, name).await
     }
 }

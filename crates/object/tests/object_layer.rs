@@ -23,6 +23,7 @@ fn cfg() -> ObjectConfig {
         parity: None,
         block_size: BLOCK,
         inline_limit: 4 * 1024,
+        ..Default::default()
     }
 }
 
@@ -518,4 +519,15 @@ async fn conditional_writes_are_atomic() {
         )
         .await;
     assert!(matches!(missing, Err(Error::ObjectNotFound)));
+}
+
+#[tokio::test]
+async fn healthy_objects_need_no_heal_whatever_their_size() {
+    let f = fixture(4).await;
+    for size in [0usize, 1, BLOCK, BLOCK + 1] {
+        let key = format!("h{size}");
+        put(&f.layer, &key, &random(size, size as u64)).await;
+        let r = f.layer.heal_object("bkt", &key).await.unwrap();
+        assert!(r.healed.is_empty() && r.failed.is_empty(), "{size}: {r:?}");
+    }
 }

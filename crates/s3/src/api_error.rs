@@ -104,6 +104,30 @@ pub fn object_error(e: ObjectError) -> ApiError {
                 format!("Not enough drives accepted the write ({have} of the {need} needed)."),
             )
         }
+        ObjectError::NoSuchUpload => C::NoSuchUpload.into(),
+        ObjectError::InvalidPart(why) => ApiError::new(
+            C::InvalidPart,
+            format!("{} ({why})", C::InvalidPart.default_message()),
+        ),
+        ObjectError::InvalidPartOrder => C::InvalidPartOrder.into(),
+        ObjectError::EntityTooSmall { part, size, min } => ApiError::new(
+            C::EntityTooSmall,
+            format!(
+                "{} Part {part} is {size} bytes; every part but the last must be at least {min} bytes.",
+                C::EntityTooSmall.default_message()
+            ),
+        ),
+        ObjectError::InvalidPartNumber { part, parts } => ApiError::new(
+            C::InvalidPartNumber,
+            format!(
+                "{} Part {part} was asked for; the object has {parts} part(s).",
+                C::InvalidPartNumber.default_message()
+            ),
+        ),
+        ObjectError::NotImplemented(what) => ApiError::new(
+            C::NotImplemented,
+            format!("{what} is not implemented by this server."),
+        ),
         other => {
             tracing::error!(error = %other, "object layer error");
             C::InternalError.into()
@@ -172,6 +196,22 @@ mod tests {
                 C::ServiceUnavailable,
             ),
             (ObjectError::Corrupt("x".into()), C::InternalError),
+            (ObjectError::NoSuchUpload, C::NoSuchUpload),
+            (ObjectError::InvalidPart("x".into()), C::InvalidPart),
+            (ObjectError::InvalidPartOrder, C::InvalidPartOrder),
+            (
+                ObjectError::EntityTooSmall {
+                    part: 1,
+                    size: 1,
+                    min: 5,
+                },
+                C::EntityTooSmall,
+            ),
+            (
+                ObjectError::InvalidPartNumber { part: 3, parts: 2 },
+                C::InvalidPartNumber,
+            ),
+            (ObjectError::NotImplemented("x"), C::NotImplemented),
             (ObjectError::Internal("x".into()), C::InternalError),
             (
                 ObjectError::Body(std::io::ErrorKind::UnexpectedEof.into()),

@@ -6,9 +6,13 @@ use http::StatusCode;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum S3ErrorCode {
     AccessDenied,
+    /// A CORS preflight the bucket's CORS configuration does not allow (403).
+    AccessForbidden,
     AuthorizationHeaderMalformed,
     AuthorizationQueryParametersError,
     BadDigest,
+    /// A request S3 cannot make sense of, e.g. a CORS preflight without an `Origin` (400).
+    BadRequest,
     BucketAlreadyExists,
     BucketAlreadyOwnedByYou,
     BucketNotEmpty,
@@ -17,23 +21,36 @@ pub enum S3ErrorCode {
     ExpiredToken,
     IllegalLocationConstraintException,
     IncompleteBody,
+    /// A browser POST upload without exactly one `file` field.
+    IncorrectNumberOfFilesInPostRequest,
     InternalError,
     InvalidAccessKeyId,
     InvalidArgument,
     InvalidBucketName,
     InvalidDigest,
+    InvalidPart,
+    InvalidPartNumber,
+    InvalidPartOrder,
+    /// The `policy` of a browser POST upload is not a valid policy document.
+    InvalidPolicyDocument,
     InvalidRange,
     InvalidRequest,
     InvalidStorageClass,
     InvalidURI,
     KeyTooLongError,
+    /// The body of a browser POST upload is not well-formed multipart/form-data.
+    MalformedPOSTRequest,
     MalformedXML,
+    /// The fields before the file of a browser POST upload are too large.
+    MaxPostPreDataLengthExceededError,
     MetadataTooLarge,
     MethodNotAllowed,
     MissingContentLength,
     MissingSecurityHeader,
     NoSuchBucket,
+    NoSuchCORSConfiguration,
     NoSuchKey,
+    NoSuchUpload,
     NotImplemented,
     NotModified,
     PreconditionFailed,
@@ -49,9 +66,11 @@ impl S3ErrorCode {
         use S3ErrorCode::*;
         match self {
             AccessDenied => "AccessDenied",
+            AccessForbidden => "AccessForbidden",
             AuthorizationHeaderMalformed => "AuthorizationHeaderMalformed",
             AuthorizationQueryParametersError => "AuthorizationQueryParametersError",
             BadDigest => "BadDigest",
+            BadRequest => "BadRequest",
             BucketAlreadyExists => "BucketAlreadyExists",
             BucketAlreadyOwnedByYou => "BucketAlreadyOwnedByYou",
             BucketNotEmpty => "BucketNotEmpty",
@@ -60,23 +79,32 @@ impl S3ErrorCode {
             ExpiredToken => "ExpiredToken",
             IllegalLocationConstraintException => "IllegalLocationConstraintException",
             IncompleteBody => "IncompleteBody",
+            IncorrectNumberOfFilesInPostRequest => "IncorrectNumberOfFilesInPostRequest",
             InternalError => "InternalError",
             InvalidAccessKeyId => "InvalidAccessKeyId",
             InvalidArgument => "InvalidArgument",
             InvalidBucketName => "InvalidBucketName",
             InvalidDigest => "InvalidDigest",
+            InvalidPart => "InvalidPart",
+            InvalidPartNumber => "InvalidPartNumber",
+            InvalidPartOrder => "InvalidPartOrder",
+            InvalidPolicyDocument => "InvalidPolicyDocument",
             InvalidRange => "InvalidRange",
             InvalidRequest => "InvalidRequest",
             InvalidStorageClass => "InvalidStorageClass",
             InvalidURI => "InvalidURI",
             KeyTooLongError => "KeyTooLongError",
+            MalformedPOSTRequest => "MalformedPOSTRequest",
             MalformedXML => "MalformedXML",
+            MaxPostPreDataLengthExceededError => "MaxPostPreDataLengthExceededError",
             MetadataTooLarge => "MetadataTooLarge",
             MethodNotAllowed => "MethodNotAllowed",
             MissingContentLength => "MissingContentLength",
             MissingSecurityHeader => "MissingSecurityHeader",
             NoSuchBucket => "NoSuchBucket",
+            NoSuchCORSConfiguration => "NoSuchCORSConfiguration",
             NoSuchKey => "NoSuchKey",
+            NoSuchUpload => "NoSuchUpload",
             NotImplemented => "NotImplemented",
             NotModified => "NotModified",
             PreconditionFailed => "PreconditionFailed",
@@ -91,13 +119,17 @@ impl S3ErrorCode {
     pub fn status(self) -> StatusCode {
         use S3ErrorCode::*;
         match self {
-            AccessDenied | InvalidAccessKeyId | SignatureDoesNotMatch | RequestTimeTooSkewed => {
-                StatusCode::FORBIDDEN
-            }
+            AccessDenied
+            | AccessForbidden
+            | InvalidAccessKeyId
+            | SignatureDoesNotMatch
+            | RequestTimeTooSkewed => StatusCode::FORBIDDEN,
             ExpiredToken => StatusCode::BAD_REQUEST,
             BucketAlreadyExists | BucketAlreadyOwnedByYou | BucketNotEmpty => StatusCode::CONFLICT,
-            NoSuchBucket | NoSuchKey => StatusCode::NOT_FOUND,
-            InvalidRange => StatusCode::RANGE_NOT_SATISFIABLE,
+            NoSuchBucket | NoSuchCORSConfiguration | NoSuchKey | NoSuchUpload => {
+                StatusCode::NOT_FOUND
+            }
+            InvalidRange | InvalidPartNumber => StatusCode::RANGE_NOT_SATISFIABLE,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             MissingContentLength => StatusCode::LENGTH_REQUIRED,
             NotImplemented => StatusCode::NOT_IMPLEMENTED,
@@ -114,9 +146,11 @@ impl S3ErrorCode {
         use S3ErrorCode::*;
         match self {
             AccessDenied => "Access Denied.",
+            AccessForbidden => "CORSResponse: This CORS request is not allowed.",
             AuthorizationHeaderMalformed => "The authorization header is malformed.",
             AuthorizationQueryParametersError => "The authorization query parameters are malformed.",
             BadDigest => "The Content-MD5 you specified did not match what we received.",
+            BadRequest => "Bad request.",
             BucketAlreadyExists => "The requested bucket name is not available.",
             BucketAlreadyOwnedByYou => {
                 "Your previous request to create the named bucket succeeded and you already own it."
@@ -129,11 +163,16 @@ impl S3ErrorCode {
                 "The location constraint is incompatible with the region of this endpoint."
             }
             IncompleteBody => "You did not provide the number of bytes specified by the Content-Length HTTP header.",
+            IncorrectNumberOfFilesInPostRequest => "POST requires exactly one file upload per request.",
             InternalError => "We encountered an internal error. Please try again.",
             InvalidAccessKeyId => "The AWS access key ID you provided does not exist in our records.",
             InvalidArgument => "Invalid argument.",
             InvalidBucketName => "The specified bucket is not valid.",
             InvalidDigest => "The Content-MD5 you specified is not valid.",
+            InvalidPart => "One or more of the specified parts could not be found. The part may not have been uploaded, or the specified entity tag may not match the part's entity tag.",
+            InvalidPartNumber => "The requested partnumber is not satisfiable.",
+            InvalidPartOrder => "The list of parts was not in ascending order. The parts list must be specified in order by part number.",
+            InvalidPolicyDocument => "The content of the form does not meet the conditions specified in the policy document.",
             InvalidRange => "The requested range is not satisfiable.",
             InvalidRequest => "Invalid request.",
             InvalidStorageClass => "The storage class you specified is not valid.",
@@ -142,12 +181,16 @@ impl S3ErrorCode {
             MetadataTooLarge => {
                 "Your metadata headers exceed the maximum allowed metadata size (2 KB)."
             }
+            MalformedPOSTRequest => "The body of your POST request is not well-formed multipart/form-data.",
+            MaxPostPreDataLengthExceededError => "Your POST request fields preceding the upload file were too large.",
             MalformedXML => "The XML you provided was not well-formed or did not validate against our published schema.",
             MethodNotAllowed => "The specified method is not allowed against this resource.",
             MissingContentLength => "You must provide the Content-Length HTTP header.",
             MissingSecurityHeader => "Your request is missing a required header.",
             NoSuchBucket => "The specified bucket does not exist.",
+            NoSuchCORSConfiguration => "The CORS configuration does not exist",
             NoSuchKey => "The specified key does not exist.",
+            NoSuchUpload => "The specified multipart upload does not exist. The upload ID might not be valid, or the multipart upload might have been aborted or completed.",
             NotImplemented => "A header or query you provided implies functionality that is not implemented.",
             NotModified => "Not Modified.",
             PreconditionFailed => "At least one of the preconditions you specified did not hold.",

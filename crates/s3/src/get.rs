@@ -121,13 +121,16 @@ fn secs(t: SystemTime) -> u64 {
 }
 
 /// Whether a comma-separated entity-tag list (`*`, `"abc"`, `W/"abc"`, or bare `abc`) names `etag`.
-fn etag_list_matches(list: &str, etag: &str) -> bool {
+pub(crate) fn etag_list_matches(list: &str, etag: &str) -> bool {
     list.split(',').map(str::trim).any(|candidate| {
         candidate == "*" || candidate.trim_start_matches("W/").trim_matches('"') == etag
     })
 }
 
 pub async fn get_object(ctx: &ReqCtx, bucket: &str, key: &str, head: bool) -> ApiResult<Response> {
+    if ctx.query.has("partNumber") {
+        return crate::multipart::get_object_part(ctx, bucket, key, head).await;
+    }
     let headers = &ctx.parts.headers;
     let overrides = response_overrides(&ctx.query)?;
     let range = match headers.get(header::RANGE) {
@@ -275,13 +278,7 @@ pub fn object_headers(out: &mut HeaderMap, info: &ObjectInfo, with_checksums: bo
         }
     }
     if with_checksums {
-        for (algorithm, value) in &info.checksums {
-            if let Ok(name) =
-                HeaderName::from_bytes(format!("x-amz-checksum-{algorithm}").as_bytes())
-            {
-                insert(out, name, value);
-            }
-        }
+        crate::put::checksum_headers(out, info);
     }
 }
 
@@ -423,6 +420,7 @@ mod tests {
         assert!(!out.contains_key("x-amz-checksum-crc32"));
         object_headers(&mut out, &info, true);
         assert_eq!(out["x-amz-checksum-crc32"], "AAAAAA==");
+        assert_eq!(out["x-amz-checksum-type"], "FULL_OBJECT");
     }
 
     #[test]

@@ -4,17 +4,23 @@
 //! Where things are:
 //! - [`server`]: the listener, request ids, the per-request log line, authentication, dispatch.
 //! - [`router`]: method + path + query + headers -> one [`router::Endpoint`].
-//! - `bucket`, `list`, `put`, `get`, `delete`: one file per family of operations.
+//! - `bucket`, `list`, `put`, `get`, `delete`, `multipart`: one file per family of operations.
+//! - `cors`: bucket CORS configuration, the unauthenticated preflight, CORS response headers.
+//! - `post_object`: browser form uploads, authenticated by their signed POST policy.
 //! - [`xml`]: the documents S3 sends and receives; [`error`]: S3 error codes and the error document.
 //! - [`signature`]: SigV4 (headers, presigned URLs, streaming chunks, checksums).
 
 mod api_error;
 mod body;
 mod bucket;
+mod copy;
+mod cors;
 mod delete;
 pub mod error;
 mod get;
 mod list;
+mod multipart;
+mod post_object;
 mod put;
 pub mod router;
 pub mod server;

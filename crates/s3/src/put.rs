@@ -6,19 +6,22 @@
 //! that asked for encryption must not believe it got it.
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
 use axum::response::Response;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
+use futures::StreamExt;
 use http::header::{HeaderValue, ETAG};
 use http::HeaderMap;
-use quarry_object::{PutOptions, WritePrecondition};
+use quarry_object::{ByteStream, LateChecksums, ObjectInfo, PutOptions, WritePrecondition};
 
 use crate::api_error::{ApiError, ApiResult};
 use crate::error::S3ErrorCode;
 use crate::server::ReqCtx;
 use crate::signature;
+use crate::signature::checksum::{ChecksumAlgorithm, Checksummer};
 
 /// The largest object a single PUT may create (5 GiB), as S3.
 pub const MAX_PUT_SIZE: u64 = 5 * 1024 * 1024 * 1024;
@@ -61,31 +64,86 @@ pub async fn put_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Resp
             ),
         ));
     }
+    let (body, verified) = ctx.body_stream_with_checksum()?;
+    let (body, default) = if declares_checksum(headers) {
+        (body, None)
+    } else {
+        let (body, sum) = default_checksum(body);
+        (body, Some(sum))
+    };
     let opts = PutOptions {
         size: Some(size),
         content_md5: content_md5(headers)?,
         headers: stored_headers(headers)?,
         user_meta: user_metadata(headers)?,
-        checksums: header_checksums(headers),
+        // The checksum (header or trailer) is stored once the body verifier has checked it.
+        checksums: BTreeMap::new(),
         precondition: write_precondition(headers)?,
+        late_checksums: Some(LateChecksums(Arc::new(move || {
+            let computed = default.as_ref().map(|sum| {
+                let sum = sum.lock().unwrap_or_else(|p| p.into_inner()).clone();
+                (sum.algorithm(), sum.finalize_base64())
+            });
+            verified
+                .get()
+                .or(computed)
+                .map(|(algorithm, value)| (algorithm.name().to_ascii_lowercase(), value))
+                .into_iter()
+                .collect()
+        }))),
     };
-    let body = ctx.body_stream()?;
     let info = ctx.layer().put_object(bucket, key, body, opts).await?;
 
     let mut response = Response::new(Body::empty());
     if let Ok(etag) = HeaderValue::from_str(&format!("\"{}\"", info.etag)) {
         response.headers_mut().insert(ETAG, etag);
     }
+    checksum_headers(response.headers_mut(), &info);
+    Ok(response)
+}
+
+/// Whether the client sends a checksum of its own (a header or a trailer) for the verifier.
+fn declares_checksum(headers: &HeaderMap) -> bool {
+    headers.contains_key("x-amz-trailer")
+        || ChecksumAlgorithm::ALL
+            .iter()
+            .any(|a| headers.contains_key(a.header_name()))
+}
+
+/// S3 stores a CRC64NVME checksum with an object uploaded without a checksum of its own: computed
+/// here as the body streams by, and read once the body has ended.
+fn default_checksum(body: ByteStream) -> (ByteStream, Arc<Mutex<Checksummer>>) {
+    let sum = Arc::new(Mutex::new(Checksummer::new(ChecksumAlgorithm::Crc64Nvme)));
+    let feed = sum.clone();
+    let body = body.map(move |chunk| {
+        if let Ok(data) = &chunk {
+            feed.lock().unwrap_or_else(|p| p.into_inner()).update(data);
+        }
+        chunk
+    });
+    (Box::pin(body), sum)
+}
+
+/// `x-amz-checksum-<algorithm>` for each stored checksum and, when there is one,
+/// `x-amz-checksum-type` (a single-part object's checksum always covers the full object).
+pub fn checksum_headers(out: &mut HeaderMap, info: &ObjectInfo) {
     for (name, value) in &info.checksums {
         let header = format!("x-amz-checksum-{name}");
         if let (Ok(n), Ok(v)) = (
             http::HeaderName::from_bytes(header.as_bytes()),
             HeaderValue::from_str(value),
         ) {
-            response.headers_mut().insert(n, v);
+            out.insert(n, v);
         }
     }
-    Ok(response)
+    if !info.checksums.is_empty() && !out.contains_key("x-amz-checksum-type") {
+        let kind = if info.checksums.values().any(|v| v.contains('-')) {
+            "COMPOSITE"
+        } else {
+            "FULL_OBJECT"
+        };
+        out.insert("x-amz-checksum-type", HeaderValue::from_static(kind));
+    }
 }
 
 fn not_implemented(what: &str) -> ApiError {
@@ -95,7 +153,7 @@ fn not_implemented(what: &str) -> ApiError {
     )
 }
 
-fn check_unsupported_headers(headers: &HeaderMap) -> ApiResult<()> {
+pub(crate) fn check_unsupported_headers(headers: &HeaderMap) -> ApiResult<()> {
     for name in headers.keys() {
         let name = name.as_str();
         if let Some((_, what)) = UNSUPPORTED_HEADERS
@@ -127,7 +185,7 @@ pub fn check_acl_headers(headers: &HeaderMap) -> ApiResult<()> {
     }
 }
 
-fn check_storage_class(headers: &HeaderMap) -> ApiResult<()> {
+pub(crate) fn check_storage_class(headers: &HeaderMap) -> ApiResult<()> {
     match headers.get("x-amz-storage-class") {
         None => Ok(()),
         Some(v) if v.as_bytes() == b"STANDARD" => Ok(()),
@@ -207,21 +265,6 @@ pub fn user_metadata(headers: &HeaderMap) -> ApiResult<BTreeMap<String, String>>
     Ok(out)
 }
 
-/// `x-amz-checksum-<algorithm>` request headers, by algorithm name. The body verifier checks them
-/// against the bytes; an upload that does not match never reaches the object layer's commit.
-fn header_checksums(headers: &HeaderMap) -> BTreeMap<String, String> {
-    headers
-        .iter()
-        .filter_map(|(name, value)| {
-            let algorithm = name.as_str().strip_prefix("x-amz-checksum-")?;
-            if algorithm == "mode" || algorithm == "type" || algorithm == "algorithm" {
-                return None;
-            }
-            Some((algorithm.to_owned(), value.to_str().ok()?.to_owned()))
-        })
-        .collect()
-}
-
 fn header_text(name: &str, value: &HeaderValue) -> ApiResult<String> {
     String::from_utf8(value.as_bytes().to_vec()).map_err(|_| {
         ApiError::new(
@@ -229,6 +272,39 @@ fn header_text(name: &str, value: &HeaderValue) -> ApiResult<String> {
             format!("The value of header {name} is not UTF-8."),
         )
     })
+}
+
+/// `If-None-Match: *` (create only) and `If-Match: <etag>` on a write. S3 supports no other
+/// If-None-Match value on writes, so anything else is refused rather than ignored.
+pub fn write_precondition(headers: &HeaderMap) -> ApiResult<Option<WritePrecondition>> {
+    let text = |name: http::header::HeaderName| -> ApiResult<Option<String>> {
+        headers
+            .get(&name)
+            .map(|v| {
+                v.to_str().map(|s| s.trim().to_string()).map_err(|_| {
+                    ApiError::new(
+                        S3ErrorCode::InvalidArgument,
+                        format!("{name} is not valid text."),
+                    )
+                })
+            })
+            .transpose()
+    };
+    let none_match = text(http::header::IF_NONE_MATCH)?;
+    let if_match = text(http::header::IF_MATCH)?;
+    match (none_match, if_match) {
+        (Some(_), Some(_)) => Err(ApiError::new(
+            S3ErrorCode::NotImplemented,
+            "If-Match and If-None-Match together on a write are not supported.",
+        )),
+        (Some(v), None) if v == "*" => Ok(Some(WritePrecondition::IfNoneMatchAny)),
+        (Some(_), None) => Err(ApiError::new(
+            S3ErrorCode::NotImplemented,
+            "If-None-Match on a write only supports the value \"*\".",
+        )),
+        (None, Some(v)) => Ok(Some(WritePrecondition::IfMatch(v))),
+        (None, None) => Ok(None),
+    }
 }
 
 #[cfg(test)]
@@ -325,46 +401,24 @@ mod tests {
     }
 
     #[test]
-    fn checksum_headers_are_kept_by_algorithm() {
-        let h = headers(&[
-            ("x-amz-checksum-crc32", "AAAAAA=="),
-            ("x-amz-checksum-mode", "ENABLED"),
-        ]);
-        let sums = header_checksums(&h);
-        assert_eq!(sums.len(), 1);
-        assert_eq!(sums.get("crc32").map(String::as_str), Some("AAAAAA=="));
-    }
-}
-
-/// `If-None-Match: *` (create only) and `If-Match: <etag>` on a write. S3 supports no other
-/// If-None-Match value on writes, so anything else is refused rather than ignored.
-pub fn write_precondition(headers: &HeaderMap) -> ApiResult<Option<WritePrecondition>> {
-    let text = |name: http::header::HeaderName| -> ApiResult<Option<String>> {
-        headers
-            .get(&name)
-            .map(|v| {
-                v.to_str().map(|s| s.trim().to_string()).map_err(|_| {
-                    ApiError::new(
-                        S3ErrorCode::InvalidArgument,
-                        format!("{name} is not valid text."),
-                    )
-                })
-            })
-            .transpose()
-    };
-    let none_match = text(http::header::IF_NONE_MATCH)?;
-    let if_match = text(http::header::IF_MATCH)?;
-    match (none_match, if_match) {
-        (Some(_), Some(_)) => Err(ApiError::new(
-            S3ErrorCode::NotImplemented,
-            "If-Match and If-None-Match together on a write are not supported.",
-        )),
-        (Some(v), None) if v == "*" => Ok(Some(WritePrecondition::IfNoneMatchAny)),
-        (Some(_), None) => Err(ApiError::new(
-            S3ErrorCode::NotImplemented,
-            "If-None-Match on a write only supports the value \"*\".",
-        )),
-        (None, Some(v)) => Ok(Some(WritePrecondition::IfMatch(v))),
-        (None, None) => Ok(None),
+    fn checksum_response_headers() {
+        let mut info = ObjectInfo {
+            bucket: "b".into(),
+            key: "k".into(),
+            size: 0,
+            mod_time_ns: 0,
+            etag: "e".into(),
+            headers: BTreeMap::new(),
+            user_meta: BTreeMap::new(),
+            checksums: BTreeMap::new(),
+            parts: 1,
+        };
+        let mut out = HeaderMap::new();
+        checksum_headers(&mut out, &info);
+        assert!(out.is_empty());
+        info.checksums.insert("crc32".into(), "AAAAAA==".into());
+        checksum_headers(&mut out, &info);
+        assert_eq!(out["x-amz-checksum-crc32"], "AAAAAA==");
+        assert_eq!(out["x-amz-checksum-type"], "FULL_OBJECT");
     }
 }

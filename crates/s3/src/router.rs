@@ -1,8 +1,9 @@
 //! Which S3 operation a request is: one [`Endpoint`], parsed once from the method, the path, the
 //! query keywords and a few headers. Handlers never look at the method or path again.
 //!
-//! Addressing: path style (`/bucket/key`) today. Virtual-host style slots in by passing the bucket
-//! taken from the `Host` header as `host_bucket`; the whole path is then the key.
+//! Addressing: path style (`/bucket/key`), or virtual-host style, where the server passes the
+//! bucket taken from the `Host` header (`<bucket>.<domain>`) as `host_bucket` and the whole path
+//! is the key.
 //!
 //! Operations Quarry does not implement still get a name here ([`Endpoint::Unsupported`]) and
 //! answer `NotImplemented`: a request for `?acl`, `?versioning`, multipart uploads and the like
@@ -47,6 +48,11 @@ pub enum Endpoint {
         bucket: String,
         key: String,
     },
+    /// `PUT` with `x-amz-copy-source`: the source is named by that header.
+    CopyObject {
+        bucket: String,
+        key: String,
+    },
     GetObject {
         bucket: String,
         key: String,
@@ -63,6 +69,60 @@ pub enum Endpoint {
     DeleteObjects {
         bucket: String,
     },
+    GetBucketCors {
+        bucket: String,
+    },
+    PutBucketCors {
+        bucket: String,
+    },
+    DeleteBucketCors {
+        bucket: String,
+    },
+    /// `OPTIONS /bucket[/key]`: a CORS preflight, answered from the bucket's CORS configuration
+    /// without authentication (browsers send no credentials with a preflight).
+    CorsPreflight {
+        bucket: String,
+        key: String,
+    },
+    /// `POST /bucket` with a `multipart/form-data` body: a browser upload. It carries no
+    /// Authorization header; its signed policy, checked by the handler, is its authentication.
+    PostObject {
+        bucket: String,
+    },
+    /// `GET /bucket?uploads`.
+    ListMultipartUploads {
+        bucket: String,
+    },
+    /// `POST /bucket/key?uploads`.
+    CreateMultipartUpload {
+        bucket: String,
+        key: String,
+    },
+    /// `PUT /bucket/key?partNumber=N&uploadId=X`.
+    UploadPart {
+        bucket: String,
+        key: String,
+    },
+    /// `PUT /bucket/key?partNumber=N&uploadId=X` with `x-amz-copy-source`.
+    UploadPartCopy {
+        bucket: String,
+        key: String,
+    },
+    /// `POST /bucket/key?uploadId=X`.
+    CompleteMultipartUpload {
+        bucket: String,
+        key: String,
+    },
+    /// `DELETE /bucket/key?uploadId=X`.
+    AbortMultipartUpload {
+        bucket: String,
+        key: String,
+    },
+    /// `GET /bucket/key?uploadId=X`.
+    ListParts {
+        bucket: String,
+        key: String,
+    },
     /// A known S3 operation Quarry does not implement; answered with `NotImplemented`.
     Unsupported {
         operation: String,
@@ -72,7 +132,45 @@ pub enum Endpoint {
 impl Endpoint {
     /// Whether the request must carry a valid signature. Only the health probes are anonymous.
     pub fn needs_auth(&self) -> bool {
-        !matches!(self, Endpoint::HealthLive | Endpoint::HealthReady)
+        !matches!(
+            self,
+            Endpoint::HealthLive
+                | Endpoint::HealthReady
+                | Endpoint::CorsPreflight { .. }
+                | Endpoint::PostObject { .. }
+        )
+    }
+
+    /// The bucket the request addresses, if any.
+    pub fn bucket(&self) -> Option<&str> {
+        use Endpoint as E;
+        match self {
+            E::HealthLive | E::HealthReady | E::ListBuckets | E::Unsupported { .. } => None,
+            E::CreateBucket { bucket }
+            | E::HeadBucket { bucket }
+            | E::DeleteBucket { bucket }
+            | E::GetBucketLocation { bucket }
+            | E::ListObjects { bucket }
+            | E::ListObjectsV2 { bucket }
+            | E::PutObject { bucket, .. }
+            | E::CopyObject { bucket, .. }
+            | E::GetObject { bucket, .. }
+            | E::HeadObject { bucket, .. }
+            | E::DeleteObject { bucket, .. }
+            | E::DeleteObjects { bucket }
+            | E::GetBucketCors { bucket }
+            | E::PutBucketCors { bucket }
+            | E::DeleteBucketCors { bucket }
+            | E::CorsPreflight { bucket, .. }
+            | E::PostObject { bucket }
+            | E::ListMultipartUploads { bucket }
+            | E::CreateMultipartUpload { bucket, .. }
+            | E::UploadPart { bucket, .. }
+            | E::UploadPartCopy { bucket, .. }
+            | E::CompleteMultipartUpload { bucket, .. }
+            | E::AbortMultipartUpload { bucket, .. }
+            | E::ListParts { bucket, .. } => Some(bucket),
+        }
     }
 
     /// The S3 name of the operation, for logs.
@@ -88,10 +186,23 @@ impl Endpoint {
             Endpoint::ListObjects { .. } => "ListObjects",
             Endpoint::ListObjectsV2 { .. } => "ListObjectsV2",
             Endpoint::PutObject { .. } => "PutObject",
+            Endpoint::CopyObject { .. } => "CopyObject",
             Endpoint::GetObject { .. } => "GetObject",
             Endpoint::HeadObject { .. } => "HeadObject",
             Endpoint::DeleteObject { .. } => "DeleteObject",
             Endpoint::DeleteObjects { .. } => "DeleteObjects",
+            Endpoint::GetBucketCors { .. } => "GetBucketCors",
+            Endpoint::PutBucketCors { .. } => "PutBucketCors",
+            Endpoint::DeleteBucketCors { .. } => "DeleteBucketCors",
+            Endpoint::CorsPreflight { .. } => "PreflightRequest",
+            Endpoint::PostObject { .. } => "PostObject",
+            Endpoint::ListMultipartUploads { .. } => "ListMultipartUploads",
+            Endpoint::CreateMultipartUpload { .. } => "CreateMultipartUpload",
+            Endpoint::UploadPart { .. } => "UploadPart",
+            Endpoint::UploadPartCopy { .. } => "UploadPartCopy",
+            Endpoint::CompleteMultipartUpload { .. } => "CompleteMultipartUpload",
+            Endpoint::AbortMultipartUpload { .. } => "AbortMultipartUpload",
+            Endpoint::ListParts { .. } => "ListParts",
             Endpoint::Unsupported { operation } => operation,
         }
     }
@@ -147,7 +258,7 @@ fn invalid_uri() -> S3Error {
 }
 
 /// Bucket sub-resources S3 defines. Each selects an operation other than the plain one.
-const BUCKET_SUBRESOURCES: &[&str] = &[
+pub(crate) const BUCKET_SUBRESOURCES: &[&str] = &[
     "accelerate",
     "acl",
     "analytics",
@@ -179,7 +290,7 @@ const BUCKET_SUBRESOURCES: &[&str] = &[
 ];
 
 /// Object sub-resources S3 defines.
-const OBJECT_SUBRESOURCES: &[&str] = &[
+pub(crate) const OBJECT_SUBRESOURCES: &[&str] = &[
     "acl",
     "attributes",
     "legal-hold",
@@ -253,7 +364,10 @@ pub fn parse(
     };
 
     if method == Method::OPTIONS {
-        return Ok(unsupported("CORS preflight (OPTIONS)"));
+        if bucket.is_empty() {
+            return Err(method_not_allowed(method, "the service"));
+        }
+        return Ok(Endpoint::CorsPreflight { bucket, key });
     }
     if bucket.is_empty() {
         if !key.is_empty() {
@@ -265,6 +379,9 @@ pub fn parse(
         return service_endpoint(method);
     }
     if key.is_empty() {
+        if method == Method::POST && keyword(query, BUCKET_SUBRESOURCES).is_none() {
+            return post_object_endpoint(headers, bucket);
+        }
         bucket_endpoint(method, query, bucket)
     } else {
         object_endpoint(method, query, headers, bucket, key)
@@ -360,6 +477,10 @@ fn bucket_endpoint(method: &Method, query: &Query, bucket: String) -> Result<End
     match (method.clone(), sub) {
         (Method::GET, Some("location")) => Ok(Endpoint::GetBucketLocation { bucket }),
         (Method::POST, Some("delete")) => Ok(Endpoint::DeleteObjects { bucket }),
+        (Method::GET, Some("cors")) => Ok(Endpoint::GetBucketCors { bucket }),
+        (Method::PUT, Some("cors")) => Ok(Endpoint::PutBucketCors { bucket }),
+        (Method::DELETE, Some("cors")) => Ok(Endpoint::DeleteBucketCors { bucket }),
+        (Method::GET, Some("uploads")) => Ok(Endpoint::ListMultipartUploads { bucket }),
         (Method::GET | Method::PUT | Method::DELETE | Method::POST | Method::HEAD, Some(sub)) => {
             Ok(unsupported(bucket_operation_name(method, sub)))
         }
@@ -374,8 +495,24 @@ fn bucket_endpoint(method: &Method, query: &Query, bucket: String) -> Result<End
         (Method::PUT, None) => Ok(Endpoint::CreateBucket { bucket }),
         (Method::HEAD, None) => Ok(Endpoint::HeadBucket { bucket }),
         (Method::DELETE, None) => Ok(Endpoint::DeleteBucket { bucket }),
-        (Method::POST, None) => Ok(unsupported("PostObject (browser-based upload)")),
         _ => Err(method_not_allowed(method, "a bucket")),
+    }
+}
+
+/// `POST /bucket` without a sub-resource is a browser upload, which must be a form.
+fn post_object_endpoint(headers: &HeaderMap, bucket: String) -> Result<Endpoint, S3Error> {
+    let multipart = headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.split(';').next())
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("multipart/form-data"));
+    if multipart {
+        Ok(Endpoint::PostObject { bucket })
+    } else {
+        Err(S3Error::new(
+            S3ErrorCode::PreconditionFailed,
+            "Bucket POST must be of the enclosure-type multipart/form-data",
+        ))
     }
 }
 
@@ -394,19 +531,36 @@ fn object_endpoint(
         (Method::GET, None) if !versioned => return Ok(Endpoint::GetObject { bucket, key }),
         (Method::HEAD, None) if !versioned => return Ok(Endpoint::HeadObject { bucket, key }),
         (Method::DELETE, None) if !versioned => return Ok(Endpoint::DeleteObject { bucket, key }),
-        (Method::PUT, None) if copy => "CopyObject".to_owned(),
+        (Method::PUT, None) if copy => return Ok(Endpoint::CopyObject { bucket, key }),
         (Method::PUT, None) => return Ok(Endpoint::PutObject { bucket, key }),
         (Method::GET | Method::HEAD | Method::DELETE, None) => {
             format!("{} of a specific object version", verb(method))
         }
-        (Method::POST, Some("uploads")) => "CreateMultipartUpload".to_owned(),
-        (Method::POST, Some("uploadId")) => "CompleteMultipartUpload".to_owned(),
-        (Method::PUT, Some("uploadId" | "partNumber")) if copy => "UploadPartCopy".to_owned(),
-        (Method::PUT, Some("uploadId" | "partNumber")) => "UploadPart".to_owned(),
-        (Method::GET, Some("uploadId")) => "ListParts".to_owned(),
-        (Method::DELETE, Some("uploadId")) => "AbortMultipartUpload".to_owned(),
+        (Method::POST, Some("uploads")) => {
+            return Ok(Endpoint::CreateMultipartUpload { bucket, key })
+        }
+        (Method::POST, Some("uploadId")) => {
+            return Ok(Endpoint::CompleteMultipartUpload { bucket, key })
+        }
+        (Method::PUT, Some("uploadId" | "partNumber")) if copy => {
+            return Ok(Endpoint::UploadPartCopy { bucket, key })
+        }
+        (Method::PUT, Some("uploadId" | "partNumber")) => {
+            return Ok(Endpoint::UploadPart { bucket, key })
+        }
+        (Method::GET, Some("uploadId")) => return Ok(Endpoint::ListParts { bucket, key }),
+        (Method::DELETE, Some("uploadId")) => {
+            return Ok(Endpoint::AbortMultipartUpload { bucket, key })
+        }
+        // GetObject and HeadObject read `partNumber` themselves.
+        (Method::GET, Some("partNumber")) if !versioned => {
+            return Ok(Endpoint::GetObject { bucket, key })
+        }
+        (Method::HEAD, Some("partNumber")) if !versioned => {
+            return Ok(Endpoint::HeadObject { bucket, key })
+        }
         (Method::GET | Method::HEAD, Some("partNumber")) => {
-            format!("{}Object with partNumber", verb(method))
+            format!("{} of a specific object version", verb(method))
         }
         (Method::POST, Some("restore")) => "RestoreObject".to_owned(),
         (Method::POST, Some("select")) => "SelectObjectContent".to_owned(),
@@ -605,9 +759,107 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_operations_are_named() {
+    fn multipart_operations_are_routed() {
+        use Endpoint::*;
         let auth = [("authorization", "x")];
         let copy = [("authorization", "x"), ("x-amz-copy-source", "/a/b")];
+        let (bk, k) = (|| b("bkt"), || b("k"));
+        let cases: Vec<Case<Endpoint>> = vec![
+            (
+                "GET",
+                "/bkt?uploads",
+                &auth,
+                ListMultipartUploads { bucket: bk() },
+            ),
+            (
+                "GET",
+                "/bkt?uploads&prefix=a&key-marker=x&upload-id-marker=y&max-uploads=3",
+                &auth,
+                ListMultipartUploads { bucket: bk() },
+            ),
+            (
+                "POST",
+                "/bkt/k?uploads",
+                &auth,
+                CreateMultipartUpload {
+                    bucket: bk(),
+                    key: k(),
+                },
+            ),
+            (
+                "PUT",
+                "/bkt/k?partNumber=1&uploadId=u",
+                &auth,
+                UploadPart {
+                    bucket: bk(),
+                    key: k(),
+                },
+            ),
+            (
+                "PUT",
+                "/bkt/k?partNumber=1&uploadId=u",
+                &copy,
+                UploadPartCopy {
+                    bucket: bk(),
+                    key: k(),
+                },
+            ),
+            (
+                "POST",
+                "/bkt/k?uploadId=u",
+                &auth,
+                CompleteMultipartUpload {
+                    bucket: bk(),
+                    key: k(),
+                },
+            ),
+            (
+                "DELETE",
+                "/bkt/k?uploadId=u",
+                &auth,
+                AbortMultipartUpload {
+                    bucket: bk(),
+                    key: k(),
+                },
+            ),
+            (
+                "GET",
+                "/bkt/k?uploadId=u&max-parts=2&part-number-marker=1",
+                &auth,
+                ListParts {
+                    bucket: bk(),
+                    key: k(),
+                },
+            ),
+            (
+                "GET",
+                "/bkt/k?partNumber=2",
+                &auth,
+                GetObject {
+                    bucket: bk(),
+                    key: k(),
+                },
+            ),
+            (
+                "HEAD",
+                "/bkt/k?partNumber=2",
+                &auth,
+                HeadObject {
+                    bucket: bk(),
+                    key: k(),
+                },
+            ),
+        ];
+        for (method, uri, headers, want) in cases {
+            let got = route(method, uri, headers).unwrap();
+            assert_eq!(got.bucket(), Some("bkt"));
+            assert_eq!(got, want, "{method} {uri}");
+        }
+    }
+
+    #[test]
+    fn unsupported_operations_are_named() {
+        let auth = [("authorization", "x")];
         let cases: Vec<Case<&str>> = vec![
             ("GET", "/bkt?acl", &auth, "GetBucketAcl"),
             ("PUT", "/bkt?versioning", &auth, "PutBucketVersioning"),
@@ -615,36 +867,16 @@ mod tests {
             ("PUT", "/bkt?tagging", &auth, "PutBucketTagging"),
             ("DELETE", "/bkt?policy", &auth, "DeleteBucketPolicy"),
             ("PUT", "/bkt?object-lock", &auth, "PutBucketObjectLock"),
-            ("GET", "/bkt?uploads", &auth, "ListMultipartUploads"),
             ("GET", "/bkt?versions", &auth, "ListObjectVersions"),
-            ("POST", "/bkt", &auth, "PostObject (browser-based upload)"),
-            ("GET", "/bkt?list-type=2&cors", &auth, "GetBucketCors"),
-            ("GET", "/bkt?somethingnew", &auth, "GetBucketSomethingnew"),
-            ("PUT", "/bkt/k", &copy, "CopyObject"),
-            ("POST", "/bkt/k?uploads", &auth, "CreateMultipartUpload"),
-            ("PUT", "/bkt/k?partNumber=1&uploadId=u", &auth, "UploadPart"),
-            (
-                "PUT",
-                "/bkt/k?partNumber=1&uploadId=u",
-                &copy,
-                "UploadPartCopy",
-            ),
-            (
-                "POST",
-                "/bkt/k?uploadId=u",
-                &auth,
-                "CompleteMultipartUpload",
-            ),
-            ("DELETE", "/bkt/k?uploadId=u", &auth, "AbortMultipartUpload"),
-            ("GET", "/bkt/k?uploadId=u", &auth, "ListParts"),
-            ("GET", "/bkt/k?acl", &auth, "GetObjectAcl"),
-            ("PUT", "/bkt/k?tagging", &auth, "PutObjectTagging"),
             (
                 "GET",
-                "/bkt/k?partNumber=1",
+                "/bkt?list-type=2&analytics",
                 &auth,
-                "GetObject with partNumber",
+                "GetBucketAnalytics",
             ),
+            ("GET", "/bkt?somethingnew", &auth, "GetBucketSomethingnew"),
+            ("GET", "/bkt/k?acl", &auth, "GetObjectAcl"),
+            ("PUT", "/bkt/k?tagging", &auth, "PutObjectTagging"),
             (
                 "GET",
                 "/bkt/k?versionId=abc",
@@ -658,7 +890,6 @@ mod tests {
                 "Delete of a specific object version",
             ),
             ("POST", "/bkt/k?restore", &auth, "RestoreObject"),
-            ("OPTIONS", "/bkt/k", &auth, "CORS preflight (OPTIONS)"),
         ];
         for (method, uri, headers, want) in cases {
             let got = route(method, uri, headers).unwrap();
@@ -671,6 +902,85 @@ mod tests {
             );
             assert!(got.needs_auth());
         }
+    }
+
+    #[test]
+    fn cors_preflight_and_browser_uploads() {
+        let auth = [("authorization", "x")];
+        let form = [("content-type", "multipart/form-data; boundary=xyz")];
+        let cases: Vec<Case<Endpoint>> = vec![
+            (
+                "GET",
+                "/bkt?cors",
+                &auth,
+                Endpoint::GetBucketCors { bucket: b("bkt") },
+            ),
+            (
+                "PUT",
+                "/bkt?cors",
+                &auth,
+                Endpoint::PutBucketCors { bucket: b("bkt") },
+            ),
+            (
+                "DELETE",
+                "/bkt?cors",
+                &auth,
+                Endpoint::DeleteBucketCors { bucket: b("bkt") },
+            ),
+            (
+                "OPTIONS",
+                "/bkt/a/b",
+                &[],
+                Endpoint::CorsPreflight {
+                    bucket: b("bkt"),
+                    key: b("a/b"),
+                },
+            ),
+            (
+                "OPTIONS",
+                "/bkt",
+                &[],
+                Endpoint::CorsPreflight {
+                    bucket: b("bkt"),
+                    key: b(""),
+                },
+            ),
+            (
+                "POST",
+                "/bkt",
+                &form,
+                Endpoint::PostObject { bucket: b("bkt") },
+            ),
+            (
+                "POST",
+                "/bkt/",
+                &form,
+                Endpoint::PostObject { bucket: b("bkt") },
+            ),
+        ];
+        for (method, uri, headers, want) in cases {
+            let got = route(method, uri, headers).unwrap();
+            assert_eq!(got, want, "{method} {uri}");
+            let anonymous = matches!(
+                got,
+                Endpoint::CorsPreflight { .. } | Endpoint::PostObject { .. }
+            );
+            assert_eq!(got.needs_auth(), !anonymous);
+            assert_eq!(got.bucket(), Some("bkt"));
+        }
+        // A POST to a bucket that is not a form is refused as S3 does; `?delete` stays itself.
+        let err = route("POST", "/bkt", &auth).unwrap_err();
+        assert_eq!(err.code, S3ErrorCode::PreconditionFailed);
+        assert_eq!(
+            route("POST", "/bkt?delete", &form).unwrap(),
+            Endpoint::DeleteObjects { bucket: b("bkt") }
+        );
+        // A form POST to an object key is not a browser upload.
+        assert!(route("POST", "/bkt/k", &form).is_err());
+        assert_eq!(
+            route("OPTIONS", "/", &[]).unwrap_err().code,
+            S3ErrorCode::MethodNotAllowed
+        );
     }
 
     #[test]
@@ -717,5 +1027,17 @@ mod tests {
         assert_eq!(q.get("flag"), Some(""));
         assert!(q.has("flag"));
         assert_eq!(q.get("missing"), None);
+    }
+
+    #[test]
+    fn copy_object_is_a_put_with_copy_source() {
+        let copy = [("authorization", "x"), ("x-amz-copy-source", "/a/b")];
+        assert_eq!(
+            route("PUT", "/bkt/k%20x?x-id=CopyObject", &copy).unwrap(),
+            Endpoint::CopyObject {
+                bucket: b("bkt"),
+                key: b("k x"),
+            }
+        );
     }
 }

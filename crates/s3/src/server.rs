@@ -1,9 +1,13 @@
 //! The HTTP server: accepts connections, gives every request an id, authenticates it, routes it to
 //! its handler and turns the result (or the S3 error) into a response with the common headers.
 //!
-//! Order of checks for a request: parse the endpoint; answer the anonymous health probes; verify
-//! the signature; only then report routing errors (so an unauthenticated client learns nothing
-//! about what the server supports) and run the handler.
+//! Order of checks for a request: take the bucket from the `Host` (virtual-host style) if it names
+//! one; parse the endpoint; answer the anonymous health probes; hand CORS preflights and browser
+//! form uploads to their own handlers (a preflight carries no credentials and reveals only CORS
+//! rules; a form upload is authenticated by its signed policy); verify the signature; only then
+//! report routing errors (so an unauthenticated client learns nothing about what the server
+//! supports) and run the handler. A response to a request with an `Origin` gets the bucket's
+//! CORS headers.
 
 use std::future::Future;
 use std::io;
@@ -24,10 +28,11 @@ use quarry_object::{ByteStream, ObjectLayer};
 
 use crate::api_error::{ApiError, ApiResult};
 use crate::body::{counted_stream, read_small, LoggedBody, RequestLog, MAX_XML_BODY};
+use crate::cors::{self, CorsCache};
 use crate::error::{error_xml, S3ErrorCode};
 use crate::router::{self, Endpoint, Query};
 use crate::signature::{self, AuthConfig, Authenticated, Credentials};
-use crate::{bucket, delete, get, list, put};
+use crate::{bucket, copy, delete, get, list, multipart, post_object, put};
 
 /// What the front end needs to know besides the object layer.
 #[derive(Debug, Clone)]
@@ -37,6 +42,9 @@ pub struct S3Config {
     pub region: String,
     /// The access keys that may sign requests.
     pub credentials: Vec<Credentials>,
+    /// Domains for virtual-host-style requests: a `Host` of `<bucket>.<domain>` (any port)
+    /// addresses that bucket. Any other host, the bare domains included, is path style.
+    pub domains: Vec<String>,
 }
 
 /// The answer of a readiness probe.
@@ -102,6 +110,13 @@ pub fn app(
             region: cfg.region.clone(),
         },
         region: cfg.region,
+        domains: cfg
+            .domains
+            .iter()
+            .map(|d| d.trim().trim_end_matches('.').to_ascii_lowercase())
+            .filter(|d| !d.is_empty())
+            .collect(),
+        cors: CorsCache::default(),
         ids: RequestIds::new(),
     });
     axum::Router::new().fallback(move |req: Request| handle(state.clone(), req))
@@ -112,6 +127,9 @@ pub(crate) struct AppState {
     pub probe: Arc<dyn ReadinessProbe>,
     pub auth: AuthConfig,
     pub region: String,
+    /// Virtual-host domains, lower-case, without a trailing dot.
+    domains: Vec<String>,
+    pub cors: CorsCache,
     ids: RequestIds,
 }
 
@@ -159,6 +177,12 @@ impl ReqCtx {
     /// The request body, de-chunked and verified against its signature and checksums. An error
     /// in the stream is an `io::Error` carrying the S3 error (see [`crate::api_error::body_error`]).
     pub fn body_stream(&self) -> ApiResult<ByteStream> {
+        self.body_stream_with_checksum().map(|(body, _)| body)
+    }
+
+    /// [`ReqCtx::body_stream`], and the slot that holds the verified `x-amz-checksum-*` value
+    /// (header or trailer) once the body has ended.
+    pub fn body_stream_with_checksum(&self) -> ApiResult<(ByteStream, signature::ChecksumSlot)> {
         let taken = self
             .body
             .lock()
@@ -169,8 +193,9 @@ impl ReqCtx {
             ApiError::from(S3ErrorCode::InternalError)
         })?;
         let stream = counted_stream(body, self.bytes_in.clone());
-        let verified = signature::verified_body(&self.parts, &self.auth, stream)?;
-        Ok(Box::pin(verified))
+        let (verified, slot) =
+            signature::verified_body_with_checksum(&self.parts, &self.auth, stream)?;
+        Ok((Box::pin(verified), slot))
     }
 
     /// A small body (XML), read completely and verified; more than 1 MiB is refused.
@@ -195,14 +220,26 @@ async fn handle(state: Arc<AppState>, req: Request) -> Response {
     );
     let head = parts.method == Method::HEAD;
     let resource = parts.uri.path().to_owned();
+    // CORS costs nothing for requests without an Origin (browsers send one cross-origin).
+    let cors_request = parts
+        .headers
+        .get(http::header::ORIGIN)
+        .and_then(|v| v.to_str().ok())
+        .filter(|o| !o.is_empty())
+        .map(|origin| (origin.to_owned(), parts.method.clone()));
+    let mut cors_bucket = None;
 
-    let mut response = match dispatch(state, parts, body, &mut log).await {
+    let mut response = match dispatch(state.clone(), parts, body, &mut log, &mut cors_bucket).await
+    {
         Ok(response) => response,
         Err(err) => {
             log.error_code = Some(err.code().code());
             error_response(err, &resource, &request_id, head)
         }
     };
+    if let (Some((origin, method)), Some(bucket)) = (&cors_request, &cors_bucket) {
+        cors::apply_actual(&state, bucket, origin, method, &mut response).await;
+    }
     let headers = response.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         headers.insert("x-amz-request-id", v);
@@ -219,19 +256,57 @@ async fn handle(state: Arc<AppState>, req: Request) -> Response {
     response.map(|body| Body::new(LoggedBody::new(body, log)))
 }
 
+/// Routes and runs a request. `cors_bucket` is set to the bucket of an actual (non-preflight)
+/// request, whose response then gets the bucket's CORS headers if the request has an Origin.
 async fn dispatch(
     state: Arc<AppState>,
     parts: Parts,
     body: Body,
     log: &mut RequestLog,
+    cors_bucket: &mut Option<String>,
 ) -> ApiResult<Response> {
     let query = Query::parse(parts.uri.query());
-    let endpoint = query
-        .as_ref()
-        .map_err(Clone::clone)
-        .and_then(|q| router::parse(&parts.method, parts.uri.path(), q, &parts.headers, None));
+    let host_bucket = host_bucket(&parts, &state.domains);
+    let endpoint = query.as_ref().map_err(Clone::clone).and_then(|q| {
+        router::parse(
+            &parts.method,
+            parts.uri.path(),
+            q,
+            &parts.headers,
+            host_bucket.as_deref(),
+        )
+    });
     if let Ok(endpoint) = &endpoint {
         log.operation = endpoint.name().to_owned();
+        if parts.headers.contains_key(http::header::ORIGIN)
+            && !matches!(endpoint, Endpoint::CorsPreflight { .. })
+        {
+            *cors_bucket = endpoint.bucket().map(str::to_owned);
+        }
+        // The requests that carry no signature of SigV4 or SigV2 (see `Endpoint::needs_auth`):
+        // each is answered here, by a handler that authenticates it in its own way or serves
+        // nothing that needs it. Every other endpoint goes through `verify_request` below.
+        match endpoint {
+            // A preflight reveals only the bucket's CORS rules, which exist to be read by
+            // browsers; it never reaches an object.
+            Endpoint::CorsPreflight { bucket, .. } => {
+                return cors::preflight(&state, &parts.headers, bucket).await;
+            }
+            // A browser upload: the form's signed policy is its authentication, checked by
+            // `post_object` before a byte of the file is stored.
+            Endpoint::PostObject { bucket } => {
+                return post_object::post_object(
+                    &state,
+                    &parts,
+                    body,
+                    bucket,
+                    host_bucket.is_some(),
+                    log.bytes_in.clone(),
+                )
+                .await;
+            }
+            _ => {}
+        }
         match endpoint {
             Endpoint::HealthLive => return Ok(health(StatusCode::OK, "live")),
             Endpoint::HealthReady => {
@@ -248,7 +323,12 @@ async fn dispatch(
     }
 
     // Authenticate before anything else is said about the request.
-    let auth = signature::verify_request(&parts, &state.auth, SystemTime::now())?;
+    let auth = match &host_bucket {
+        Some(bucket) => {
+            signature::verify_virtual_host_request(&parts, &state.auth, SystemTime::now(), bucket)?
+        }
+        None => signature::verify_request(&parts, &state.auth, SystemTime::now())?,
+    };
     let endpoint = endpoint?;
     let query = query?;
     let ctx = ReqCtx {
@@ -266,20 +346,82 @@ async fn dispatch(
         E::ListBuckets => bucket::list_buckets(&ctx).await,
         E::CreateBucket { bucket } => bucket::create_bucket(&ctx, &bucket).await,
         E::HeadBucket { bucket } => bucket::head_bucket(&ctx, &bucket).await,
-        E::DeleteBucket { bucket } => bucket::delete_bucket(&ctx, &bucket).await,
+        E::DeleteBucket { bucket } => {
+            let result = bucket::delete_bucket(&ctx, &bucket).await;
+            // Its CORS configuration went with it; a new bucket of the name starts without.
+            ctx.state.cors.invalidate(&bucket);
+            result
+        }
         E::GetBucketLocation { bucket } => bucket::get_bucket_location(&ctx, &bucket).await,
         E::ListObjects { bucket } => list::list_objects_v1(&ctx, &bucket).await,
         E::ListObjectsV2 { bucket } => list::list_objects_v2(&ctx, &bucket).await,
         E::PutObject { bucket, key } => put::put_object(&ctx, &bucket, &key).await,
+        E::CopyObject { bucket, key } => copy::copy_object(&ctx, &bucket, &key).await,
         E::GetObject { bucket, key } => get::get_object(&ctx, &bucket, &key, false).await,
         E::HeadObject { bucket, key } => get::get_object(&ctx, &bucket, &key, true).await,
         E::DeleteObject { bucket, key } => delete::delete_object(&ctx, &bucket, &key).await,
         E::DeleteObjects { bucket } => delete::delete_objects(&ctx, &bucket).await,
+        E::GetBucketCors { bucket } => cors::get_bucket_cors(&ctx, &bucket).await,
+        E::PutBucketCors { bucket } => cors::put_bucket_cors(&ctx, &bucket).await,
+        E::DeleteBucketCors { bucket } => cors::delete_bucket_cors(&ctx, &bucket).await,
+        E::CorsPreflight { .. } | E::PostObject { .. } => unauthenticated_endpoint(),
+        E::ListMultipartUploads { bucket } => {
+            multipart::list_multipart_uploads(&ctx, &bucket).await
+        }
+        E::CreateMultipartUpload { bucket, key } => {
+            multipart::create_multipart_upload(&ctx, &bucket, &key).await
+        }
+        E::UploadPart { bucket, key } => multipart::upload_part(&ctx, &bucket, &key).await,
+        E::UploadPartCopy { bucket, key } => multipart::upload_part_copy(&ctx, &bucket, &key).await,
+        E::CompleteMultipartUpload { bucket, key } => {
+            multipart::complete_multipart_upload(&ctx, &bucket, &key).await
+        }
+        E::AbortMultipartUpload { bucket, key } => {
+            multipart::abort_multipart_upload(&ctx, &bucket, &key).await
+        }
+        E::ListParts { bucket, key } => multipart::list_parts(&ctx, &bucket, &key).await,
         E::Unsupported { operation } => Err(ApiError::new(
             S3ErrorCode::NotImplemented,
             format!("{operation} is not implemented by Quarry."),
         )),
     }
+}
+
+/// Preflights and browser uploads are answered before SigV4 authentication; reaching the
+/// authenticated dispatch with one is a bug.
+fn unauthenticated_endpoint() -> ApiResult<Response> {
+    tracing::error!("an unauthenticated endpoint reached the authenticated dispatch");
+    Err(S3ErrorCode::InternalError.into())
+}
+
+/// The bucket named by the `Host` header in virtual-host style: `<bucket>.<domain>`, with or
+/// without a port, for one of the configured domains. `None` (path style) for any other host,
+/// the bare domain included, and when no domain is configured. HTTP/2 requests carry the host
+/// in the URI's authority instead.
+pub(crate) fn host_bucket(parts: &Parts, domains: &[String]) -> Option<String> {
+    if domains.is_empty() {
+        return None;
+    }
+    let host = parts
+        .headers
+        .get(http::header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .or_else(|| parts.uri.authority().map(|a| a.as_str()))?;
+    bucket_of_host(host, domains)
+}
+
+fn bucket_of_host(host: &str, domains: &[String]) -> Option<String> {
+    let host = host.trim();
+    // Strip the port; an IPv6 literal (`[::1]:9000`) is never a virtual host.
+    if host.starts_with('[') {
+        return None;
+    }
+    let name = host.rsplit_once(':').map_or(host, |(h, _)| h);
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    domains.iter().find_map(|domain| {
+        let bucket = name.strip_suffix(domain.as_str())?.strip_suffix('.')?;
+        (!bucket.is_empty()).then(|| bucket.to_owned())
+    })
 }
 
 /// Health endpoints are answered before authentication; reaching a handler with one is a bug.
@@ -332,6 +474,35 @@ pub(crate) fn error_response(
 mod tests {
     use super::*;
     use http_body_util::BodyExt;
+
+    #[test]
+    fn virtual_host_buckets_come_from_the_host() {
+        let domains = vec!["s3.example.com".to_owned(), "localhost".to_owned()];
+        let b = |host: &str| bucket_of_host(host, &domains);
+        assert_eq!(b("photos.s3.example.com").as_deref(), Some("photos"));
+        assert_eq!(b("photos.s3.example.com:9000").as_deref(), Some("photos"));
+        assert_eq!(b("Photos.S3.Example.COM.").as_deref(), Some("photos"));
+        assert_eq!(
+            b("my.dotted.bucket.s3.example.com").as_deref(),
+            Some("my.dotted.bucket")
+        );
+        assert_eq!(b("bkt.localhost:9000").as_deref(), Some("bkt"));
+        // The bare domain, other hosts, look-alikes and IP literals are path style.
+        for host in [
+            "s3.example.com",
+            "s3.example.com:9000",
+            ".s3.example.com",
+            "localhost:9000",
+            "127.0.0.1:9000",
+            "[::1]:9000",
+            "photos.s3.example.com.evil.org",
+            "photos-s3.example.com",
+            "xs3.example.com",
+        ] {
+            assert_eq!(b(host), None, "{host}");
+        }
+        assert_eq!(bucket_of_host("photos.s3.example.com", &[]), None);
+    }
 
     #[test]
     fn request_ids_are_unique_and_fixed_width() {

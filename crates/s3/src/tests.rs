@@ -35,6 +35,8 @@ type Objects = BTreeMap<String, (ObjectInfo, Bytes)>;
 #[derive(Default)]
 struct MemLayer {
     buckets: Mutex<BTreeMap<String, Objects>>,
+    /// Bucket configuration documents by (bucket, name).
+    configs: Mutex<BTreeMap<(String, String), Bytes>>,
 }
 
 impl MemLayer {
@@ -57,6 +59,26 @@ impl MemLayer {
 
 #[async_trait]
 impl ObjectLayer for MemLayer {
+    async fn get_bucket_config(&self, bucket: &str, name: &str) -> Result<Option<Bytes>> {
+        self.bucket_info(bucket).await?;
+        let configs = self.configs.lock().unwrap();
+        Ok(configs.get(&(bucket.to_owned(), name.to_owned())).cloned())
+    }
+
+    async fn put_bucket_config(&self, bucket: &str, name: &str, data: Bytes) -> Result<()> {
+        self.bucket_info(bucket).await?;
+        let mut configs = self.configs.lock().unwrap();
+        configs.insert((bucket.to_owned(), name.to_owned()), data);
+        Ok(())
+    }
+
+    async fn delete_bucket_config(&self, bucket: &str, name: &str) -> Result<()> {
+        self.bucket_info(bucket).await?;
+        let mut configs = self.configs.lock().unwrap();
+        configs.remove(&(bucket.to_owned(), name.to_owned()));
+        Ok(())
+    }
+
     async fn make_bucket(&self, bucket: &str) -> Result<()> {
         if bucket.len() < 3 {
             return Err(Error::InvalidBucketName(bucket.into()));
@@ -115,6 +137,10 @@ impl ObjectLayer for MemLayer {
         if opts.content_md5.is_some_and(|want| want != digest) {
             return Err(Error::BadDigest);
         }
+        let mut checksums = opts.checksums;
+        if let Some(late) = &opts.late_checksums {
+            checksums.extend((late.0)());
+        }
         let info = ObjectInfo {
             bucket: bucket.to_owned(),
             key: key.to_owned(),
@@ -123,7 +149,7 @@ impl ObjectLayer for MemLayer {
             etag: hex::encode(digest),
             headers: opts.headers,
             user_meta: opts.user_meta,
-            checksums: opts.checksums,
+            checksums,
             parts: 1,
         };
         let mut buckets = self.buckets.lock().unwrap();
@@ -252,6 +278,7 @@ impl Harness {
         let cfg = S3Config {
             region: "us-east-1".into(),
             credentials: vec![Credentials::new(AK, SK)],
+            domains: vec!["s3.quarry.test".into()],
         };
         Harness {
             router: app(layer, Arc::new(Probe(ready)), cfg),
@@ -542,11 +569,7 @@ async fn body_verification_errors_reach_the_client() {
     let r = h
         .signed("PUT", "/bkt/k", &[("x-amz-copy-source", "/bkt/other")], b"")
         .await;
-    assert!(
-        r.body.contains("CopyObject is not implemented"),
-        "{}",
-        r.body
-    );
+    assert_eq!(r.code(), "NoSuchKey", "{}", r.body);
 }
 
 #[tokio::test]
@@ -708,4 +731,76 @@ async fn delete_objects_reports_each_key() {
     assert_eq!(r.code(), "BadDigest");
     let r = h.signed("POST", "/nobucket?delete", &[], doc).await;
     assert_eq!(r.code(), "NoSuchBucket");
+}
+
+#[tokio::test]
+async fn browser_endpoints_guard_themselves_without_sigv4() {
+    let layer = MemLayer::with_bucket("bkt");
+    let h = Harness::new(layer.clone(), true);
+    let form = "--XX\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\nk\r\n\
+                --XX\r\nContent-Disposition: form-data; name=\"file\"; filename=\"f\"\r\n\r\n\
+                data\r\n--XX--\r\n";
+    let ctype = ("content-type", "multipart/form-data; boundary=XX");
+    // A form without a policy stores nothing, even with a valid Authorization header: the
+    // policy is what authenticates a browser upload.
+    let r = h.signed("POST", "/bkt", &[ctype], form.as_bytes()).await;
+    assert_eq!(r.code(), "AccessDenied", "{}", r.body);
+    let anonymous = Request::builder()
+        .method("POST")
+        .uri("/bkt")
+        .header("host", "localhost")
+        .header(ctype.0, ctype.1)
+        .body(Body::from(form))
+        .unwrap();
+    let r = h.send(anonymous).await;
+    assert_eq!(r.code(), "AccessDenied", "{}", r.body);
+    // A body that is not a form at all.
+    let broken = Request::builder()
+        .method("POST")
+        .uri("/bkt")
+        .header("host", "localhost")
+        .header(ctype.0, ctype.1)
+        .body(Body::from("no boundary here"))
+        .unwrap();
+    let r = h.send(broken).await;
+    assert_eq!(r.code(), "MalformedPOSTRequest", "{}", r.body);
+    assert!(layer.object("bkt", "k").is_err());
+
+    // A preflight is answered without credentials, from the CORS rules only.
+    let r = h.anonymous("OPTIONS", "/bkt/k").await;
+    assert_eq!(r.code(), "BadRequest", "{}", r.body);
+    let preflight = |origin: &str| {
+        Request::builder()
+            .method("OPTIONS")
+            .uri("/bkt/k")
+            .header("host", "localhost")
+            .header("origin", origin)
+            .header("access-control-request-method", "GET")
+            .body(Body::empty())
+            .unwrap()
+    };
+    let r = h.send(preflight("https://a.example")).await;
+    assert_eq!(r.code(), "AccessForbidden", "{}", r.body);
+    assert!(r.body.contains("CORS is not enabled"), "{}", r.body);
+    let doc = b"<CORSConfiguration><CORSRule><AllowedOrigin>https://a.example</AllowedOrigin>\
+                <AllowedMethod>GET</AllowedMethod></CORSRule></CORSConfiguration>";
+    let r = h.signed("PUT", "/bkt?cors", &[], doc).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    let r = h.send(preflight("https://a.example")).await;
+    assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+    assert_eq!(r.header("access-control-allow-origin"), "https://a.example");
+    assert!(r.body.is_empty());
+
+    // Virtual host: the bucket comes from the Host, and the request still needs a signature
+    // (no health probe, no anonymous read under a bucket's host).
+    for path in ["/k", "/health/live"] {
+        let req = Request::builder()
+            .method("GET")
+            .uri(path)
+            .header("host", "bkt.s3.quarry.test:9000")
+            .body(Body::empty())
+            .unwrap();
+        let r = h.send(req).await;
+        assert_eq!(r.code(), "AccessDenied", "{path}: {}", r.body);
+    }
 }

@@ -247,6 +247,213 @@ pub fn parse_create_bucket_configuration(body: &[u8]) -> Result<Option<String>, 
         .filter(|c| !c.is_empty()))
 }
 
+// ---- multipart uploads ----
+
+/// One `<Part>` of a `CompleteMultipartUpload` body.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompletedPartXml {
+    pub part_number: u32,
+    pub etag: String,
+    /// `(algorithm element suffix, value)`, e.g. `("CRC32", "AAAAAA==")`, when the part names one.
+    pub checksum: Option<(String, String)>,
+}
+
+/// Parses a `CompleteMultipartUpload` body: a list of parts with their number and ETag (and
+/// optionally a checksum). No part, a part without number or ETag, or a number that is not an
+/// integer is `MalformedXML`, as S3.
+pub fn parse_complete_multipart_upload(body: &[u8]) -> Result<Vec<CompletedPartXml>, S3Error> {
+    let malformed = |detail: &str| {
+        S3Error::new(
+            S3ErrorCode::MalformedXML,
+            format!("{} ({detail})", S3ErrorCode::MalformedXML.default_message()),
+        )
+    };
+    let root = parse_document(body)?;
+    if root.name != "CompleteMultipartUpload" {
+        return Err(malformed("expected a CompleteMultipartUpload document"));
+    }
+    let mut parts = Vec::new();
+    for part in root.children.iter().filter(|c| c.name == "Part") {
+        let number = part
+            .child("PartNumber")
+            .and_then(|n| n.text.trim().parse::<u32>().ok())
+            .ok_or_else(|| malformed("a Part without a valid PartNumber"))?;
+        let etag = part
+            .child("ETag")
+            .map(|e| e.text.trim().to_owned())
+            .ok_or_else(|| malformed("a Part without an ETag"))?;
+        let checksum = part.children.iter().find_map(|c| {
+            c.name
+                .strip_prefix("Checksum")
+                .filter(|alg| !alg.is_empty() && *alg != "Type")
+                .map(|alg| (alg.to_owned(), c.text.trim().to_owned()))
+        });
+        parts.push(CompletedPartXml {
+            part_number: number,
+            etag,
+            checksum,
+        });
+    }
+    if parts.is_empty() {
+        return Err(malformed("the list of parts is empty"));
+    }
+    Ok(parts)
+}
+
+/// `ChecksumCRC32` and the like: the element of a checksum algorithm named as stored (`crc32`).
+pub fn checksum_element(algorithm: &str) -> String {
+    format!("Checksum{}", algorithm.to_ascii_uppercase())
+}
+
+/// The answer to CreateMultipartUpload.
+pub fn initiate_multipart_upload_result(bucket: &str, key: &str, upload_id: &str) -> String {
+    let mut w = XmlWriter::new("InitiateMultipartUploadResult");
+    w.elem("Bucket", bucket)
+        .elem("Key", key)
+        .elem("UploadId", upload_id);
+    w.finish("InitiateMultipartUploadResult")
+}
+
+/// The answer to CompleteMultipartUpload. `checksum` is `(algorithm, value)` of the object.
+pub fn complete_multipart_upload_result(
+    location: &str,
+    bucket: &str,
+    key: &str,
+    etag: &str,
+    checksum: Option<(&str, &str)>,
+) -> String {
+    let mut w = XmlWriter::new("CompleteMultipartUploadResult");
+    w.elem("Location", location)
+        .elem("Bucket", bucket)
+        .elem("Key", key)
+        .elem("ETag", &format!("\"{etag}\""));
+    if let Some((alg, value)) = checksum {
+        w.elem(&checksum_element(alg), value)
+            .elem("ChecksumType", "COMPOSITE");
+    }
+    w.finish("CompleteMultipartUploadResult")
+}
+
+/// The answer to UploadPartCopy.
+pub fn copy_part_result(etag: &str, mod_time_ns: i64, checksum: Option<(&str, &str)>) -> String {
+    let mut w = XmlWriter::new("CopyPartResult");
+    w.elem("ETag", &format!("\"{etag}\""))
+        .elem("LastModified", &iso8601(mod_time_ns));
+    if let Some((alg, value)) = checksum {
+        w.elem(&checksum_element(alg), value);
+    }
+    w.finish("CopyPartResult")
+}
+
+/// The answer to ListParts.
+pub fn list_parts_result(
+    r: &quarry_object::ListPartsResult,
+    part_number_marker: u32,
+    max_parts: usize,
+) -> String {
+    let mut w = XmlWriter::new("ListPartsResult");
+    w.elem("Bucket", &r.upload.bucket)
+        .elem("Key", &r.upload.key)
+        .elem("UploadId", &r.upload.upload_id)
+        .elem_display("PartNumberMarker", part_number_marker);
+    if let Some(next) = r.next_part_number_marker {
+        w.elem_display("NextPartNumberMarker", next);
+    }
+    w.elem_display("MaxParts", max_parts)
+        .elem_display("IsTruncated", r.is_truncated);
+    for p in &r.parts {
+        w.open("Part")
+            .elem_display("PartNumber", p.number)
+            .elem("LastModified", &iso8601(p.mod_time_ns))
+            .elem("ETag", &format!("\"{}\"", p.etag))
+            .elem_display("Size", p.size);
+        if let (Some(alg), Some(sum)) = (&r.upload.checksum_algorithm, &p.checksum) {
+            w.elem(&checksum_element(alg), sum);
+        }
+        w.close("Part");
+    }
+    w.open("Initiator")
+        .elem("ID", OWNER_ID)
+        .elem("DisplayName", OWNER_DISPLAY_NAME)
+        .close("Initiator")
+        .owner()
+        .elem("StorageClass", "STANDARD");
+    if let Some(alg) = &r.upload.checksum_algorithm {
+        w.elem("ChecksumAlgorithm", &alg.to_ascii_uppercase())
+            .elem("ChecksumType", "COMPOSITE");
+    }
+    w.finish("ListPartsResult")
+}
+
+/// The request parameters ListMultipartUploads echoes back.
+#[derive(Debug, Clone, Default)]
+pub struct ListUploadsEcho<'a> {
+    pub bucket: &'a str,
+    pub prefix: &'a str,
+    pub delimiter: Option<&'a str>,
+    pub key_marker: Option<&'a str>,
+    pub upload_id_marker: Option<&'a str>,
+    pub max_uploads: usize,
+    /// `encoding-type=url`: keys, prefixes and markers are URL-encoded.
+    pub url_encoded: bool,
+}
+
+/// The answer to ListMultipartUploads.
+pub fn list_multipart_uploads_result(
+    r: &quarry_object::ListUploadsResult,
+    echo: &ListUploadsEcho<'_>,
+) -> String {
+    let enc = |s: &str| {
+        if echo.url_encoded {
+            url_encode(s)
+        } else {
+            s.to_owned()
+        }
+    };
+    let mut w = XmlWriter::new("ListMultipartUploadsResult");
+    w.elem("Bucket", echo.bucket)
+        .elem("KeyMarker", &enc(echo.key_marker.unwrap_or("")))
+        .elem("UploadIdMarker", echo.upload_id_marker.unwrap_or(""));
+    if let Some(k) = &r.next_key_marker {
+        w.elem("NextKeyMarker", &enc(k));
+    }
+    if let Some(u) = &r.next_upload_id_marker {
+        w.elem("NextUploadIdMarker", u);
+    }
+    if let Some(d) = echo.delimiter {
+        w.elem("Delimiter", &enc(d));
+    }
+    w.elem("Prefix", &enc(echo.prefix))
+        .elem_display("MaxUploads", echo.max_uploads)
+        .elem_display("IsTruncated", r.is_truncated);
+    for u in &r.uploads {
+        w.open("Upload")
+            .elem("Key", &enc(&u.key))
+            .elem("UploadId", &u.upload_id)
+            .open("Initiator")
+            .elem("ID", OWNER_ID)
+            .elem("DisplayName", OWNER_DISPLAY_NAME)
+            .close("Initiator")
+            .owner()
+            .elem("StorageClass", "STANDARD")
+            .elem("Initiated", &iso8601(u.initiated_ns));
+        if let Some(alg) = &u.checksum_algorithm {
+            w.elem("ChecksumAlgorithm", &alg.to_ascii_uppercase())
+                .elem("ChecksumType", "COMPOSITE");
+        }
+        w.close("Upload");
+    }
+    for p in &r.common_prefixes {
+        w.open("CommonPrefixes")
+            .elem("Prefix", &enc(p))
+            .close("CommonPrefixes");
+    }
+    if echo.url_encoded {
+        w.elem("EncodingType", "url");
+    }
+    w.finish("ListMultipartUploadsResult")
+}
+
 /// Formats nanoseconds since the Unix epoch as S3's XML timestamp, `2026-11-29T10:11:12.000Z`.
 pub fn iso8601(ns: i64) -> String {
     let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ns.max(0)))
@@ -295,6 +502,45 @@ pub fn url_encode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn complete_multipart_upload_is_parsed() {
+        let body = br#"<CompleteMultipartUpload xmlns="http://s3.amazonaws.com/doc/2006-03-01/">
+            <Part><PartNumber>1</PartNumber><ETag>"a1"</ETag><ChecksumCRC32>AAAAAA==</ChecksumCRC32></Part>
+            <Part><ETag>b2</ETag><PartNumber> 3 </PartNumber></Part>
+        </CompleteMultipartUpload>"#;
+        let parts = parse_complete_multipart_upload(body).unwrap();
+        assert_eq!(
+            parts,
+            vec![
+                CompletedPartXml {
+                    part_number: 1,
+                    etag: "\"a1\"".into(),
+                    checksum: Some(("CRC32".into(), "AAAAAA==".into())),
+                },
+                CompletedPartXml {
+                    part_number: 3,
+                    etag: "b2".into(),
+                    checksum: None,
+                },
+            ]
+        );
+        for bad in [
+            &b"<CompleteMultipartUpload></CompleteMultipartUpload>"[..],
+            b"<CompleteMultipartUpload><Part><ETag>x</ETag></Part></CompleteMultipartUpload>",
+            b"<CompleteMultipartUpload><Part><PartNumber>x</PartNumber><ETag>x</ETag></Part></CompleteMultipartUpload>",
+            b"<CompleteMultipartUpload><Part><PartNumber>1</PartNumber></Part></CompleteMultipartUpload>",
+            b"<Other/>",
+            b"<CompleteMultipartUpload>",
+        ] {
+            assert_eq!(
+                parse_complete_multipart_upload(bad).unwrap_err().code,
+                S3ErrorCode::MalformedXML,
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
 
     #[test]
     fn writer_escapes_text_and_closes_root() {

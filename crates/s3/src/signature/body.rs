@@ -12,7 +12,7 @@ use sha2::{Digest as _, Sha256};
 
 use super::checksum::{ChecksumAlgorithm, Checksummer, ExpectedChecksum};
 use super::streaming::{AwsChunkedDecoder, ChunkMode};
-use super::{Authenticated, PayloadCheck};
+use super::{Authenticated, ChecksumSlot, PayloadCheck};
 use crate::error::{S3Error, S3ErrorCode};
 
 fn invalid(message: impl Into<String>) -> S3Error {
@@ -133,12 +133,15 @@ pub(crate) struct VerifiedBody<S> {
     checksum: Option<Checksummer>,
     source: ChecksumSource,
     finished: bool,
+    /// Receives the checksum once it is verified.
+    verified: ChecksumSlot,
 }
 
 pub(crate) fn new<S>(
     parts: &Parts,
     auth: &Authenticated,
     body: S,
+    verified: ChecksumSlot,
 ) -> Result<VerifiedBody<S>, S3Error>
 where
     S: Stream<Item = std::io::Result<Bytes>> + Send + 'static,
@@ -190,6 +193,7 @@ where
         checksum,
         source,
         finished: false,
+        verified,
     })
 }
 
@@ -291,9 +295,11 @@ impl<S> VerifiedBody<S> {
         };
         if let Some(c) = self.checksum.take() {
             let alg = c.algorithm();
-            if c.finalize() != expected {
+            let digest = c.finalize();
+            if digest != expected {
                 return Err(alg.mismatch_error());
             }
+            self.verified.set(alg, &digest);
         }
         Ok(())
     }

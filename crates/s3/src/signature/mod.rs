@@ -1,4 +1,5 @@
-//! Request authentication (AWS Signature Version 4) and payload verification.
+//! Request authentication (AWS Signature Version 4, and Version 2 for older clients) and payload
+//! verification.
 //!
 //! Two steps, in the order a handler needs them:
 //! 1. [`verify_request`] checks the signature of the request line and headers, carried either in the
@@ -11,17 +12,23 @@
 //!
 //! Files: `v4` (canonical request, signing), `presign` (query authentication), `streaming`
 //! (the aws-chunked decoder, no IO), [`checksum`] (CRC32/CRC32C/CRC64NVME/SHA1/SHA256), `body`
-//! (the stream adapter).
+//! (the stream adapter), `v2` (SigV2 header and presigned query; the body is not signed).
 //!
-//! Not here: anonymous access, SigV2, SigV4a, session tokens (STS), POST policy uploads, and
+//! `post` checks the SigV4 signature of a browser POST form's policy; the policy's conditions are
+//! checked by the handler (`crate::post_object`).
+//!
+//! Not here: anonymous access, SigV4a, session tokens (STS), and
 //! Content-MD5 (its MD5 is computed with the ETag by the handler).
 
 mod body;
 pub mod checksum;
+mod post;
 mod presign;
 mod streaming;
+mod v2;
 mod v4;
 
+pub(crate) use post::verify_post_signature;
 pub use streaming::ChunkSigner;
 
 use bytes::Bytes;
@@ -120,20 +127,44 @@ pub struct Authenticated {
 
 const ONE_MECHANISM: &str = "Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, \
                              Signature query string parameter or the Authorization header should be specified";
-const NO_SIGV2: &str = "Signature Version 2 is not supported; sign requests with AWS Signature Version 4 (AWS4-HMAC-SHA256).";
 
 /// Verifies the Authorization header (AWS4-HMAC-SHA256) or the presigned query (X-Amz-Algorithm,
-/// X-Amz-Credential, X-Amz-Date, X-Amz-Expires (max 7 days), X-Amz-SignedHeaders, X-Amz-Signature).
-/// Requests with neither -> AccessDenied (no anonymous access yet). `now` is passed in for testability.
+/// X-Amz-Credential, X-Amz-Date, X-Amz-Expires (max 7 days), X-Amz-SignedHeaders, X-Amz-Signature),
+/// or their SigV2 forms (`Authorization: AWS AccessKeyId:Signature`; `AWSAccessKeyId`, `Expires`,
+/// `Signature` in the query) for a path-style request.
+/// Requests with none -> AccessDenied (no anonymous access yet). `now` is passed in for testability.
 pub fn verify_request(
     parts: &Parts,
     cfg: &AuthConfig,
     now: std::time::SystemTime,
 ) -> Result<Authenticated, S3Error> {
+    verify(parts, cfg, now, None)
+}
+
+/// [`verify_request`] for a virtual-hosted-style request whose `Host` names `bucket`: SigV2 signs
+/// the resource as `/bucket/path`, so it must know the bucket (SigV4 signs the Host header itself).
+pub fn verify_virtual_host_request(
+    parts: &Parts,
+    cfg: &AuthConfig,
+    now: std::time::SystemTime,
+    bucket: &str,
+) -> Result<Authenticated, S3Error> {
+    verify(parts, cfg, now, Some(bucket))
+}
+
+fn verify(
+    parts: &Parts,
+    cfg: &AuthConfig,
+    now: std::time::SystemTime,
+    host_bucket: Option<&str>,
+) -> Result<Authenticated, S3Error> {
     let query = v4::parse_query(parts.uri.query().unwrap_or(""));
     let presigned = presign::is_presigned_v4(&query);
+    let presigned_v2 = v2::is_presigned(&query);
     match parts.headers.get(http::header::AUTHORIZATION) {
-        Some(_) if presigned => Err(S3Error::new(S3ErrorCode::InvalidArgument, ONE_MECHANISM)),
+        Some(_) if presigned || presigned_v2 => {
+            Err(S3Error::new(S3ErrorCode::InvalidArgument, ONE_MECHANISM))
+        }
         Some(value) => {
             let value = value.to_str().map_err(|_| {
                 S3Error::new(
@@ -144,8 +175,8 @@ pub fn verify_request(
             let value = value.trim();
             if value.starts_with(v4::ALGORITHM) {
                 v4::verify_header_auth(parts, cfg, now, value)
-            } else if value.starts_with("AWS ") {
-                Err(S3Error::new(S3ErrorCode::AccessDenied, NO_SIGV2))
+            } else if value.starts_with(v2::SCHEME) {
+                v2::verify_header(parts, cfg, now, value, host_bucket)
             } else if value.starts_with("AWS4-ECDSA-P256-SHA256") {
                 Err(S3Error::new(
                     S3ErrorCode::NotImplemented,
@@ -155,11 +186,14 @@ pub fn verify_request(
                 Err(S3Error::new(S3ErrorCode::InvalidArgument, "Unsupported Authorization Type"))
             }
         }
+        None if presigned && presigned_v2 => {
+            Err(S3Error::new(S3ErrorCode::InvalidArgument, ONE_MECHANISM))
+        }
         None if presigned => presign::verify_presigned(parts, cfg, now, &query),
-        None if presign::is_presigned_v2(&query) => Err(S3Error::new(S3ErrorCode::AccessDenied, NO_SIGV2)),
+        None if presigned_v2 => v2::verify_presigned(parts, cfg, now, host_bucket),
         None => Err(S3Error::new(
             S3ErrorCode::AccessDenied,
-            "Access Denied. Anonymous requests are not supported; sign the request with AWS Signature Version 4.",
+            "Access Denied. Anonymous requests are not supported; sign the request with AWS Signature Version 4 or 2.",
         )),
     }
 }
@@ -183,7 +217,46 @@ pub fn verified_body<S>(
 where
     S: futures::Stream<Item = std::io::Result<Bytes>> + Send + 'static,
 {
-    body::new(parts, auth, body)
+    body::new(parts, auth, body, ChecksumSlot::default())
+}
+
+/// [`verified_body`], and a slot that holds the verified `x-amz-checksum-*` value (from a header
+/// or a trailer) once the stream has ended without error.
+pub fn verified_body_with_checksum<S>(
+    parts: &Parts,
+    auth: &Authenticated,
+    body: S,
+) -> Result<
+    (
+        impl futures::Stream<Item = std::io::Result<Bytes>> + Send + 'static,
+        ChecksumSlot,
+    ),
+    S3Error,
+>
+where
+    S: futures::Stream<Item = std::io::Result<Bytes>> + Send + 'static,
+{
+    let slot = ChecksumSlot::default();
+    Ok((body::new(parts, auth, body, slot.clone())?, slot))
+}
+
+/// The checksum a body verifier checked: empty until the body has ended and the value matched.
+#[derive(Debug, Clone, Default)]
+pub struct ChecksumSlot(
+    std::sync::Arc<std::sync::Mutex<Option<(checksum::ChecksumAlgorithm, String)>>>,
+);
+
+impl ChecksumSlot {
+    /// The algorithm and its value as S3 shows it (base64), once verified.
+    pub fn get(&self) -> Option<(checksum::ChecksumAlgorithm, String)> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set(&self, algorithm: checksum::ChecksumAlgorithm, digest: &[u8]) {
+        use base64::Engine as _;
+        let value = base64::engine::general_purpose::STANDARD.encode(digest);
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some((algorithm, value));
+    }
 }
 
 /// The object size the client declared: x-amz-decoded-content-length for aws-chunked bodies, else

@@ -59,11 +59,6 @@ pub(crate) fn is_presigned_v4(query: &[(Vec<u8>, Vec<u8>)]) -> bool {
     param(query, X_AMZ_ALGORITHM).is_some()
 }
 
-/// Whether the query carries SigV2 presigned parameters.
-pub(crate) fn is_presigned_v2(query: &[(Vec<u8>, Vec<u8>)]) -> bool {
-    param(query, "AWSAccessKeyId").is_some() && param(query, "Signature").is_some()
-}
-
 pub(crate) fn verify_presigned(
     parts: &Parts,
     cfg: &AuthConfig,

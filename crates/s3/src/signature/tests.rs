@@ -304,9 +304,10 @@ fn other_authorization_schemes() {
             ),
         ],
     );
+    // SigV2 is verified by `v2` (its own tests); this one has no Date.
     let e = verify_request(&p, &c, at(0)).unwrap_err();
     assert_eq!(e.code, S3ErrorCode::AccessDenied);
-    assert!(e.message.contains("Version 2"), "{e}");
+    assert!(e.message.contains("Date"), "{e}");
     let p = parts(
         "GET",
         "/b/k?AWSAccessKeyId=AK&Expires=1&Signature=x",
@@ -314,7 +315,7 @@ fn other_authorization_schemes() {
     );
     assert_eq!(
         code(verify_request(&p, &c, at(0))),
-        S3ErrorCode::AccessDenied
+        S3ErrorCode::InvalidAccessKeyId
     );
     let p = parts("GET", "/b/k", &[("host", HOST)]);
     assert_eq!(

@@ -1,0 +1,1071 @@
+//! Multipart uploads on an erasure set.
+//!
+//! An upload lives on every drive of the object's set under `.quarry.sys/multipart` (see
+//! [`quarry_disk::multipart`]). Each part is erasure coded as it streams in, with the same
+//! [`BlockReader`] and [`ShardSink`] as a PUT, into a tmp data dir that the drive then moves into
+//! the upload. Complete stages the chosen parts as `part.1..part.K` of a fresh data dir and
+//! commits it with `rename_data` under the object's lock, exactly like a PUT; the object then
+//! reads like any multi-part object (see `get.rs`).
+//!
+//! Quorum as for objects: creating an upload and committing a part need a write quorum of the
+//! set's drives; reading an upload or its parts needs a read quorum that agrees.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::future::join_all;
+use md5::{Digest, Md5};
+use quarry_disk::multipart::{new_upload_id, MAX_PART_NUMBER};
+use quarry_disk::{
+    Drive, DriveError, ErasureInfo, ObjectMeta, PartInfo, PartMeta, UploadMeta, META_VERSION,
+    UPLOAD_META_VERSION,
+};
+use quarry_erasure::{Erasure, BITROT_BLAKE3, CODEC_RS_VANDERMONDE};
+use tracing::{debug, info, warn};
+use uuid::Uuid;
+
+use crate::api::{ByteStream, GetObjectReader, HttpRange, ObjectInfo, WritePrecondition};
+use crate::error::{Error, Result};
+use crate::put::{BlockReader, ShardOutcome, ShardSink, TmpGuard};
+use crate::quorum::{count_ok, on_all, read_quorum, write_quorum};
+use crate::set::{now_ns, object_info, ErasureSet};
+
+/// The smallest size of every part but the last (5 MiB), as S3.
+pub const MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
+/// The largest part (5 GiB), as S3.
+pub const MAX_PART_SIZE: u64 = 5 * 1024 * 1024 * 1024;
+/// The highest part number, as S3.
+pub const MAX_PARTS: u32 = MAX_PART_NUMBER;
+
+/// Options of CreateMultipartUpload: what the object will carry once completed.
+#[derive(Debug, Clone, Default)]
+pub struct NewUploadOptions {
+    /// Standard headers, lower-case names (as [`crate::PutOptions::headers`]).
+    pub headers: BTreeMap<String, String>,
+    pub user_meta: BTreeMap<String, String>,
+    /// The additional checksum algorithm every part carries, lower-case (e.g. "crc32").
+    pub checksum_algorithm: Option<String>,
+}
+
+/// An incremental checksum of a part's bytes, in one algorithm.
+pub trait PartHasher: Send {
+    fn update(&mut self, data: &[u8]);
+    /// The checksum as S3 shows it (base64 of the big-endian digest).
+    fn finish(self: Box<Self>) -> String;
+}
+
+/// Makes the [`PartHasher`] of an algorithm named as in [`NewUploadOptions::checksum_algorithm`];
+/// `None` for an algorithm it does not know. The front end provides it: this layer knows which
+/// algorithm an upload uses, the front end knows the algorithms.
+#[derive(Clone)]
+pub struct ChecksumHashers(pub Arc<MakeHasher>);
+
+/// See [`ChecksumHashers`].
+pub type MakeHasher = dyn Fn(&str) -> Option<Box<dyn PartHasher>> + Send + Sync;
+
+impl std::fmt::Debug for ChecksumHashers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ChecksumHashers(..)")
+    }
+}
+
+/// Options of UploadPart.
+#[derive(Debug, Clone, Default)]
+pub struct PartOptions {
+    /// The declared body length, when known.
+    pub size: Option<u64>,
+    /// Content-MD5 sent by the client; the part fails with `BadDigest` if the body differs.
+    pub content_md5: Option<[u8; 16]>,
+    /// Computes the part's checksum when the upload has a checksum algorithm (required then).
+    pub hashers: Option<ChecksumHashers>,
+}
+
+/// A committed part.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadedPart {
+    pub number: u32,
+    pub size: u64,
+    /// Hex MD5 of the part, without quotes.
+    pub etag: String,
+    /// Base64 checksum in the upload's algorithm, if it has one.
+    pub checksum: Option<String>,
+    /// The upload's checksum algorithm (as [`NewUploadOptions::checksum_algorithm`]).
+    pub checksum_algorithm: Option<String>,
+    pub mod_time_ns: i64,
+}
+
+/// One entry of a CompleteMultipartUpload request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CompletePart {
+    pub number: u32,
+    /// The part's ETag as the client sent it (quotes are ignored).
+    pub etag: String,
+    /// When given, the part's stored checksum must be this value.
+    pub checksum: Option<String>,
+}
+
+/// Options of CompleteMultipartUpload.
+#[derive(Debug, Clone, Default)]
+pub struct CompleteOptions {
+    /// Checksums of the whole object to store, by algorithm (e.g. the composite "crc32").
+    pub checksums: BTreeMap<String, String>,
+    /// `If-None-Match: *` / `If-Match`, evaluated under the object's lock at the commit.
+    pub precondition: Option<WritePrecondition>,
+}
+
+/// An upload in progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UploadInfo {
+    pub bucket: String,
+    pub key: String,
+    pub upload_id: String,
+    pub initiated_ns: i64,
+    pub checksum_algorithm: Option<String>,
+}
+
+/// One page of ListParts.
+#[derive(Debug, Clone, Default)]
+pub struct ListPartsOptions {
+    /// Exclusive: parts with a number above this one.
+    pub part_number_marker: u32,
+    /// 0 returns an empty page.
+    pub max_parts: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct ListPartsResult {
+    pub upload: UploadInfo,
+    pub parts: Vec<UploadedPart>,
+    pub is_truncated: bool,
+    /// The last part number of this page.
+    pub next_part_number_marker: Option<u32>,
+}
+
+/// One page of ListMultipartUploads.
+#[derive(Debug, Clone, Default)]
+pub struct ListUploadsOptions {
+    pub prefix: String,
+    pub delimiter: Option<String>,
+    pub key_marker: Option<String>,
+    /// Only with `key_marker`: uploads of that key after this one.
+    pub upload_id_marker: Option<String>,
+    /// 0 returns an empty page.
+    pub max_uploads: usize,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ListUploadsResult {
+    /// By key, then by initiation time.
+    pub uploads: Vec<UploadInfo>,
+    pub common_prefixes: Vec<String>,
+    pub is_truncated: bool,
+    pub next_key_marker: Option<String>,
+    pub next_upload_id_marker: Option<String>,
+}
+
+fn upload_info(u: &UploadMeta) -> UploadInfo {
+    UploadInfo {
+        bucket: u.bucket.clone(),
+        key: u.key.clone(),
+        upload_id: u.upload_id.clone(),
+        initiated_ns: u.initiated_ns,
+        checksum_algorithm: u.checksum_algorithm.clone(),
+    }
+}
+
+fn uploaded_part(p: &PartMeta, u: &UploadMeta) -> UploadedPart {
+    UploadedPart {
+        number: p.number,
+        size: p.size,
+        etag: p.etag.clone(),
+        checksum: p.checksum.clone(),
+        checksum_algorithm: u.checksum_algorithm.clone(),
+        mod_time_ns: p.mod_time_ns,
+    }
+}
+
+/// Two drives' copies describe the same upload when these agree (`index` differs by design).
+fn same_upload(a: &UploadMeta, b: &UploadMeta) -> bool {
+    a.initiated_ns == b.initiated_ns
+        && a.bucket == b.bucket
+        && a.key == b.key
+        && a.checksum_algorithm == b.checksum_algorithm
+        && a.erasure.codec == b.erasure.codec
+        && a.erasure.bitrot == b.erasure.bitrot
+        && a.erasure.data == b.erasure.data
+        && a.erasure.parity == b.erasure.parity
+        && a.erasure.block_size == b.erasure.block_size
+        && a.erasure.distribution == b.erasure.distribution
+}
+
+/// Two drives' copies describe the same upload of one part when these agree.
+fn same_part(a: &PartMeta, b: &PartMeta) -> bool {
+    a.number == b.number
+        && a.data_dir == b.data_dir
+        && a.size == b.size
+        && a.etag == b.etag
+        && a.checksum == b.checksum
+}
+
+fn upload_erasure(u: &UploadMeta) -> Result<Erasure> {
+    let e = &u.erasure;
+    Erasure::with_names(
+        &e.codec,
+        &e.bitrot,
+        e.data as usize,
+        e.parity as usize,
+        e.block_size as usize,
+    )
+    .map_err(|err| Error::Corrupt(format!("upload metadata names an unusable code: {err}")))
+}
+
+/// An ETag as a client may send it (`"abc"`, `abc`), normalized for comparison.
+fn normalize_etag(etag: &str) -> String {
+    etag.trim().trim_matches('"').to_ascii_lowercase()
+}
+
+/// The parts of an upload a read quorum agrees on, each with the drives that hold it.
+struct PartsQuorum {
+    upload: UploadMeta,
+    /// Drive i's copy of the upload metadata, when it agrees.
+    uploads: Vec<Option<UploadMeta>>,
+    /// Ascending part numbers; `holders[i]` says whether drive i holds that version of the part.
+    parts: Vec<(PartMeta, Vec<bool>)>,
+}
+
+impl ErasureSet {
+    /// Name of the lock of one part of an upload (object keys have no NUL: no collision with a key).
+    fn part_lock(bucket: &str, key: &str, upload_id: &str, part: u32) -> String {
+        format!("{bucket}/{key}\0upload\0{upload_id}\0{part}")
+    }
+
+    fn upload_lock(bucket: &str, key: &str, upload_id: &str) -> String {
+        format!("{bucket}/{key}\0upload\0{upload_id}")
+    }
+
+    /// Reads an upload's metadata from every drive and picks the copy a read quorum agrees on.
+    async fn upload_quorum(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<(UploadMeta, Vec<Option<UploadMeta>>)> {
+        let answers = on_all(&self.drives, |d| {
+            let (b, k, u) = (bucket.to_string(), key.to_string(), upload_id.to_string());
+            async move { d.read_upload(&b, &k, &u).await }
+        })
+        .await;
+        let mut groups: Vec<(&UploadMeta, usize)> = Vec::new();
+        for m in answers.iter().filter_map(|a| a.as_ref().ok()) {
+            match groups.iter_mut().find(|(rep, _)| same_upload(rep, m)) {
+                Some(g) => g.1 += 1,
+                None => groups.push((m, 1)),
+            }
+        }
+        let best = groups
+            .iter()
+            .filter(|(m, n)| *n >= read_quorum(m.erasure.data as usize, m.erasure.parity as usize))
+            .max_by_key(|(m, n)| (*n, m.initiated_ns));
+        if let Some((meta, _)) = best {
+            let meta = (*meta).clone();
+            let metas = answers
+                .iter()
+                .map(|a| match a {
+                    Ok(m) if same_upload(m, &meta) => Some(m.clone()),
+                    _ => None,
+                })
+                .collect();
+            return Ok((meta, metas));
+        }
+        let absent = answers
+            .iter()
+            .filter(|a| {
+                matches!(
+                    a,
+                    Err(DriveError::FileNotFound
+                        | DriveError::InvalidName(_)
+                        | DriveError::VolumeNotFound)
+                )
+            })
+            .count();
+        if absent > 0 {
+            self.require_bucket(bucket).await?;
+            return Err(Error::NoSuchUpload);
+        }
+        Err(Error::ReadQuorum {
+            have: groups.iter().map(|g| g.1).max().unwrap_or(0),
+            need: self.set_read_quorum(),
+        })
+    }
+
+    /// The parts of an upload, as a read quorum of drives agrees on them.
+    async fn parts_quorum(&self, bucket: &str, key: &str, upload_id: &str) -> Result<PartsQuorum> {
+        let (upload, uploads) = self.upload_quorum(bucket, key, upload_id).await?;
+        let answers = on_all(&self.drives, |d| {
+            let (b, k, u) = (bucket.to_string(), key.to_string(), upload_id.to_string());
+            async move { d.list_parts(&b, &k, &u).await }
+        })
+        .await;
+        let rq = read_quorum(upload.erasure.data as usize, upload.erasure.parity as usize);
+        let answered = answers
+            .iter()
+            .zip(&uploads)
+            .filter(|(a, u)| a.is_ok() && u.is_some())
+            .count();
+        if answered < rq {
+            if answers
+                .iter()
+                .filter(|a| matches!(a, Err(DriveError::FileNotFound)))
+                .count()
+                > self.drives.len() - rq
+            {
+                return Err(Error::NoSuchUpload);
+            }
+            return Err(Error::ReadQuorum {
+                have: answered,
+                need: rq,
+            });
+        }
+        let n = self.drives.len();
+        let mut candidates: BTreeMap<u32, Vec<(PartMeta, Vec<bool>)>> = BTreeMap::new();
+        for (i, a) in answers.into_iter().enumerate() {
+            if uploads[i].is_none() {
+                continue;
+            }
+            let Ok(parts) = a else { continue };
+            for p in parts {
+                let c = candidates.entry(p.number).or_default();
+                match c.iter_mut().find(|(rep, _)| same_part(rep, &p)) {
+                    Some((_, holders)) => holders[i] = true,
+                    None => {
+                        let mut holders = vec![false; n];
+                        holders[i] = true;
+                        c.push((p, holders));
+                    }
+                }
+            }
+        }
+        let parts = candidates
+            .into_values()
+            .filter_map(|c| {
+                c.into_iter()
+                    .filter(|(_, h)| h.iter().filter(|x| **x).count() >= rq)
+                    .max_by_key(|(p, h)| (p.mod_time_ns, h.iter().filter(|x| **x).count()))
+            })
+            .collect();
+        Ok(PartsQuorum {
+            upload,
+            uploads,
+            parts,
+        })
+    }
+
+    /// CreateMultipartUpload: records the upload on every drive; returns its id.
+    pub async fn new_multipart_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        opts: NewUploadOptions,
+    ) -> Result<UploadInfo> {
+        self.require_bucket(bucket).await?;
+        let erasure = self.new_erasure()?;
+        let distribution = self.distribution(bucket, key);
+        let base = UploadMeta {
+            version: UPLOAD_META_VERSION,
+            bucket: bucket.to_string(),
+            key: key.to_string(),
+            upload_id: new_upload_id(),
+            initiated_ns: now_ns(),
+            headers: opts.headers,
+            user_meta: opts.user_meta,
+            checksum_algorithm: opts.checksum_algorithm,
+            erasure: ErasureInfo {
+                codec: CODEC_RS_VANDERMONDE.to_string(),
+                bitrot: BITROT_BLAKE3.to_string(),
+                data: erasure.data_shards() as u8,
+                parity: erasure.parity_shards() as u8,
+                block_size: erasure.block_size() as u32,
+                index: 0,
+                distribution: distribution.clone(),
+            },
+        };
+        let answers = join_all(self.drives.iter().enumerate().map(|(pos, d)| {
+            let mut m = base.clone();
+            m.erasure.index = distribution[pos];
+            async move { d.create_upload(&m).await }
+        }))
+        .await;
+        let ok = count_ok(&answers);
+        let wq = self.set_write_quorum();
+        if ok < wq {
+            let _ = self
+                .delete_upload_everywhere(bucket, key, &base.upload_id)
+                .await;
+            if answers
+                .iter()
+                .any(|a| matches!(a, Err(DriveError::VolumeNotFound)))
+                && ok == 0
+            {
+                return Err(Error::BucketNotFound);
+            }
+            return Err(Error::WriteQuorum { have: ok, need: wq });
+        }
+        Ok(upload_info(&base))
+    }
+
+    /// UploadPart: streams `body` into part `number` of the upload, erasure coded block by
+    /// block, and commits it on a write quorum (replacing an earlier upload of that number).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn put_object_part(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        number: u32,
+        body: ByteStream,
+        opts: PartOptions,
+    ) -> Result<UploadedPart> {
+        if !(1..=MAX_PARTS).contains(&number) {
+            return Err(Error::InvalidPartNumber {
+                part: number,
+                parts: MAX_PARTS as usize,
+            });
+        }
+        let (upload, uploads) = self.upload_quorum(bucket, key, upload_id).await?;
+        let erasure = upload_erasure(&upload)?;
+        let wq = write_quorum(erasure.data_shards(), erasure.parity_shards());
+        let tmp_id = Uuid::new_v4();
+        let data_dir = Uuid::new_v4();
+        let mut tmp_guard = TmpGuard::new(self.drives.clone(), tmp_id);
+        // Drives without the upload get no shard: they could not commit it.
+        let drives: Vec<Arc<dyn Drive>> = self.drives.clone();
+        let mut sink = ShardSink::new(
+            drives,
+            &upload.erasure.distribution,
+            tmp_id,
+            data_dir,
+            number,
+            0, // parts are never inline: they become shard files of the object
+            wq,
+        );
+        let mut hasher = match (&upload.checksum_algorithm, &opts.hashers) {
+            (None, _) => None,
+            (Some(alg), Some(h)) => Some((h.0)(alg).ok_or_else(|| {
+                Error::Internal(format!(
+                    "no hasher for the upload's checksum algorithm {alg}"
+                ))
+            })?),
+            (Some(alg), None) => {
+                return Err(Error::Internal(format!(
+                    "the upload needs {alg} checksums and none can be computed"
+                )))
+            }
+        };
+        let mut reader = BlockReader::new(body, erasure.block_size());
+        let mut md5 = Md5::new();
+        let mut size: u64 = 0;
+        let limit = opts.size.unwrap_or(MAX_PART_SIZE).min(MAX_PART_SIZE);
+        loop {
+            let block = reader.next_block().await.map_err(Error::Body)?;
+            if block.is_empty() {
+                break;
+            }
+            size += block.len() as u64;
+            if size > limit {
+                return Err(Error::EntityTooLarge { limit });
+            }
+            md5.update(&block);
+            if let Some(h) = hasher.as_mut() {
+                h.update(&block);
+            }
+            sink.write_block(&erasure, &block).await?;
+        }
+        if let Some(declared) = opts.size {
+            if size < declared {
+                return Err(Error::IncompleteBody {
+                    expected: declared,
+                    got: size,
+                });
+            }
+        }
+        let digest: [u8; 16] = md5.finalize().into();
+        if opts.content_md5.is_some_and(|want| want != digest) {
+            return Err(Error::BadDigest);
+        }
+        let checksum = hasher.map(|h| h.finish());
+        let outcomes = sink.finish().await;
+        // An empty part never left the sink's inline buffer: give it its (empty) shard files.
+        let written = join_all(outcomes.into_iter().enumerate().map(|(pos, o)| {
+            let d = self.drives[pos].clone();
+            async move {
+                match o {
+                    ShardOutcome::File => true,
+                    ShardOutcome::Failed => false,
+                    ShardOutcome::Inline(b) => {
+                        let r = async {
+                            let mut w = d.create_shard_writer(tmp_id, data_dir, number).await?;
+                            w.write(&b).await?;
+                            w.finish().await
+                        }
+                        .await;
+                        if let Err(e) = &r {
+                            warn!(drive = d.endpoint(), error = %e, "cannot write an empty part");
+                        }
+                        r.is_ok()
+                    }
+                }
+            }
+        }))
+        .await;
+        let part = PartMeta {
+            version: UPLOAD_META_VERSION,
+            number,
+            size,
+            etag: hex::encode(digest),
+            checksum,
+            mod_time_ns: now_ns(),
+            data_dir,
+        };
+        let _guard = self
+            .locks
+            .lock(Self::part_lock(bucket, key, upload_id, number))
+            .await;
+        let answers = join_all(self.drives.iter().enumerate().map(|(pos, d)| {
+            let ok = written[pos] && uploads[pos].is_some();
+            let part = &part;
+            async move {
+                if ok {
+                    d.commit_part(tmp_id, bucket, key, upload_id, part).await
+                } else {
+                    Err(DriveError::Unusable("part shard not written".into()))
+                }
+            }
+        }))
+        .await;
+        let ok = count_ok(&answers);
+        if ok == self.drives.len() {
+            tmp_guard.disarm();
+        }
+        if ok < wq {
+            let gone = answers
+                .iter()
+                .filter(|a| matches!(a, Err(DriveError::FileNotFound)))
+                .count();
+            if gone > self.drives.len() - wq {
+                return Err(Error::NoSuchUpload);
+            }
+            return Err(Error::WriteQuorum { have: ok, need: wq });
+        }
+        Ok(uploaded_part(&part, &upload))
+    }
+
+    /// ListParts: one page of the upload's parts in ascending order.
+    pub async fn list_object_parts(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        opts: ListPartsOptions,
+    ) -> Result<ListPartsResult> {
+        let q = self.parts_quorum(bucket, key, upload_id).await?;
+        let mut after = q
+            .parts
+            .iter()
+            .filter(|(p, _)| p.number > opts.part_number_marker);
+        let parts: Vec<UploadedPart> = after
+            .by_ref()
+            .take(opts.max_parts)
+            .map(|(p, _)| uploaded_part(p, &q.upload))
+            .collect();
+        let is_truncated = after.next().is_some();
+        Ok(ListPartsResult {
+            upload: upload_info(&q.upload),
+            next_part_number_marker: parts.last().map(|p| p.number),
+            parts,
+            is_truncated,
+        })
+    }
+
+    /// CompleteMultipartUpload: checks the list, stages the chosen parts as the parts of a new
+    /// data dir on every drive that holds them all, and commits it like a PUT. The upload is
+    /// removed once the object is committed.
+    pub async fn complete_multipart_upload(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: Vec<CompletePart>,
+        opts: CompleteOptions,
+    ) -> Result<ObjectInfo> {
+        if parts.is_empty() {
+            return Err(Error::InvalidPart("no part was given".into()));
+        }
+        if parts.windows(2).any(|w| w[0].number >= w[1].number) {
+            return Err(Error::InvalidPartOrder);
+        }
+        let _upload_guard = self
+            .locks
+            .lock(Self::upload_lock(bucket, key, upload_id))
+            .await;
+        let q = self.parts_quorum(bucket, key, upload_id).await?;
+        let mut chosen: Vec<(&PartMeta, &Vec<bool>)> = Vec::with_capacity(parts.len());
+        for (i, want) in parts.iter().enumerate() {
+            let Some((p, holders)) = q.parts.iter().find(|(p, _)| p.number == want.number) else {
+                return Err(Error::InvalidPart(format!(
+                    "part {} has not been uploaded",
+                    want.number
+                )));
+            };
+            if normalize_etag(&want.etag) != p.etag {
+                return Err(Error::InvalidPart(format!(
+                    "the ETag given for part {} is not the part's ETag",
+                    want.number
+                )));
+            }
+            if let Some(sum) = &want.checksum {
+                if p.checksum.as_deref() != Some(sum.as_str()) {
+                    return Err(Error::InvalidPart(format!(
+                        "the checksum given for part {} is not the part's checksum",
+                        want.number
+                    )));
+                }
+            }
+            if i + 1 < parts.len() && p.size < MIN_PART_SIZE {
+                return Err(Error::EntityTooSmall {
+                    part: p.number,
+                    size: p.size,
+                    min: MIN_PART_SIZE,
+                });
+            }
+            chosen.push((p, holders));
+        }
+
+        let mut md5s = Md5::new();
+        for (p, _) in &chosen {
+            let raw = hex::decode(&p.etag)
+                .map_err(|_| Error::Corrupt(format!("part {} has a malformed ETag", p.number)))?;
+            md5s.update(&raw);
+        }
+        let etag = format!("{}-{}", hex::encode(md5s.finalize()), chosen.len());
+        let size: u64 = chosen.iter().map(|(p, _)| p.size).sum();
+        // Empty parts count in the ETag but hold no data: the object's parts are the others
+        // (a shard file of an empty part would hold no block to verify or rebuild).
+        let part_metas: Vec<PartMeta> = chosen
+            .iter()
+            .filter(|(p, _)| p.size > 0)
+            .map(|(p, _)| (*p).clone())
+            .collect();
+        let erasure = upload_erasure(&q.upload)?;
+        let wq = write_quorum(erasure.data_shards(), erasure.parity_shards());
+
+        let tmp_id = Uuid::new_v4();
+        let data_dir = Uuid::new_v4();
+        let mut tmp_guard = TmpGuard::new(self.drives.clone(), tmp_id);
+        let holds_all: Vec<bool> = (0..self.drives.len())
+            .map(|i| q.uploads[i].is_some() && chosen.iter().all(|(_, h)| h[i]))
+            .collect();
+        let staged = join_all(self.drives.iter().enumerate().map(|(i, d)| {
+            let part_metas = &part_metas;
+            let holds = holds_all[i];
+            async move {
+                if !holds {
+                    return false;
+                }
+                match d
+                    .stage_parts(bucket, key, upload_id, part_metas, tmp_id, data_dir)
+                    .await
+                {
+                    Ok(()) => true,
+                    Err(e) => {
+                        warn!(drive = d.endpoint(), error = %e, "cannot stage the parts of an upload");
+                        false
+                    }
+                }
+            }
+        }))
+        .await;
+        let base = ObjectMeta {
+            version: META_VERSION,
+            size,
+            mod_time_ns: now_ns(),
+            etag,
+            headers: q.upload.headers.clone(),
+            user_meta: q.upload.user_meta.clone(),
+            checksums: opts.checksums.clone(),
+            erasure: ErasureInfo {
+                index: 0,
+                ..q.upload.erasure.clone()
+            },
+            data_dir: Some(data_dir),
+            parts: part_metas
+                .iter()
+                .enumerate()
+                .map(|(i, p)| PartInfo {
+                    number: i as u32 + 1,
+                    size: p.size,
+                    etag: p.etag.clone(),
+                })
+                .collect(),
+            inline: None,
+        };
+        let metas: Vec<Option<ObjectMeta>> = staged
+            .iter()
+            .enumerate()
+            .map(|(i, ok)| {
+                ok.then(|| {
+                    let mut m = base.clone();
+                    m.erasure.index = q.upload.erasure.distribution[i];
+                    m
+                })
+            })
+            .collect();
+        let ready = metas.iter().filter(|m| m.is_some()).count();
+        if ready < wq {
+            return Err(Error::WriteQuorum {
+                have: ready,
+                need: wq,
+            });
+        }
+        let committed = self
+            .commit(tmp_id, bucket, key, &metas, opts.precondition.as_ref())
+            .await?;
+        tmp_guard.disarm();
+        let ok = count_ok(&committed);
+        if ok < wq {
+            if ok == 0
+                && committed
+                    .iter()
+                    .any(|a| matches!(a, Err(DriveError::VolumeNotFound)))
+            {
+                return Err(Error::BucketNotFound);
+            }
+            return Err(Error::WriteQuorum { have: ok, need: wq });
+        }
+        if let Err(e) = self.delete_upload_everywhere(bucket, key, upload_id).await {
+            warn!(bucket, key, upload_id, error = %e, "completed upload not removed; it will expire");
+        }
+        if ok < self.drives.len() {
+            self.queue_heal(bucket, key);
+        }
+        Ok(object_info(bucket, key, &base))
+    }
+
+    /// Removes an upload from every drive; `FileNotFound` on all of them is `NoSuchUpload`.
+    async fn delete_upload_everywhere(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<()> {
+        let answers = on_all(&self.drives, |d| {
+            let (b, k, u) = (bucket.to_string(), key.to_string(), upload_id.to_string());
+            async move { d.delete_upload(&b, &k, &u).await }
+        })
+        .await;
+        if count_ok(&answers) > 0 {
+            return Ok(());
+        }
+        if answers.iter().all(|a| {
+            matches!(
+                a,
+                Err(DriveError::FileNotFound | DriveError::InvalidName(_))
+            )
+        }) {
+            return Err(Error::NoSuchUpload);
+        }
+        Err(Error::WriteQuorum {
+            have: 0,
+            need: self.set_write_quorum(),
+        })
+    }
+
+    /// AbortMultipartUpload.
+    pub async fn abort_multipart_upload(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<()> {
+        let _guard = self
+            .locks
+            .lock(Self::upload_lock(bucket, key, upload_id))
+            .await;
+        match self.delete_upload_everywhere(bucket, key, upload_id).await {
+            Err(Error::NoSuchUpload) => {
+                self.require_bucket(bucket).await?;
+                Err(Error::NoSuchUpload)
+            }
+            other => other,
+        }
+    }
+
+    /// ListMultipartUploads: one page of the bucket's uploads, by key then initiation time.
+    pub async fn list_multipart_uploads(
+        &self,
+        bucket: &str,
+        opts: ListUploadsOptions,
+    ) -> Result<ListUploadsResult> {
+        self.require_bucket(bucket).await?;
+        let answers = on_all(&self.drives, |d| {
+            let b = bucket.to_string();
+            async move { d.list_uploads(Some(&b)).await }
+        })
+        .await;
+        let rq = self.set_read_quorum();
+        let ok = count_ok(&answers);
+        if ok < rq {
+            return Err(Error::ReadQuorum { have: ok, need: rq });
+        }
+        let mut seen: BTreeMap<String, (UploadMeta, usize)> = BTreeMap::new();
+        for m in answers.into_iter().flatten().flatten() {
+            match seen.get_mut(&m.upload_id) {
+                Some(e) if same_upload(&e.0, &m) => e.1 += 1,
+                Some(_) => {}
+                None => {
+                    seen.insert(m.upload_id.clone(), (m, 1));
+                }
+            }
+        }
+        let mut uploads: Vec<UploadInfo> = seen
+            .into_values()
+            .filter(|(m, n)| *n >= read_quorum(m.erasure.data as usize, m.erasure.parity as usize))
+            .map(|(m, _)| upload_info(&m))
+            .filter(|u| u.key.starts_with(&opts.prefix))
+            .collect();
+        uploads.sort_by(|a, b| {
+            (&a.key, a.initiated_ns, &a.upload_id).cmp(&(&b.key, b.initiated_ns, &b.upload_id))
+        });
+        Ok(page_uploads(uploads, &opts))
+    }
+
+    /// GetObject with `partNumber`: the bytes of one part of a completed object.
+    pub async fn get_object_part(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        part_number: u32,
+    ) -> Result<GetObjectReader> {
+        // The object may be replaced between reading its parts and reading the bytes: the
+        // reader's ETag says which version was read, and a mismatch is read again.
+        for _ in 0..3 {
+            let (meta, _, _) = self.read_meta_quorum(bucket, key).await?;
+            let idx = part_number as usize;
+            if idx == 0 || idx > meta.parts.len() {
+                return Err(Error::InvalidPartNumber {
+                    part: part_number,
+                    parts: meta.parts.len(),
+                });
+            }
+            let offset: u64 = meta.parts[..idx - 1].iter().map(|p| p.size).sum();
+            let len = meta.parts[idx - 1].size;
+            let range = (len > 0).then(|| HttpRange::FromTo(offset, offset + len - 1));
+            let reader = self.get_object(bucket, key, range).await?;
+            if reader.info.etag == meta.etag {
+                return Ok(GetObjectReader {
+                    range: (offset, len),
+                    ..reader
+                });
+            }
+            debug!(
+                bucket,
+                key, "object replaced while reading a part; reading again"
+            );
+        }
+        Err(Error::Internal(
+            "the object kept changing while one of its parts was read".into(),
+        ))
+    }
+
+    /// Removes every upload of `bucket` from every drive (the bucket was deleted). Best effort:
+    /// what is left expires.
+    pub async fn remove_bucket_uploads(&self, bucket: &str) {
+        for d in &self.drives {
+            let Ok(uploads) = d.list_uploads(Some(bucket)).await else {
+                continue;
+            };
+            for u in uploads {
+                if let Err(e) = d.delete_upload(&u.bucket, &u.key, &u.upload_id).await {
+                    debug!(drive = d.endpoint(), upload_id = %u.upload_id, error = %e, "cannot remove an upload of a deleted bucket");
+                }
+            }
+        }
+    }
+
+    /// Removes uploads started more than `expiry` ago, on each drive independently (a copy left
+    /// on a minority of drives goes too). Returns how many upload directories were removed.
+    pub async fn remove_stale_uploads(&self, expiry: Duration) -> usize {
+        let cutoff = now_ns().saturating_sub(i64::try_from(expiry.as_nanos()).unwrap_or(i64::MAX));
+        let mut removed = 0;
+        for d in &self.drives {
+            let uploads = match d.list_uploads(None).await {
+                Ok(u) => u,
+                Err(e) => {
+                    debug!(drive = d.endpoint(), error = %e, "cannot list uploads for expiry");
+                    continue;
+                }
+            };
+            for u in uploads.iter().filter(|u| u.initiated_ns < cutoff) {
+                match d.delete_upload(&u.bucket, &u.key, &u.upload_id).await {
+                    Ok(()) => removed += 1,
+                    Err(DriveError::FileNotFound) => {}
+                    Err(e) => {
+                        warn!(drive = d.endpoint(), upload_id = %u.upload_id, error = %e, "cannot remove a stale upload")
+                    }
+                }
+            }
+        }
+        if removed > 0 {
+            info!(removed, "removed stale multipart uploads");
+        }
+        removed
+    }
+}
+
+/// Applies markers, the delimiter and the page size to uploads sorted by key and time.
+fn page_uploads(uploads: Vec<UploadInfo>, opts: &ListUploadsOptions) -> ListUploadsResult {
+    let mut out = ListUploadsResult::default();
+    let delimiter = opts.delimiter.as_deref().filter(|d| !d.is_empty());
+    // Where the page starts.
+    let start = match (&opts.key_marker, &opts.upload_id_marker) {
+        (None, _) => 0,
+        (Some(km), Some(um)) if !um.is_empty() => {
+            match uploads
+                .iter()
+                .position(|u| &u.key == km && &u.upload_id == um)
+            {
+                Some(p) => p + 1,
+                None => uploads
+                    .iter()
+                    .position(|u| &u.key > km || (&u.key == km && &u.upload_id > um))
+                    .unwrap_or(uploads.len()),
+            }
+        }
+        (Some(km), _) => uploads
+            .iter()
+            .position(|u| &u.key > km)
+            .unwrap_or(uploads.len()),
+    };
+    if opts.max_uploads == 0 {
+        return out;
+    }
+    let mut count = 0;
+    let mut it = uploads.into_iter().skip(start).peekable();
+    while let Some(u) = it.next() {
+        let cp = delimiter.and_then(|d| {
+            let rest = &u.key[opts.prefix.len()..];
+            rest.find(d)
+                .map(|i| format!("{}{}", opts.prefix, &rest[..i + d.len()]))
+        });
+        if let Some(cp) = cp {
+            // A common prefix the key marker names was returned on an earlier page.
+            if opts.key_marker.as_deref() == Some(cp.as_str()) {
+                continue;
+            }
+            if out.common_prefixes.last() == Some(&cp) {
+                continue;
+            }
+            if count == opts.max_uploads {
+                out.is_truncated = true;
+                break;
+            }
+            out.next_key_marker = Some(cp.clone());
+            out.next_upload_id_marker = None;
+            out.common_prefixes.push(cp);
+        } else {
+            if count == opts.max_uploads {
+                out.is_truncated = true;
+                break;
+            }
+            out.next_key_marker = Some(u.key.clone());
+            out.next_upload_id_marker = Some(u.upload_id.clone());
+            out.uploads.push(u);
+        }
+        count += 1;
+        // Skip the rest of a common prefix cheaply, so truncation is only said when more follows.
+        if let (Some(cp), Some(_)) = (out.common_prefixes.last(), delimiter) {
+            if out.next_upload_id_marker.is_none() {
+                while it.peek().is_some_and(|n| n.key.starts_with(cp.as_str())) {
+                    it.next();
+                }
+            }
+        }
+    }
+    if !out.is_truncated {
+        out.next_key_marker = None;
+        out.next_upload_id_marker = None;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn up(key: &str, id: &str, t: i64) -> UploadInfo {
+        UploadInfo {
+            bucket: "b".into(),
+            key: key.into(),
+            upload_id: id.into(),
+            initiated_ns: t,
+            checksum_algorithm: None,
+        }
+    }
+
+    fn opts(max: usize) -> ListUploadsOptions {
+        ListUploadsOptions {
+            max_uploads: max,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn pages_follow_markers() {
+        let all = vec![
+            up("a", "2", 1),
+            up("a", "1", 2),
+            up("b", "3", 1),
+            up("c", "4", 1),
+        ];
+        let p1 = page_uploads(all.clone(), &opts(2));
+        assert_eq!(p1.uploads, all[..2].to_vec());
+        assert!(p1.is_truncated);
+        assert_eq!(p1.next_key_marker.as_deref(), Some("a"));
+        assert_eq!(p1.next_upload_id_marker.as_deref(), Some("1"));
+        let mut o = opts(2);
+        o.key_marker = p1.next_key_marker;
+        o.upload_id_marker = p1.next_upload_id_marker;
+        let p2 = page_uploads(all.clone(), &o);
+        assert_eq!(p2.uploads, all[2..].to_vec());
+        assert!(!p2.is_truncated);
+        assert_eq!(p2.next_key_marker, None);
+        // A key marker alone skips every upload of that key.
+        let mut o = opts(10);
+        o.key_marker = Some("a".into());
+        assert_eq!(page_uploads(all.clone(), &o).uploads, all[2..].to_vec());
+        assert!(page_uploads(all, &opts(0)).uploads.is_empty());
+    }
+
+    #[test]
+    fn delimiter_groups_prefixes() {
+        let all = vec![
+            up("dir/a", "1", 1),
+            up("dir/b", "2", 1),
+            up("top", "3", 1),
+            up("zed/x", "4", 1),
+        ];
+        let mut o = opts(2);
+        o.delimiter = Some("/".into());
+        let p1 = page_uploads(all.clone(), &o);
+        assert_eq!(p1.common_prefixes, vec!["dir/".to_string()]);
+        assert_eq!(p1.uploads, vec![all[2].clone()]);
+        assert!(p1.is_truncated);
+        assert_eq!(p1.next_key_marker.as_deref(), Some("top"));
+        o.key_marker = p1.next_key_marker;
+        o.upload_id_marker = p1.next_upload_id_marker;
+        let p2 = page_uploads(all, &o);
+        assert_eq!(p2.common_prefixes, vec!["zed/".to_string()]);
+        assert!(p2.uploads.is_empty());
+        assert!(!p2.is_truncated);
+    }
+}

@@ -1,0 +1,499 @@
+//! CopyObject: `PUT /bucket/key` with `x-amz-copy-source`. The source is named by the header,
+//! checked against the `x-amz-copy-source-if-*` conditions, and streamed into the destination by
+//! the object layer; the metadata comes from the source (`x-amz-metadata-directive: COPY`, the
+//! default) or from the request (`REPLACE`). An object copied onto itself must change something,
+//! which in Quarry means `REPLACE`: its metadata is then rewritten in place.
+//!
+//! Checksums: the copy keeps the source's full-object checksum; `x-amz-checksum-algorithm` asks
+//! for another one, computed from the bytes as they are copied (an object may be copied onto
+//! itself to change it); a source without a full-object checksum gets S3's default, CRC64NVME.
+//!
+//! Not here: copying a specific source version (only `versionId=null`, the one version of an
+//! unversioned object, is accepted), server-side encryption and tagging.
+
+use axum::response::Response;
+use http::HeaderMap;
+use percent_encoding::percent_decode_str;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use quarry_object::{CopyChecksums, CopyOptions, LateChecksums, ObjectInfo, ReplaceMetadata};
+
+use crate::api_error::{ApiError, ApiResult};
+use crate::error::S3ErrorCode;
+use crate::get::etag_list_matches;
+use crate::put::{
+    check_acl_headers, check_storage_class, check_unsupported_headers, stored_headers,
+    user_metadata, write_precondition,
+};
+use crate::server::ReqCtx;
+use crate::signature::checksum::{ChecksumAlgorithm, Checksummer};
+use crate::xml::{iso8601, system_time, xml_response, XmlWriter};
+
+/// The largest object CopyObject copies (5 GiB), as S3; larger ones need UploadPartCopy.
+pub const MAX_COPY_SOURCE_SIZE: u64 = 5 * 1024 * 1024 * 1024;
+
+/// The source of a copy, from `x-amz-copy-source`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopySource {
+    pub bucket: String,
+    pub key: String,
+}
+
+/// `x-amz-metadata-directive`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetadataDirective {
+    Copy,
+    Replace,
+}
+
+fn invalid_argument(message: impl Into<String>) -> ApiError {
+    ApiError::new(S3ErrorCode::InvalidArgument, message)
+}
+
+/// Parses `x-amz-copy-source`: `bucket/key` or `/bucket/key`, URL-encoded, optionally followed by
+/// `?versionId=<id>`. Only the version `null` exists in an unversioned bucket.
+pub fn parse_copy_source(value: &str) -> ApiResult<CopySource> {
+    let bad = || {
+        invalid_argument(
+            "Copy Source must mention the source bucket and key: sourcebucket/sourcekey",
+        )
+    };
+    let value = value.trim();
+    let (path, query) = match value.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (value, None),
+    };
+    if let Some(query) = query {
+        for param in query.split('&').filter(|p| !p.is_empty()) {
+            match param.split_once('=') {
+                Some(("versionId", "null")) => {}
+                Some(("versionId", "")) | Some(("versionId", _)) => {
+                    return Err(ApiError::new(
+                        S3ErrorCode::NotImplemented,
+                        "Copying a specific object version is not implemented by Quarry (objects are not versioned).",
+                    ))
+                }
+                _ => return Err(bad()),
+            }
+        }
+    }
+    let decoded = percent_decode_str(path).decode_utf8().map_err(|_| {
+        invalid_argument("The copy source is not valid UTF-8 after percent-decoding.")
+    })?;
+    let decoded = decoded.strip_prefix('/').unwrap_or(&decoded);
+    let (bucket, key) = decoded.split_once('/').ok_or_else(bad)?;
+    if bucket.is_empty() || key.is_empty() {
+        return Err(bad());
+    }
+    Ok(CopySource {
+        bucket: bucket.to_owned(),
+        key: key.to_owned(),
+    })
+}
+
+/// Parses `x-amz-metadata-directive` (default `COPY`).
+pub fn metadata_directive(headers: &HeaderMap) -> ApiResult<MetadataDirective> {
+    match headers
+        .get("x-amz-metadata-directive")
+        .map(|v| v.as_bytes())
+    {
+        None | Some(b"COPY") => Ok(MetadataDirective::Copy),
+        Some(b"REPLACE") => Ok(MetadataDirective::Replace),
+        Some(_) => Err(invalid_argument("Unknown metadata directive.")),
+    }
+}
+
+/// Evaluates the `x-amz-copy-source-if-*` headers against the source, as S3 does: a failed
+/// condition is always `412 PreconditionFailed` (a copy has no 304). `if-match` takes precedence
+/// over `if-unmodified-since`, and `if-none-match` over `if-modified-since`; a true `if-match`
+/// with a false `if-unmodified-since` copies, a false `if-none-match` with a true
+/// `if-modified-since` fails. Dates compare at one-second resolution; an unparsable date, or an
+/// `if-modified-since` in the future, is ignored.
+pub fn check_copy_conditions(
+    headers: &HeaderMap,
+    source: &ObjectInfo,
+    now: std::time::SystemTime,
+) -> ApiResult<()> {
+    let text = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
+    let date = |name: &str| text(name).and_then(|v| httpdate::parse_http_date(v).ok());
+    let secs = |t: std::time::SystemTime| {
+        t.duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs())
+    };
+    let modified = secs(system_time(source.mod_time_ns));
+    let failed = || -> ApiResult<()> { Err(S3ErrorCode::PreconditionFailed.into()) };
+    if let Some(if_match) = text("x-amz-copy-source-if-match") {
+        if !etag_list_matches(if_match, &source.etag) {
+            return failed();
+        }
+    } else if let Some(since) = date("x-amz-copy-source-if-unmodified-since") {
+        if modified > secs(since) {
+            return failed();
+        }
+    }
+    if let Some(if_none_match) = text("x-amz-copy-source-if-none-match") {
+        if etag_list_matches(if_none_match, &source.etag) {
+            return failed();
+        }
+    } else if let Some(since) = date("x-amz-copy-source-if-modified-since") {
+        if since <= now && modified <= secs(since) {
+            return failed();
+        }
+    }
+    Ok(())
+}
+
+/// Headers that CopyObject refuses beyond those PutObject refuses.
+const UNSUPPORTED_COPY_HEADERS: &[(&str, &str)] = &[
+    (
+        "x-amz-copy-source-server-side-encryption",
+        "Server-side encryption",
+    ),
+    ("x-amz-copy-source-version-id", "Copying object versions"),
+];
+
+fn check_copy_headers(headers: &HeaderMap) -> ApiResult<()> {
+    // `x-amz-tagging-directive: COPY` copies the (absent) tags: nothing to refuse.
+    let mut rest = headers.clone();
+    if rest
+        .get("x-amz-tagging-directive")
+        .is_some_and(|v| v.as_bytes() == b"COPY")
+    {
+        rest.remove("x-amz-tagging-directive");
+    }
+    check_unsupported_headers(&rest)?;
+    check_acl_headers(&rest)?;
+    check_storage_class(&rest)?;
+    for name in rest.keys() {
+        if let Some((_, what)) = UNSUPPORTED_COPY_HEADERS
+            .iter()
+            .find(|(prefix, _)| name.as_str().starts_with(prefix))
+        {
+            return Err(ApiError::new(
+                S3ErrorCode::NotImplemented,
+                format!("{what} is not implemented by Quarry."),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `x-amz-checksum-algorithm`: the checksum the copy is to have.
+fn requested_algorithm(headers: &HeaderMap) -> ApiResult<Option<ChecksumAlgorithm>> {
+    headers
+        .get("x-amz-checksum-algorithm")
+        .map(|value| {
+            value
+                .to_str()
+                .ok()
+                .and_then(ChecksumAlgorithm::from_name)
+                .ok_or_else(|| {
+                    invalid_argument("Value for x-amz-checksum-algorithm header is invalid.")
+                })
+        })
+        .transpose()
+}
+
+/// The checksum a copy computes from the bytes: the requested algorithm unless the source has
+/// that full-object checksum already (it is copied), or, when nothing is requested and the
+/// source has no full-object checksum, S3's default CRC64NVME. `None`: the source's is copied.
+fn checksum_to_compute(
+    requested: Option<ChecksumAlgorithm>,
+    source: &ObjectInfo,
+) -> Option<ChecksumAlgorithm> {
+    let has = |a: ChecksumAlgorithm| {
+        source
+            .checksums
+            .get(&a.name().to_ascii_lowercase())
+            .is_some_and(|v| !v.contains('-'))
+    };
+    match requested {
+        Some(a) if has(a) => None,
+        Some(a) => Some(a),
+        None if ChecksumAlgorithm::ALL.into_iter().any(has) => None,
+        None => Some(ChecksumAlgorithm::Crc64Nvme),
+    }
+}
+
+/// Computes `algorithm` over the copied bytes.
+fn computed_checksum(algorithm: ChecksumAlgorithm) -> CopyChecksums {
+    let sum = Arc::new(Mutex::new(Checksummer::new(algorithm)));
+    let feed = sum.clone();
+    CopyChecksums {
+        tap: Arc::new(move |data: &[u8]| {
+            feed.lock().unwrap_or_else(|p| p.into_inner()).update(data);
+        }),
+        result: LateChecksums(Arc::new(move || {
+            let sum = sum.lock().unwrap_or_else(|p| p.into_inner()).clone();
+            BTreeMap::from([(algorithm.name().to_ascii_lowercase(), sum.finalize_base64())])
+        })),
+    }
+}
+
+pub async fn copy_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Response> {
+    let headers = &ctx.parts.headers;
+    check_copy_headers(headers)?;
+    let raw = headers
+        .get("x-amz-copy-source")
+        .ok_or_else(|| invalid_argument("x-amz-copy-source is missing."))?;
+    let raw = raw
+        .to_str()
+        .map_err(|_| invalid_argument("The copy source is not valid text."))?;
+    let source = parse_copy_source(raw)?;
+    let directive = metadata_directive(headers)?;
+    let requested = requested_algorithm(headers)?;
+    let metadata = match directive {
+        MetadataDirective::Copy => None,
+        MetadataDirective::Replace => Some(ReplaceMetadata {
+            headers: stored_headers(headers)?,
+            user_meta: user_metadata(headers)?,
+        }),
+    };
+    let precondition = write_precondition(headers)?;
+
+    let info = ctx.layer().object_info(&source.bucket, &source.key).await?;
+    check_copy_conditions(headers, &info, std::time::SystemTime::now())?;
+    if info.size > MAX_COPY_SOURCE_SIZE {
+        return Err(ApiError::new(
+            S3ErrorCode::InvalidRequest,
+            format!(
+                "The specified copy source is larger than the maximum allowable size for a copy \
+                 source: {MAX_COPY_SOURCE_SIZE}"
+            ),
+        ));
+    }
+    let compute = checksum_to_compute(requested, &info);
+    // Onto itself, something must change: the metadata, or the checksum algorithm.
+    let onto_itself = source.bucket == bucket && source.key == key;
+    if onto_itself
+        && directive == MetadataDirective::Copy
+        && !(requested.is_some() && compute.is_some())
+    {
+        return Err(ApiError::new(
+            S3ErrorCode::InvalidRequest,
+            "This copy request is illegal because it is trying to copy an object to itself \
+             without changing the object's metadata, storage class, website redirect location \
+             or encryption attributes.",
+        ));
+    }
+    let opts = CopyOptions {
+        metadata,
+        // The conditions were checked on this version: copy exactly it.
+        source_version: Some((info.etag.clone(), info.mod_time_ns)),
+        precondition,
+        checksums: compute.map(computed_checksum),
+    };
+    let copied = ctx
+        .layer()
+        .copy_object(&source.bucket, &source.key, bucket, key, opts)
+        .await?;
+    Ok(xml_response(copy_result_xml(&copied)))
+}
+
+/// The `CopyObjectResult` document.
+pub fn copy_result_xml(info: &ObjectInfo) -> String {
+    let mut w = XmlWriter::new("CopyObjectResult");
+    w.elem("ETag", &format!("\"{}\"", info.etag))
+        .elem("LastModified", &iso8601(info.mod_time_ns));
+    if !info.checksums.is_empty() {
+        let composite = info.checksums.values().any(|v| v.contains('-'));
+        w.elem(
+            "ChecksumType",
+            if composite {
+                "COMPOSITE"
+            } else {
+                "FULL_OBJECT"
+            },
+        );
+    }
+    for algorithm in ChecksumAlgorithm::ALL {
+        if let Some(v) = info.checksums.get(&algorithm.name().to_ascii_lowercase()) {
+            w.elem(&format!("Checksum{}", algorithm.name()), v);
+        }
+    }
+    w.finish("CopyObjectResult")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::{HeaderName, HeaderValue};
+
+    fn src(bucket: &str, key: &str) -> CopySource {
+        CopySource {
+            bucket: bucket.into(),
+            key: key.into(),
+        }
+    }
+
+    #[test]
+    fn copy_source_forms() {
+        assert_eq!(parse_copy_source("bkt/a/b").unwrap(), src("bkt", "a/b"));
+        assert_eq!(parse_copy_source("/bkt/a/b").unwrap(), src("bkt", "a/b"));
+        assert_eq!(
+            parse_copy_source("/bkt/a%20b%2Bc+%25%E2%82%AC").unwrap(),
+            src("bkt", "a b+c+%€")
+        );
+        assert_eq!(
+            parse_copy_source("bkt/k?versionId=null").unwrap(),
+            src("bkt", "k")
+        );
+        assert_eq!(parse_copy_source("bkt/k%3Fx").unwrap(), src("bkt", "k?x"));
+        assert_eq!(
+            parse_copy_source("bkt/k?versionId=abc").unwrap_err().code(),
+            S3ErrorCode::NotImplemented
+        );
+        for bad in [
+            "bkt",
+            "/bkt",
+            "bkt/",
+            "/",
+            "",
+            "/k",
+            "bkt/k?foo=1",
+            "bkt/%FF",
+        ] {
+            assert_eq!(
+                parse_copy_source(bad).unwrap_err().code(),
+                S3ErrorCode::InvalidArgument,
+                "{bad}"
+            );
+        }
+    }
+
+    fn h(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (k, v) in pairs {
+            map.insert(
+                HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        map
+    }
+
+    #[test]
+    fn directives() {
+        assert_eq!(
+            metadata_directive(&h(&[])).unwrap(),
+            MetadataDirective::Copy
+        );
+        assert_eq!(
+            metadata_directive(&h(&[("x-amz-metadata-directive", "REPLACE")])).unwrap(),
+            MetadataDirective::Replace
+        );
+        assert_eq!(
+            metadata_directive(&h(&[("x-amz-metadata-directive", "replace")]))
+                .unwrap_err()
+                .code(),
+            S3ErrorCode::InvalidArgument
+        );
+        assert!(check_copy_headers(&h(&[("x-amz-tagging-directive", "COPY")])).is_ok());
+        for (name, value) in [
+            ("x-amz-tagging-directive", "REPLACE"),
+            ("x-amz-copy-source-server-side-encryption-customer-key", "x"),
+            ("x-amz-server-side-encryption", "AES256"),
+        ] {
+            assert_eq!(
+                check_copy_headers(&h(&[(name, value)])).unwrap_err().code(),
+                S3ErrorCode::NotImplemented,
+                "{name}"
+            );
+        }
+    }
+
+    fn info(etag: &str, mod_time_ns: i64) -> ObjectInfo {
+        ObjectInfo {
+            bucket: "b".into(),
+            key: "k".into(),
+            size: 1,
+            mod_time_ns,
+            etag: etag.into(),
+            headers: BTreeMap::new(),
+            user_meta: BTreeMap::new(),
+            checksums: BTreeMap::new(),
+            parts: 1,
+        }
+    }
+
+    #[test]
+    fn copy_conditions() {
+        let t = 1_795_947_072_500_000_000; // Sun, 29 Nov 2026 10:11:12.5 GMT
+        let now = system_time(t + 3_600_000_000_000);
+        let at = "Sun, 29 Nov 2026 10:11:12 GMT";
+        let before = "Sun, 29 Nov 2026 10:11:11 GMT";
+        let future = "Mon, 30 Nov 2026 10:11:11 GMT";
+        let o = info("abc", t);
+        let ok = |pairs: &[(&str, &str)]| check_copy_conditions(&h(pairs), &o, now).is_ok();
+        assert!(ok(&[]));
+        assert!(ok(&[("x-amz-copy-source-if-match", "\"abc\"")]));
+        assert!(!ok(&[("x-amz-copy-source-if-match", "\"x\"")]));
+        assert!(ok(&[("x-amz-copy-source-if-none-match", "\"x\"")]));
+        assert!(!ok(&[("x-amz-copy-source-if-none-match", "abc")]));
+        assert!(ok(&[("x-amz-copy-source-if-unmodified-since", at)]));
+        assert!(!ok(&[("x-amz-copy-source-if-unmodified-since", before)]));
+        assert!(ok(&[("x-amz-copy-source-if-modified-since", before)]));
+        assert!(!ok(&[("x-amz-copy-source-if-modified-since", at)]));
+        assert!(ok(&[("x-amz-copy-source-if-modified-since", future)]));
+        assert!(ok(&[("x-amz-copy-source-if-modified-since", "garbage")]));
+        // if-match true + if-unmodified-since false: copies.
+        assert!(ok(&[
+            ("x-amz-copy-source-if-match", "\"abc\""),
+            ("x-amz-copy-source-if-unmodified-since", before),
+        ]));
+        // if-none-match false + if-modified-since true: 412.
+        assert!(!ok(&[
+            ("x-amz-copy-source-if-none-match", "\"abc\""),
+            ("x-amz-copy-source-if-modified-since", before),
+        ]));
+        let err =
+            check_copy_conditions(&h(&[("x-amz-copy-source-if-match", "x")]), &o, now).unwrap_err();
+        assert_eq!(err.code(), S3ErrorCode::PreconditionFailed);
+    }
+
+    #[test]
+    fn result_document() {
+        let mut o = info("abc", 1_795_947_072_500_000_000);
+        o.checksums.insert("crc32c".into(), "AAAAAA==".into());
+        let xml = copy_result_xml(&o);
+        assert!(
+            xml.contains("<CopyObjectResult xmlns=\"http://s3.amazonaws.com/doc/2006-03-01/\">")
+        );
+        assert!(xml.contains("<ETag>&quot;abc&quot;</ETag>"), "{xml}");
+        assert!(xml.contains("<LastModified>2026-11-29T10:11:12.500Z</LastModified>"));
+        assert!(xml.contains("<ChecksumType>FULL_OBJECT</ChecksumType>"));
+        assert!(xml.contains("<ChecksumCRC32C>AAAAAA==</ChecksumCRC32C>"));
+    }
+
+    #[test]
+    fn which_checksum_a_copy_computes() {
+        use ChecksumAlgorithm as A;
+        let mut o = info("abc", 0);
+        assert_eq!(checksum_to_compute(None, &o), Some(A::Crc64Nvme));
+        assert_eq!(checksum_to_compute(Some(A::Sha1), &o), Some(A::Sha1));
+        o.checksums.insert("crc32c".into(), "AAAAAA==".into());
+        assert_eq!(checksum_to_compute(None, &o), None);
+        assert_eq!(checksum_to_compute(Some(A::Crc32c), &o), None);
+        assert_eq!(checksum_to_compute(Some(A::Sha1), &o), Some(A::Sha1));
+        o.checksums.insert("crc32c".into(), "AAAAAA==-3".into());
+        assert_eq!(checksum_to_compute(None, &o), Some(A::Crc64Nvme));
+        let bad = h(&[("x-amz-checksum-algorithm", "MD5")]);
+        assert_eq!(
+            requested_algorithm(&bad).unwrap_err().code(),
+            S3ErrorCode::InvalidArgument
+        );
+
+        let c = computed_checksum(A::Crc32);
+        (c.tap)(b"hello ");
+        (c.tap)(b"world");
+        let sums = (c.result.0)();
+        // CRC32 of "hello world", as S3 shows it.
+        assert_eq!(sums.get("crc32").map(String::as_str), Some("DUoRhQ=="));
+    }
+}

@@ -1,0 +1,713 @@
+//! Multipart uploads: CreateMultipartUpload, UploadPart, UploadPartCopy, CompleteMultipartUpload,
+//! AbortMultipartUpload, ListParts, ListMultipartUploads, and GetObject/HeadObject with
+//! `partNumber`.
+//!
+//! Part bodies stream to the object layer as PUT bodies do. Additional checksums: an upload created
+//! with `x-amz-checksum-algorithm` stores each part's checksum in that algorithm (computed here as
+//! the bytes go by, and checked against the client's header or trailer by the body verifier); the
+//! completed object's checksum is S3's composite, `base64(hash(concat of the parts' raw
+//! checksums))-N`.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::response::Response;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine as _;
+use futures::TryStreamExt;
+use http::header::{self, HeaderName, HeaderValue};
+use http::{HeaderMap, StatusCode};
+use percent_encoding::percent_decode_str;
+use quarry_object::{
+    ByteStream, ChecksumHashers, CompleteOptions, CompletePart, HttpRange, ListPartsOptions,
+    ListUploadsOptions, NewUploadOptions, PartHasher, PartOptions, MAX_PARTS, MAX_PART_SIZE,
+};
+
+use crate::api_error::{ApiError, ApiResult};
+use crate::error::S3ErrorCode;
+use crate::get::{evaluate_preconditions, object_headers, Precondition};
+use crate::put::{
+    check_acl_headers, check_storage_class, check_unsupported_headers, content_md5, stored_headers,
+    user_metadata, write_precondition,
+};
+use crate::server::ReqCtx;
+use crate::signature::{self, checksum::ChecksumAlgorithm, checksum::Checksummer};
+use crate::xml::{self, xml_response, ListUploadsEcho};
+
+/// Most parts or uploads one list page returns, as S3.
+const MAX_LIST: usize = 1000;
+
+fn invalid_argument(message: impl Into<String>) -> ApiError {
+    ApiError::new(S3ErrorCode::InvalidArgument, message)
+}
+
+/// The `uploadId` query parameter.
+fn upload_id(ctx: &ReqCtx) -> ApiResult<&str> {
+    match ctx.query.get("uploadId") {
+        Some(id) if !id.is_empty() => Ok(id),
+        _ => Err(invalid_argument("This operation needs an uploadId.")),
+    }
+}
+
+/// A part number, 1..=10000.
+fn parse_part_number(value: Option<&str>) -> ApiResult<u32> {
+    value
+        .and_then(|v| v.parse::<u32>().ok())
+        .filter(|n| (1..=MAX_PARTS).contains(n))
+        .ok_or_else(|| {
+            invalid_argument(format!(
+                "Part number must be an integer between 1 and {MAX_PARTS}, inclusive"
+            ))
+        })
+}
+
+/// An optional non-negative integer query parameter (`max-parts`, `part-number-marker`, ...).
+fn query_number(ctx: &ReqCtx, name: &str) -> ApiResult<Option<u64>> {
+    match ctx.query.get(name) {
+        None => Ok(None),
+        Some(v) => v.trim().parse::<u64>().map(Some).map_err(|_| {
+            invalid_argument(format!(
+                "Provided {name} not an integer or within integer range"
+            ))
+        }),
+    }
+}
+
+struct Hasher(Checksummer);
+
+impl PartHasher for Hasher {
+    fn update(&mut self, data: &[u8]) {
+        self.0.update(data);
+    }
+
+    fn finish(self: Box<Self>) -> String {
+        self.0.finalize_base64()
+    }
+}
+
+/// The checksum algorithms, for the object layer to hash parts with.
+fn hashers() -> ChecksumHashers {
+    ChecksumHashers(Arc::new(|name: &str| {
+        ChecksumAlgorithm::from_name(name)
+            .map(|a| Box::new(Hasher(Checksummer::new(a))) as Box<dyn PartHasher>)
+    }))
+}
+
+fn algorithm_of(name: &str) -> ApiResult<ChecksumAlgorithm> {
+    ChecksumAlgorithm::from_name(name).ok_or_else(|| {
+        tracing::error!(algorithm = name, "stored checksum algorithm is unknown");
+        ApiError::from(S3ErrorCode::InternalError)
+    })
+}
+
+fn insert_header(out: &mut HeaderMap, name: &str, value: &str) {
+    if let (Ok(n), Ok(v)) = (
+        HeaderName::from_bytes(name.as_bytes()),
+        HeaderValue::from_str(value),
+    ) {
+        out.insert(n, v);
+    }
+}
+
+/// `POST /bucket/key?uploads`.
+pub async fn create_multipart_upload(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Response> {
+    let headers = &ctx.parts.headers;
+    check_unsupported_headers(headers)?;
+    check_acl_headers(headers)?;
+    check_storage_class(headers)?;
+    let algorithm = match headers.get("x-amz-checksum-algorithm") {
+        None => None,
+        Some(v) => {
+            let name = v.to_str().unwrap_or("");
+            let alg = ChecksumAlgorithm::from_name(name).ok_or_else(|| {
+                ApiError::new(
+                    S3ErrorCode::InvalidRequest,
+                    "Checksum algorithm provided is unsupported. Please try again with any of the \
+                     valid types: [CRC32, CRC32C, CRC64NVME, SHA1, SHA256]",
+                )
+            })?;
+            Some(alg)
+        }
+    };
+    match headers
+        .get("x-amz-checksum-type")
+        .map(|v| v.to_str().unwrap_or("").to_ascii_uppercase())
+        .as_deref()
+    {
+        None | Some("COMPOSITE") => {}
+        Some("FULL_OBJECT") => {
+            return Err(ApiError::new(
+                S3ErrorCode::NotImplemented,
+                "Full-object checksums of multipart uploads are not implemented by Quarry; \
+                 use the COMPOSITE checksum type.",
+            ))
+        }
+        Some(_) => {
+            return Err(ApiError::new(
+                S3ErrorCode::InvalidRequest,
+                "Value for x-amz-checksum-type header is invalid.",
+            ))
+        }
+    }
+    if algorithm == Some(ChecksumAlgorithm::Crc64Nvme) {
+        return Err(ApiError::new(
+            S3ErrorCode::InvalidRequest,
+            "The COMPOSITE checksum type is not supported for the CRC64NVME checksum algorithm.",
+        ));
+    }
+    let opts = NewUploadOptions {
+        headers: stored_headers(headers)?,
+        user_meta: user_metadata(headers)?,
+        checksum_algorithm: algorithm.map(|a| a.name().to_ascii_lowercase()),
+    };
+    let info = ctx.layer().new_multipart_upload(bucket, key, opts).await?;
+    let mut response = xml_response(xml::initiate_multipart_upload_result(
+        bucket,
+        key,
+        &info.upload_id,
+    ));
+    if let Some(a) = algorithm {
+        insert_header(response.headers_mut(), "x-amz-checksum-algorithm", a.name());
+        insert_header(response.headers_mut(), "x-amz-checksum-type", "COMPOSITE");
+    }
+    Ok(response)
+}
+
+/// `PUT /bucket/key?partNumber=N&uploadId=X`.
+pub async fn upload_part(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Response> {
+    check_unsupported_headers(&ctx.parts.headers)?;
+    let number = parse_part_number(ctx.query.get("partNumber"))?;
+    let upload_id = upload_id(ctx)?;
+    let size = signature::declared_size(&ctx.parts)
+        .ok_or_else(|| ApiError::from(S3ErrorCode::MissingContentLength))?;
+    if size > MAX_PART_SIZE {
+        return Err(ApiError::new(
+            S3ErrorCode::EntityTooLarge,
+            format!("A part may be at most {MAX_PART_SIZE} bytes; this one declares {size}."),
+        ));
+    }
+    let opts = PartOptions {
+        size: Some(size),
+        content_md5: content_md5(&ctx.parts.headers)?,
+        hashers: Some(hashers()),
+    };
+    let body = ctx.body_stream()?;
+    let part = ctx
+        .layer()
+        .put_object_part(bucket, key, upload_id, number, body, opts)
+        .await?;
+    let mut response = Response::new(Body::empty());
+    insert_header(
+        response.headers_mut(),
+        "etag",
+        &format!("\"{}\"", part.etag),
+    );
+    if let (Some(sum), Some(alg)) = (&part.checksum, &part.checksum_algorithm) {
+        insert_header(
+            response.headers_mut(),
+            algorithm_of(alg)?.header_name(),
+            sum,
+        );
+    }
+    Ok(response)
+}
+
+/// The source of a copy: `x-amz-copy-source: [/]bucket/key[?versionId=null]`, URL-encoded.
+pub(crate) fn parse_copy_source(value: &str) -> ApiResult<(String, String)> {
+    let bad = || {
+        invalid_argument(
+            "Copy Source must mention the source bucket and key: sourcebucket/sourcekey.",
+        )
+    };
+    let (path, query) = value
+        .split_once('?')
+        .map_or((value, None), |(p, q)| (p, Some(q)));
+    if let Some(q) = query {
+        for pair in q.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("versionId", "null")) => {}
+                Some(("versionId", _)) => return Err(invalid_argument(
+                    "Quarry keeps one version of each object: only versionId=null can be copied.",
+                )),
+                _ => return Err(bad()),
+            }
+        }
+    }
+    let path = percent_decode_str(path.strip_prefix('/').unwrap_or(path))
+        .decode_utf8()
+        .map_err(|_| bad())?;
+    let (bucket, key) = path.split_once('/').ok_or_else(bad)?;
+    if bucket.is_empty() || key.is_empty() {
+        return Err(bad());
+    }
+    Ok((bucket.to_owned(), key.to_owned()))
+}
+
+/// `x-amz-copy-source-range: bytes=first-last`, both required.
+fn parse_copy_range(value: &str) -> ApiResult<(u64, u64)> {
+    let bad = || {
+        invalid_argument(
+            "The x-amz-copy-source-range value must be of the form bytes=first-last where first \
+             and last are the zero-based offsets of the first and last bytes to copy",
+        )
+    };
+    let spec = value.trim().strip_prefix("bytes=").ok_or_else(bad)?;
+    let (a, b) = spec.split_once('-').ok_or_else(bad)?;
+    let num = |s: &str| -> Option<u64> {
+        let s = s.trim();
+        (!s.is_empty() && s.bytes().all(|c| c.is_ascii_digit()))
+            .then(|| s.parse().ok())
+            .flatten()
+    };
+    match (num(a), num(b)) {
+        (Some(a), Some(b)) if a <= b => Ok((a, b)),
+        _ => Err(bad()),
+    }
+}
+
+/// The `x-amz-copy-source-if-*` headers as the standard conditional headers.
+fn copy_conditions(headers: &HeaderMap) -> HeaderMap {
+    let mut out = HeaderMap::new();
+    for (from, to) in [
+        ("x-amz-copy-source-if-match", header::IF_MATCH),
+        ("x-amz-copy-source-if-none-match", header::IF_NONE_MATCH),
+        (
+            "x-amz-copy-source-if-modified-since",
+            header::IF_MODIFIED_SINCE,
+        ),
+        (
+            "x-amz-copy-source-if-unmodified-since",
+            header::IF_UNMODIFIED_SINCE,
+        ),
+    ] {
+        if let Some(v) = headers.get(from) {
+            out.insert(to, v.clone());
+        }
+    }
+    out
+}
+
+/// `PUT /bucket/key?partNumber=N&uploadId=X` with `x-amz-copy-source`.
+pub async fn upload_part_copy(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Response> {
+    check_unsupported_headers(&ctx.parts.headers)?;
+    let number = parse_part_number(ctx.query.get("partNumber"))?;
+    let upload_id = upload_id(ctx)?;
+    let headers = &ctx.parts.headers;
+    let source = headers
+        .get("x-amz-copy-source")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let (src_bucket, src_key) = parse_copy_source(source)?;
+    let range = headers
+        .get("x-amz-copy-source-range")
+        .map(|v| parse_copy_range(v.to_str().unwrap_or("")))
+        .transpose()?;
+    let conditions = copy_conditions(headers);
+
+    let info = ctx.layer().object_info(&src_bucket, &src_key).await?;
+    let (offset, len) = match range {
+        None => (0, info.size),
+        Some((a, b)) => {
+            if b >= info.size {
+                return Err(invalid_argument(format!(
+                    "Range specified is not valid for source object of size: {}",
+                    info.size
+                )));
+            }
+            (a, b - a + 1)
+        }
+    };
+    if len > MAX_PART_SIZE {
+        return Err(ApiError::new(
+            S3ErrorCode::EntityTooLarge,
+            format!("A part may be at most {MAX_PART_SIZE} bytes; the copy would be {len}."),
+        ));
+    }
+    let http_range = (len > 0 && (offset, len) != (0, info.size))
+        .then(|| HttpRange::FromTo(offset, offset + len - 1));
+    let reader = ctx
+        .layer()
+        .get_object(&src_bucket, &src_key, http_range)
+        .await?;
+    // The conditions are evaluated on the version being read (it may have changed since the
+    // size was looked up; then its size must still cover the range).
+    if evaluate_preconditions(&conditions, &reader.info.etag, reader.info.mod_time_ns)
+        != Precondition::Proceed
+    {
+        return Err(S3ErrorCode::PreconditionFailed.into());
+    }
+    if reader.range.1 != len {
+        return Err(ApiError::new(
+            S3ErrorCode::PreconditionFailed,
+            "The source object changed while it was being copied.",
+        ));
+    }
+    let body: ByteStream = Box::pin(reader.body.map_err(std::io::Error::other));
+    let opts = PartOptions {
+        size: Some(len),
+        content_md5: None,
+        hashers: Some(hashers()),
+    };
+    let part = ctx
+        .layer()
+        .put_object_part(bucket, key, upload_id, number, body, opts)
+        .await?;
+    let checksum = part
+        .checksum_algorithm
+        .as_deref()
+        .zip(part.checksum.as_deref());
+    Ok(xml_response(xml::copy_part_result(
+        &part.etag,
+        part.mod_time_ns,
+        checksum,
+    )))
+}
+
+/// `POST /bucket/key?uploadId=X`.
+pub async fn complete_multipart_upload(
+    ctx: &ReqCtx,
+    bucket: &str,
+    key: &str,
+) -> ApiResult<Response> {
+    let upload_id = upload_id(ctx)?.to_owned();
+    let precondition = write_precondition(&ctx.parts.headers)?;
+    let body = ctx.small_body().await?;
+    let requested = xml::parse_complete_multipart_upload(&body)?;
+    if requested
+        .windows(2)
+        .any(|w| w[0].part_number >= w[1].part_number)
+    {
+        return Err(S3ErrorCode::InvalidPartOrder.into());
+    }
+    if requested.len() > MAX_PARTS as usize {
+        return Err(S3ErrorCode::MalformedXML.into());
+    }
+
+    // The parts as stored: their checksums make the object's composite checksum.
+    let mut stored = Vec::new();
+    let mut marker = 0;
+    let mut algorithm;
+    loop {
+        let page = ctx
+            .layer()
+            .list_object_parts(
+                bucket,
+                key,
+                &upload_id,
+                ListPartsOptions {
+                    part_number_marker: marker,
+                    max_parts: MAX_PARTS as usize,
+                },
+            )
+            .await?;
+        algorithm = page.upload.checksum_algorithm.clone();
+        stored.extend(page.parts);
+        match page.next_part_number_marker {
+            Some(next) if page.is_truncated => marker = next,
+            _ => break,
+        }
+    }
+    let algorithm = algorithm.as_deref().map(algorithm_of).transpose()?;
+    let mut parts = Vec::with_capacity(requested.len());
+    let mut composite = algorithm.map(Checksummer::new);
+    for r in &requested {
+        let found = stored.iter().find(|p| p.number == r.part_number);
+        // A part checksum given for an upload without an algorithm has nothing to match and is
+        // ignored; for an upload with one, it must be the part's, in the upload's algorithm.
+        if let (Some((given_alg, given)), Some(p), Some(a)) = (&r.checksum, found, algorithm) {
+            let matches = a.name().eq_ignore_ascii_case(given_alg)
+                && p.checksum.as_deref() == Some(given.as_str());
+            if !matches {
+                return Err(ApiError::new(
+                    S3ErrorCode::InvalidPart,
+                    format!(
+                        "{} (the checksum given for part {} is not the part's checksum)",
+                        S3ErrorCode::InvalidPart.default_message(),
+                        r.part_number
+                    ),
+                ));
+            }
+        }
+        let checksum = found.and_then(|p| p.checksum.clone());
+        if let (Some(c), Some(sum), Some(a)) = (composite.as_mut(), &checksum, algorithm) {
+            match a.decode_value(sum) {
+                Some(raw) => c.update(&raw),
+                None => {
+                    tracing::error!(part = r.part_number, "stored part checksum is malformed");
+                    return Err(S3ErrorCode::InternalError.into());
+                }
+            }
+        }
+        parts.push(CompletePart {
+            number: r.part_number,
+            etag: r.etag.clone(),
+            // The object layer checks the part it commits still has this checksum.
+            checksum: algorithm.and(checksum),
+        });
+    }
+    let mut opts = CompleteOptions {
+        precondition,
+        ..Default::default()
+    };
+    if let (Some(c), Some(a)) = (composite, algorithm) {
+        opts.checksums.insert(
+            a.name().to_ascii_lowercase(),
+            format!("{}-{}", BASE64.encode(c.finalize()), parts.len()),
+        );
+    }
+    let info = ctx
+        .layer()
+        .complete_multipart_upload(bucket, key, &upload_id, parts, opts)
+        .await?;
+    let host = ctx
+        .parts
+        .headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    let path = xml::url_encode(key).replace('+', "%20");
+    // Virtual-host style names the bucket in the host already.
+    let location = if host.starts_with(&format!("{bucket}.")) {
+        format!("http://{host}/{path}")
+    } else {
+        format!("http://{host}/{bucket}/{path}")
+    };
+    let checksum = info.checksums.iter().next();
+    let mut response = xml_response(xml::complete_multipart_upload_result(
+        &location,
+        bucket,
+        key,
+        &info.etag,
+        checksum.map(|(a, v)| (a.as_str(), v.as_str())),
+    ));
+    if let Some((a, v)) = checksum {
+        insert_header(response.headers_mut(), &format!("x-amz-checksum-{a}"), v);
+        insert_header(response.headers_mut(), "x-amz-checksum-type", "COMPOSITE");
+    }
+    Ok(response)
+}
+
+/// `DELETE /bucket/key?uploadId=X`: 204.
+pub async fn abort_multipart_upload(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Response> {
+    let upload_id = upload_id(ctx)?;
+    ctx.layer()
+        .abort_multipart_upload(bucket, key, upload_id)
+        .await?;
+    let mut response = Response::new(Body::empty());
+    *response.status_mut() = StatusCode::NO_CONTENT;
+    Ok(response)
+}
+
+/// `GET /bucket/key?uploadId=X`.
+pub async fn list_parts(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Response> {
+    let upload_id = upload_id(ctx)?;
+    let max_parts =
+        query_number(ctx, "max-parts")?.map_or(MAX_LIST, |n| (n as usize).min(MAX_LIST));
+    let marker = match query_number(ctx, "part-number-marker")? {
+        None => 0,
+        Some(n) => u32::try_from(n).unwrap_or(u32::MAX),
+    };
+    let page = ctx
+        .layer()
+        .list_object_parts(
+            bucket,
+            key,
+            upload_id,
+            ListPartsOptions {
+                part_number_marker: marker,
+                max_parts,
+            },
+        )
+        .await?;
+    Ok(xml_response(xml::list_parts_result(
+        &page, marker, max_parts,
+    )))
+}
+
+/// `GET /bucket?uploads`.
+pub async fn list_multipart_uploads(ctx: &ReqCtx, bucket: &str) -> ApiResult<Response> {
+    let q = &ctx.query;
+    let url_encoded = match q.get("encoding-type") {
+        None => false,
+        Some("url") => true,
+        Some(_) => {
+            return Err(invalid_argument(
+                "Invalid Encoding Method specified in Request",
+            ))
+        }
+    };
+    let max_uploads =
+        query_number(ctx, "max-uploads")?.map_or(MAX_LIST, |n| (n as usize).min(MAX_LIST));
+    let prefix = q.get("prefix").unwrap_or("");
+    let delimiter = q.get("delimiter").filter(|d| !d.is_empty());
+    let key_marker = q.get("key-marker").filter(|m| !m.is_empty());
+    let upload_id_marker = q.get("upload-id-marker").filter(|m| !m.is_empty());
+    let page = ctx
+        .layer()
+        .list_multipart_uploads(
+            bucket,
+            ListUploadsOptions {
+                prefix: prefix.to_owned(),
+                delimiter: delimiter.map(str::to_owned),
+                key_marker: key_marker.map(str::to_owned),
+                upload_id_marker: key_marker.and(upload_id_marker).map(str::to_owned),
+                max_uploads,
+            },
+        )
+        .await?;
+    Ok(xml_response(xml::list_multipart_uploads_result(
+        &page,
+        &ListUploadsEcho {
+            bucket,
+            prefix,
+            delimiter,
+            key_marker,
+            upload_id_marker,
+            max_uploads,
+            url_encoded,
+        },
+    )))
+}
+
+/// GetObject and HeadObject with `partNumber`: that part's bytes of a completed object, as a 206
+/// with `Content-Range` and `x-amz-mp-parts-count`.
+pub async fn get_object_part(
+    ctx: &ReqCtx,
+    bucket: &str,
+    key: &str,
+    head: bool,
+) -> ApiResult<Response> {
+    let number = parse_part_number(ctx.query.get("partNumber"))?;
+    let headers = &ctx.parts.headers;
+    if headers.contains_key(header::RANGE) {
+        return Err(ApiError::new(
+            S3ErrorCode::InvalidRequest,
+            "Cannot specify both Range header and partNumber query parameter",
+        ));
+    }
+    let reader = ctx.layer().get_object_part(bucket, key, number).await?;
+    match evaluate_preconditions(headers, &reader.info.etag, reader.info.mod_time_ns) {
+        Precondition::Proceed => {}
+        Precondition::Failed => return Err(S3ErrorCode::PreconditionFailed.into()),
+        Precondition::NotModified => {
+            let mut err = ApiError::from(S3ErrorCode::NotModified);
+            if let Ok(v) = HeaderValue::from_str(&format!("\"{}\"", reader.info.etag)) {
+                err.headers.push((header::ETAG, v));
+            }
+            return Err(err);
+        }
+    }
+    let info = reader.info;
+    let (offset, len) = reader.range;
+    let body = if head {
+        Body::empty()
+    } else {
+        Body::from_stream(
+            reader
+                .body
+                .inspect_err(|e| tracing::error!(error = %e, "object part stream failed")),
+        )
+    };
+    let mut response = Response::new(body);
+    let out = response.headers_mut();
+    object_headers(out, &info, false);
+    insert_header(out, "content-length", &len.to_string());
+    // Only objects uploaded in parts (ETag `<md5>-N`) say how many parts they have.
+    if info.etag.contains('-') {
+        insert_header(out, "x-amz-mp-parts-count", &info.parts.to_string());
+    }
+    if len > 0 {
+        insert_header(
+            out,
+            "content-range",
+            &format!("bytes {offset}-{}/{}", offset + len - 1, info.size),
+        );
+        *response.status_mut() = StatusCode::PARTIAL_CONTENT;
+    }
+    Ok(response)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copy_sources() {
+        assert_eq!(
+            parse_copy_source("/b/a%20b/c").unwrap(),
+            ("b".to_string(), "a b/c".to_string())
+        );
+        assert_eq!(
+            parse_copy_source("b/k?versionId=null").unwrap(),
+            ("b".to_string(), "k".to_string())
+        );
+        for bad in [
+            "",
+            "/",
+            "b",
+            "b/",
+            "/b",
+            "/%FF/x",
+            "b/k?versionId=3",
+            "b/k?x=y",
+        ] {
+            assert_eq!(
+                parse_copy_source(bad).unwrap_err().code(),
+                S3ErrorCode::InvalidArgument,
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn copy_ranges() {
+        assert_eq!(parse_copy_range("bytes=0-9").unwrap(), (0, 9));
+        assert_eq!(parse_copy_range("bytes=5-5").unwrap(), (5, 5));
+        for bad in ["bytes=5-", "bytes=-5", "bytes=9-0", "0-9", "bytes=a-b", ""] {
+            assert!(parse_copy_range(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn part_numbers() {
+        assert_eq!(parse_part_number(Some("1")).unwrap(), 1);
+        assert_eq!(parse_part_number(Some("10000")).unwrap(), 10000);
+        for bad in [
+            None,
+            Some("0"),
+            Some("10001"),
+            Some("-1"),
+            Some("x"),
+            Some(""),
+        ] {
+            assert_eq!(
+                parse_part_number(bad).unwrap_err().code(),
+                S3ErrorCode::InvalidArgument
+            );
+        }
+    }
+
+    #[test]
+    fn composite_checksum_is_hash_of_raw_part_checksums() {
+        // Two parts "a" and "b": the composite CRC32 is CRC32(crc32("a") || crc32("b")).
+        let part = |d: &[u8]| {
+            let mut c = Checksummer::new(ChecksumAlgorithm::Crc32);
+            c.update(d);
+            c.finalize()
+        };
+        let mut all = part(b"a");
+        all.extend(part(b"b"));
+        let mut c = Checksummer::new(ChecksumAlgorithm::Crc32);
+        c.update(&all);
+        let want = BASE64.encode(c.finalize());
+        let mut h = hashers().0("crc32").unwrap();
+        h.update(b"a");
+        let a = h.finish();
+        assert_eq!(
+            ChecksumAlgorithm::Crc32.decode_value(&a).unwrap(),
+            part(b"a")
+        );
+        assert!(!want.is_empty());
+        assert!(hashers().0("md5").is_none());
+    }
+}
