@@ -28,6 +28,6 @@ pub mod path;
 
 pub use drive::{DiskInfo, Drive, DriveError, ShardWriter, VolInfo, WalkEntry, WalkOptions};
 pub use format::FormatV1;
-pub use local::LocalDrive;
+pub use local::{validate_config_name, LocalDrive, MAX_BUCKET_CONFIG};
 pub use meta::{ErasureInfo, ObjectMeta, PartInfo, META_VERSION};
 pub use multipart::{PartMeta, UploadMeta, UPLOAD_META_VERSION};

@@ -7,6 +7,8 @@ mod bucket_config;
 mod multipart;
 mod walk;
 
+pub use bucket_config::{validate_config_name, MAX_BUCKET_CONFIG};
+
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::os::unix::fs::FileExt;

@@ -10,11 +10,14 @@
 //!   [`Handler`], bounded connections and requests);
 //! - [`bufpool`]: the [`BufPool`] of aligned buffers carved from a few slabs, shared by the data
 //!   plane, the decoder and HTTP bodies (DESIGN.md, "Buffers");
-//! - [`data`]: bulk transfers over TCP straight into and out of pooled buffers.
+//! - [`data`]: bulk transfers over TCP straight into and out of pooled buffers;
+//! - the `Drive` trait's remote side: [`drive_proto`] (its messages, pure encode/decode),
+//!   [`RemoteDrive`] (the trait over [`RpcClient`]) and [`DriveServer`] (the [`Handler`] that serves
+//!   a node's own drives to its peers).
 //!
-//! What it is not: it knows nothing of drives, objects or S3. Payloads are opaque bytes; the messages
-//! of the `Drive` trait's remote side (`RemoteDrive`) are defined on top of [`rpc`] later, as are the
-//! `DataPlane` trait and its verbs backend (RDMA lives in `crates/verbs`, the only crate with `unsafe`).
+//! What it is not: it knows nothing of objects, erasure sets or S3; of drives it knows only the
+//! `Drive` trait of `quarry-disk`. The `DataPlane` trait and its verbs backend come later (RDMA
+//! lives in `crates/verbs`, the only crate with `unsafe`).
 //! There is no TLS: frames are authenticated, not encrypted, so internode traffic belongs on a trusted
 //! network.
 #![forbid(unsafe_code)]
@@ -22,9 +25,14 @@
 pub mod auth;
 pub mod bufpool;
 pub mod data;
+pub mod drive_proto;
+pub mod drive_server;
+pub mod remote_drive;
 pub mod rpc;
 pub mod wire;
 
 pub use auth::{ClusterSecret, Identity};
 pub use bufpool::{BufPool, BufPoolConfig, PooledBuf};
+pub use drive_server::{DriveServer, DriveServerConfig};
+pub use remote_drive::{RemoteDrive, RemoteDriveConfig};
 pub use rpc::{Handler, RpcClient, RpcConfig, RpcError, RpcServer};

@@ -1,0 +1,1499 @@
+//! The messages of the `Drive` trait's remote side: one RPC method per trait method, and the
+//! request and response payloads as pure encode/decode functions (no IO, no async).
+//!
+//! Every request payload is
+//!
+//! ```text
+//! offset size
+//!      0    1  drive protocol version (1)
+//!      1    2  drive index on the serving node (u16 BE)
+//!      3    n  the method's arguments, in the order of its `Request` variant's fields
+//! ```
+//!
+//! and every successful response payload is `version (1) | kind (u8) | body`. Fields are encoded
+//! compactly: integers big-endian; strings and blobs as a u32 BE length then the bytes; `Option`
+//! as a 0/1 byte then the value; lists as a u32 BE count then the items; UUIDs as 16 raw bytes.
+//! [`ObjectMeta`] travels in its own versioned file format ([`ObjectMeta::to_bytes`]: JSON header,
+//! then the inline shard bytes raw), upload and part metadata in theirs; shard data is always raw
+//! bytes (a slice of the frame's payload on the receiving side, never copied or base64-encoded).
+//!
+//! A failed call answers with an error frame whose code names the exact [`DriveError`] variant
+//! (see [`encode_drive_error`]): the object layer's quorum logic tells `FileNotFound` from
+//! `VolumeNotFound` from `Unusable`, so none of them may be merged on the way.
+//!
+//! Decoding never trusts a length: every length and count is checked against the bytes that are
+//! actually there before anything is allocated, and any garbage is a [`ProtoError`], never a panic.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use quarry_disk::{
+    DiskInfo, DriveError, ObjectMeta, PartMeta, UploadMeta, VolInfo, WalkEntry, WalkOptions,
+};
+use uuid::Uuid;
+
+use crate::rpc::codes::APPLICATION_BASE;
+
+/// The drive protocol version this build speaks.
+pub const DRIVE_PROTO_VERSION: u8 = 1;
+
+/// First method id of the drive protocol (ids below are free for other services).
+pub const METHOD_BASE: u16 = 100;
+
+macro_rules! methods {
+    ($($name:ident = $n:expr,)*) => {
+        /// One RPC method per `Drive` trait method (the shard writer takes three).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u16)]
+        pub enum Method { $($name = METHOD_BASE + $n,)* }
+
+        impl Method {
+            pub const ALL: &'static [Method] = &[$(Method::$name,)*];
+
+            pub fn from_u16(m: u16) -> Option<Method> {
+                match m {
+                    $(x if x == METHOD_BASE + $n => Some(Method::$name),)*
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+methods! {
+    DiskInfo = 0,
+    MakeVolume = 1,
+    ListVolumes = 2,
+    StatVolume = 3,
+    DeleteVolume = 4,
+    ReadMeta = 5,
+    WriteMeta = 6,
+    ShardOpen = 7,
+    ShardAppend = 8,
+    ShardFinish = 9,
+    ShardAbort = 10,
+    ReadShard = 11,
+    StatShard = 12,
+    RenameData = 13,
+    DeleteObject = 14,
+    DeleteTmp = 15,
+    Walk = 16,
+    ReadBucketConfig = 17,
+    WriteBucketConfig = 18,
+    DeleteBucketConfig = 19,
+    CreateUpload = 20,
+    ReadUpload = 21,
+    CommitPart = 22,
+    ListParts = 23,
+    StageParts = 24,
+    DeleteUpload = 25,
+    ListUploads = 26,
+}
+
+/// A call on one drive, with its arguments.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Request {
+    DiskInfo,
+    MakeVolume {
+        bucket: String,
+    },
+    ListVolumes,
+    StatVolume {
+        bucket: String,
+    },
+    DeleteVolume {
+        bucket: String,
+        force: bool,
+    },
+    ReadMeta {
+        bucket: String,
+        key: String,
+    },
+    WriteMeta {
+        bucket: String,
+        key: String,
+        meta: ObjectMeta,
+    },
+    /// Opens a shard writer; answered with [`Response::Writer`].
+    ShardOpen {
+        tmp_id: Uuid,
+        data_dir: Uuid,
+        part: u32,
+    },
+    /// Appends the `seq`-th chunk (0-based) to an open writer. Appends may arrive out of order;
+    /// the server writes them in `seq` order.
+    ShardAppend {
+        writer: Uuid,
+        seq: u64,
+        data: Bytes,
+    },
+    /// Flushes and fsyncs the writer after exactly `appends` chunks, and closes it.
+    ShardFinish {
+        writer: Uuid,
+        appends: u64,
+    },
+    /// Closes a writer without finishing it (its tmp data is left to `delete_tmp` or the sweep).
+    ShardAbort {
+        writer: Uuid,
+    },
+    ReadShard {
+        bucket: String,
+        key: String,
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        len: u64,
+    },
+    StatShard {
+        bucket: String,
+        key: String,
+        data_dir: Uuid,
+        part: u32,
+    },
+    RenameData {
+        tmp_id: Uuid,
+        bucket: String,
+        key: String,
+        meta: ObjectMeta,
+    },
+    DeleteObject {
+        bucket: String,
+        key: String,
+    },
+    DeleteTmp {
+        tmp_id: Uuid,
+    },
+    Walk {
+        bucket: String,
+        opts: WalkOptions,
+    },
+    ReadBucketConfig {
+        bucket: String,
+        name: String,
+    },
+    WriteBucketConfig {
+        bucket: String,
+        name: String,
+        data: Bytes,
+    },
+    DeleteBucketConfig {
+        bucket: String,
+        name: String,
+    },
+    CreateUpload {
+        meta: UploadMeta,
+    },
+    ReadUpload {
+        bucket: String,
+        key: String,
+        upload_id: String,
+    },
+    CommitPart {
+        tmp_id: Uuid,
+        bucket: String,
+        key: String,
+        upload_id: String,
+        part: PartMeta,
+    },
+    ListParts {
+        bucket: String,
+        key: String,
+        upload_id: String,
+    },
+    StageParts {
+        bucket: String,
+        key: String,
+        upload_id: String,
+        parts: Vec<PartMeta>,
+        tmp_id: Uuid,
+        data_dir: Uuid,
+    },
+    DeleteUpload {
+        bucket: String,
+        key: String,
+        upload_id: String,
+    },
+    ListUploads {
+        bucket: Option<String>,
+    },
+}
+
+impl Request {
+    pub fn method(&self) -> Method {
+        match self {
+            Request::DiskInfo => Method::DiskInfo,
+            Request::MakeVolume { .. } => Method::MakeVolume,
+            Request::ListVolumes => Method::ListVolumes,
+            Request::StatVolume { .. } => Method::StatVolume,
+            Request::DeleteVolume { .. } => Method::DeleteVolume,
+            Request::ReadMeta { .. } => Method::ReadMeta,
+            Request::WriteMeta { .. } => Method::WriteMeta,
+            Request::ShardOpen { .. } => Method::ShardOpen,
+            Request::ShardAppend { .. } => Method::ShardAppend,
+            Request::ShardFinish { .. } => Method::ShardFinish,
+            Request::ShardAbort { .. } => Method::ShardAbort,
+            Request::ReadShard { .. } => Method::ReadShard,
+            Request::StatShard { .. } => Method::StatShard,
+            Request::RenameData { .. } => Method::RenameData,
+            Request::DeleteObject { .. } => Method::DeleteObject,
+            Request::DeleteTmp { .. } => Method::DeleteTmp,
+            Request::Walk { .. } => Method::Walk,
+            Request::ReadBucketConfig { .. } => Method::ReadBucketConfig,
+            Request::WriteBucketConfig { .. } => Method::WriteBucketConfig,
+            Request::DeleteBucketConfig { .. } => Method::DeleteBucketConfig,
+            Request::CreateUpload { .. } => Method::CreateUpload,
+            Request::ReadUpload { .. } => Method::ReadUpload,
+            Request::CommitPart { .. } => Method::CommitPart,
+            Request::ListParts { .. } => Method::ListParts,
+            Request::StageParts { .. } => Method::StageParts,
+            Request::DeleteUpload { .. } => Method::DeleteUpload,
+            Request::ListUploads { .. } => Method::ListUploads,
+        }
+    }
+}
+
+/// A successful answer. Each method has exactly one kind of answer.
+// Metadata answers are the common ones: boxing them would add an allocation to each.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum Response {
+    Unit,
+    DiskInfo(DiskInfo),
+    Volumes(Vec<VolInfo>),
+    Volume(VolInfo),
+    Meta(ObjectMeta),
+    Writer(Uuid),
+    /// Shard bytes or a configuration blob.
+    Data(Bytes),
+    Len(u64),
+    Walk(Vec<WalkEntry>),
+    Upload(UploadMeta),
+    Parts(Vec<PartMeta>),
+    Uploads(Vec<UploadMeta>),
+}
+
+impl Response {
+    fn kind(&self) -> u8 {
+        match self {
+            Response::Unit => 0,
+            Response::DiskInfo(_) => 1,
+            Response::Volumes(_) => 2,
+            Response::Volume(_) => 3,
+            Response::Meta(_) => 4,
+            Response::Writer(_) => 5,
+            Response::Data(_) => 6,
+            Response::Len(_) => 7,
+            Response::Walk(_) => 8,
+            Response::Upload(_) => 9,
+            Response::Parts(_) => 10,
+            Response::Uploads(_) => 11,
+        }
+    }
+}
+
+/// Every way a drive message can be malformed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ProtoError {
+    #[error("drive message is truncated: {need} more bytes needed, {have} left")]
+    Truncated { need: usize, have: usize },
+    #[error(
+        "unsupported drive protocol version {got} (this node speaks version {DRIVE_PROTO_VERSION})"
+    )]
+    UnsupportedVersion { got: u8 },
+    #[error("unknown drive method {0}")]
+    UnknownMethod(u16),
+    #[error("unknown drive response kind {0}")]
+    UnknownKind(u8),
+    #[error("invalid {what} tag {tag}")]
+    BadTag { what: &'static str, tag: u8 },
+    #[error("a string field is not UTF-8")]
+    BadUtf8,
+    #[error("{0} bytes after the end of the drive message")]
+    Trailing(usize),
+    #[error("embedded metadata: {0}")]
+    Meta(String),
+    #[error("a {what} field of {len} does not fit this platform")]
+    TooLong { what: &'static str, len: u64 },
+}
+
+// ---- encoding ----
+
+fn put_str(b: &mut BytesMut, s: &str) {
+    put_blob(b, s.as_bytes());
+}
+
+fn put_blob(b: &mut BytesMut, v: &[u8]) {
+    // A frame payload is far below 4 GiB, so every field length fits a u32.
+    b.put_u32(v.len() as u32);
+    b.put_slice(v);
+}
+
+fn put_opt_str(b: &mut BytesMut, s: Option<&str>) {
+    match s {
+        None => b.put_u8(0),
+        Some(s) => {
+            b.put_u8(1);
+            put_str(b, s);
+        }
+    }
+}
+
+fn put_uuid(b: &mut BytesMut, u: &Uuid) {
+    b.put_slice(u.as_bytes());
+}
+
+fn put_bool(b: &mut BytesMut, v: bool) {
+    b.put_u8(v as u8);
+}
+
+fn put_count(b: &mut BytesMut, n: usize) {
+    b.put_u32(n as u32);
+}
+
+/// Encodes a request to drive `drive`: `(method, payload)`.
+pub fn encode_request(drive: u16, req: &Request) -> (u16, Bytes) {
+    let mut b = BytesMut::with_capacity(match req {
+        Request::ShardAppend { data, .. } => 64 + data.len(),
+        Request::WriteBucketConfig { data, .. } => 256 + data.len(),
+        Request::WriteMeta { meta, .. } | Request::RenameData { meta, .. } => {
+            1024 + meta.inline.as_ref().map_or(0, |i| i.len())
+        }
+        _ => 128,
+    });
+    b.put_u8(DRIVE_PROTO_VERSION);
+    b.put_u16(drive);
+    match req {
+        Request::DiskInfo | Request::ListVolumes => {}
+        Request::MakeVolume { bucket } | Request::StatVolume { bucket } => put_str(&mut b, bucket),
+        Request::DeleteVolume { bucket, force } => {
+            put_str(&mut b, bucket);
+            put_bool(&mut b, *force);
+        }
+        Request::ReadMeta { bucket, key } | Request::DeleteObject { bucket, key } => {
+            put_str(&mut b, bucket);
+            put_str(&mut b, key);
+        }
+        Request::WriteMeta { bucket, key, meta } => {
+            put_str(&mut b, bucket);
+            put_str(&mut b, key);
+            put_blob(&mut b, &meta.to_bytes());
+        }
+        Request::ShardOpen {
+            tmp_id,
+            data_dir,
+            part,
+        } => {
+            put_uuid(&mut b, tmp_id);
+            put_uuid(&mut b, data_dir);
+            b.put_u32(*part);
+        }
+        Request::ShardAppend { writer, seq, data } => {
+            put_uuid(&mut b, writer);
+            b.put_u64(*seq);
+            put_blob(&mut b, data);
+        }
+        Request::ShardFinish { writer, appends } => {
+            put_uuid(&mut b, writer);
+            b.put_u64(*appends);
+        }
+        Request::ShardAbort { writer } => put_uuid(&mut b, writer),
+        Request::ReadShard {
+            bucket,
+            key,
+            data_dir,
+            part,
+            offset,
+            len,
+        } => {
+            put_str(&mut b, bucket);
+            put_str(&mut b, key);
+            put_uuid(&mut b, data_dir);
+            b.put_u32(*part);
+            b.put_u64(*offset);
+            b.put_u64(*len);
+        }
+        Request::StatShard {
+            bucket,
+            key,
+            data_dir,
+            part,
+        } => {
+            put_str(&mut b, bucket);
+            put_str(&mut b, key);
+            put_uuid(&mut b, data_dir);
+            b.put_u32(*part);
+        }
+        Request::RenameData {
+            tmp_id,
+            bucket,
+            key,
+            meta,
+        } => {
+            put_uuid(&mut b, tmp_id);
+            put_str(&mut b, bucket);
+            put_str(&mut b, key);
+            put_blob(&mut b, &meta.to_bytes());
+        }
+        Request::DeleteTmp { tmp_id } => put_uuid(&mut b, tmp_id),
+        Request::Walk { bucket, opts } => {
+            put_str(&mut b, bucket);
+            put_str(&mut b, &opts.prefix);
+            put_opt_str(&mut b, opts.marker.as_deref());
+            put_bool(&mut b, opts.delimited);
+            b.put_u64(opts.limit as u64);
+        }
+        Request::ReadBucketConfig { bucket, name }
+        | Request::DeleteBucketConfig { bucket, name } => {
+            put_str(&mut b, bucket);
+            put_str(&mut b, name);
+        }
+        Request::WriteBucketConfig { bucket, name, data } => {
+            put_str(&mut b, bucket);
+            put_str(&mut b, name);
+            put_blob(&mut b, data);
+        }
+        Request::CreateUpload { meta } => put_blob(&mut b, &meta.to_bytes()),
+        Request::ReadUpload {
+            bucket,
+            key,
+            upload_id,
+        }
+        | Request::ListParts {
+            bucket,
+            key,
+            upload_id,
+        }
+        | Request::DeleteUpload {
+            bucket,
+            key,
+            upload_id,
+        } => {
+            put_str(&mut b, bucket);
+            put_str(&mut b, key);
+            put_str(&mut b, upload_id);
+        }
+        Request::CommitPart {
+            tmp_id,
+            bucket,
+            key,
+            upload_id,
+            part,
+        } => {
+            put_uuid(&mut b, tmp_id);
+            put_str(&mut b, bucket);
+            put_str(&mut b, key);
+            put_str(&mut b, upload_id);
+            put_blob(&mut b, &part.to_bytes());
+        }
+        Request::StageParts {
+            bucket,
+            key,
+            upload_id,
+            parts,
+            tmp_id,
+            data_dir,
+        } => {
+            put_str(&mut b, bucket);
+            put_str(&mut b, key);
+            put_str(&mut b, upload_id);
+            put_count(&mut b, parts.len());
+            for p in parts {
+                put_blob(&mut b, &p.to_bytes());
+            }
+            put_uuid(&mut b, tmp_id);
+            put_uuid(&mut b, data_dir);
+        }
+        Request::ListUploads { bucket } => put_opt_str(&mut b, bucket.as_deref()),
+    }
+    (req.method() as u16, b.freeze())
+}
+
+/// Encodes a successful answer.
+pub fn encode_response(resp: &Response) -> Bytes {
+    let mut b = BytesMut::with_capacity(match resp {
+        Response::Data(d) => 2 + 4 + d.len(),
+        Response::Meta(m) => 1024 + m.inline.as_ref().map_or(0, |i| i.len()),
+        Response::Walk(w) => 64 + 512 * w.len(),
+        _ => 128,
+    });
+    b.put_u8(DRIVE_PROTO_VERSION);
+    b.put_u8(resp.kind());
+    match resp {
+        Response::Unit => {}
+        Response::DiskInfo(d) => {
+            put_str(&mut b, &d.endpoint);
+            match &d.id {
+                None => b.put_u8(0),
+                Some(id) => {
+                    b.put_u8(1);
+                    put_uuid(&mut b, id);
+                }
+            }
+            b.put_u64(d.total);
+            b.put_u64(d.free);
+        }
+        Response::Volumes(v) => {
+            put_count(&mut b, v.len());
+            for vol in v {
+                put_vol(&mut b, vol);
+            }
+        }
+        Response::Volume(vol) => put_vol(&mut b, vol),
+        Response::Meta(m) => put_blob(&mut b, &m.to_bytes()),
+        Response::Writer(id) => put_uuid(&mut b, id),
+        Response::Data(d) => put_blob(&mut b, d),
+        Response::Len(n) => b.put_u64(*n),
+        Response::Walk(entries) => {
+            put_count(&mut b, entries.len());
+            for e in entries {
+                match e {
+                    WalkEntry::Prefix(p) => {
+                        b.put_u8(0);
+                        put_str(&mut b, p);
+                    }
+                    WalkEntry::Object { key, meta } => {
+                        b.put_u8(1);
+                        put_str(&mut b, key);
+                        put_blob(&mut b, &meta.to_bytes());
+                    }
+                }
+            }
+        }
+        Response::Upload(u) => put_blob(&mut b, &u.to_bytes()),
+        Response::Parts(parts) => {
+            put_count(&mut b, parts.len());
+            for p in parts {
+                put_blob(&mut b, &p.to_bytes());
+            }
+        }
+        Response::Uploads(ups) => {
+            put_count(&mut b, ups.len());
+            for u in ups {
+                put_blob(&mut b, &u.to_bytes());
+            }
+        }
+    }
+    b.freeze()
+}
+
+fn put_vol(b: &mut BytesMut, v: &VolInfo) {
+    put_str(b, &v.name);
+    b.put_i64(v.created_ns);
+}
+
+// ---- decoding ----
+
+/// A checked reader over a payload; blobs are zero-copy slices of it.
+struct Reader {
+    b: Bytes,
+}
+
+impl Reader {
+    fn need(&self, n: usize) -> Result<(), ProtoError> {
+        if self.b.remaining() < n {
+            return Err(ProtoError::Truncated {
+                need: n,
+                have: self.b.remaining(),
+            });
+        }
+        Ok(())
+    }
+
+    fn u8(&mut self) -> Result<u8, ProtoError> {
+        self.need(1)?;
+        Ok(self.b.get_u8())
+    }
+
+    fn u16(&mut self) -> Result<u16, ProtoError> {
+        self.need(2)?;
+        Ok(self.b.get_u16())
+    }
+
+    fn u32(&mut self) -> Result<u32, ProtoError> {
+        self.need(4)?;
+        Ok(self.b.get_u32())
+    }
+
+    fn u64(&mut self) -> Result<u64, ProtoError> {
+        self.need(8)?;
+        Ok(self.b.get_u64())
+    }
+
+    fn i64(&mut self) -> Result<i64, ProtoError> {
+        self.need(8)?;
+        Ok(self.b.get_i64())
+    }
+
+    fn bool(&mut self) -> Result<bool, ProtoError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            tag => Err(ProtoError::BadTag { what: "bool", tag }),
+        }
+    }
+
+    fn uuid(&mut self) -> Result<Uuid, ProtoError> {
+        self.need(16)?;
+        let mut u = [0u8; 16];
+        self.b.copy_to_slice(&mut u);
+        Ok(Uuid::from_bytes(u))
+    }
+
+    fn blob(&mut self) -> Result<Bytes, ProtoError> {
+        let n = self.u32()? as usize;
+        self.need(n)?;
+        Ok(self.b.split_to(n))
+    }
+
+    fn string(&mut self) -> Result<String, ProtoError> {
+        let b = self.blob()?;
+        String::from_utf8(b.to_vec()).map_err(|_| ProtoError::BadUtf8)
+    }
+
+    fn opt_string(&mut self) -> Result<Option<String>, ProtoError> {
+        match self.u8()? {
+            0 => Ok(None),
+            1 => self.string().map(Some),
+            tag => Err(ProtoError::BadTag {
+                what: "option",
+                tag,
+            }),
+        }
+    }
+
+    /// A list count, checked against the bytes left (every item takes at least `min_item`).
+    fn count(&mut self, min_item: usize) -> Result<usize, ProtoError> {
+        let n = self.u32()? as usize;
+        self.need(n.saturating_mul(min_item))?;
+        Ok(n)
+    }
+
+    fn meta(&mut self) -> Result<ObjectMeta, ProtoError> {
+        let b = self.blob()?;
+        ObjectMeta::from_bytes(&b).map_err(|e| ProtoError::Meta(e.to_string()))
+    }
+
+    fn upload(&mut self) -> Result<UploadMeta, ProtoError> {
+        let b = self.blob()?;
+        UploadMeta::from_bytes(&b).map_err(|e| ProtoError::Meta(e.to_string()))
+    }
+
+    fn part(&mut self) -> Result<PartMeta, ProtoError> {
+        let b = self.blob()?;
+        PartMeta::from_bytes(&b).map_err(|e| ProtoError::Meta(e.to_string()))
+    }
+
+    fn end(self) -> Result<(), ProtoError> {
+        match self.b.remaining() {
+            0 => Ok(()),
+            n => Err(ProtoError::Trailing(n)),
+        }
+    }
+
+    fn version(&mut self) -> Result<(), ProtoError> {
+        match self.u8()? {
+            DRIVE_PROTO_VERSION => Ok(()),
+            got => Err(ProtoError::UnsupportedVersion { got }),
+        }
+    }
+}
+
+/// Decodes a request: `(drive index, request)`. Blob fields (shard data, configuration blobs)
+/// are slices of `payload`, not copies.
+pub fn decode_request(method: u16, payload: Bytes) -> Result<(u16, Request), ProtoError> {
+    let m = Method::from_u16(method).ok_or(ProtoError::UnknownMethod(method))?;
+    let mut r = Reader { b: payload };
+    r.version()?;
+    let drive = r.u16()?;
+    let req = match m {
+        Method::DiskInfo => Request::DiskInfo,
+        Method::MakeVolume => Request::MakeVolume {
+            bucket: r.string()?,
+        },
+        Method::ListVolumes => Request::ListVolumes,
+        Method::StatVolume => Request::StatVolume {
+            bucket: r.string()?,
+        },
+        Method::DeleteVolume => Request::DeleteVolume {
+            bucket: r.string()?,
+            force: r.bool()?,
+        },
+        Method::ReadMeta => Request::ReadMeta {
+            bucket: r.string()?,
+            key: r.string()?,
+        },
+        Method::WriteMeta => Request::WriteMeta {
+            bucket: r.string()?,
+            key: r.string()?,
+            meta: r.meta()?,
+        },
+        Method::ShardOpen => Request::ShardOpen {
+            tmp_id: r.uuid()?,
+            data_dir: r.uuid()?,
+            part: r.u32()?,
+        },
+        Method::ShardAppend => Request::ShardAppend {
+            writer: r.uuid()?,
+            seq: r.u64()?,
+            data: r.blob()?,
+        },
+        Method::ShardFinish => Request::ShardFinish {
+            writer: r.uuid()?,
+            appends: r.u64()?,
+        },
+        Method::ShardAbort => Request::ShardAbort { writer: r.uuid()? },
+        Method::ReadShard => Request::ReadShard {
+            bucket: r.string()?,
+            key: r.string()?,
+            data_dir: r.uuid()?,
+            part: r.u32()?,
+            offset: r.u64()?,
+            len: r.u64()?,
+        },
+        Method::StatShard => Request::StatShard {
+            bucket: r.string()?,
+            key: r.string()?,
+            data_dir: r.uuid()?,
+            part: r.u32()?,
+        },
+        Method::RenameData => Request::RenameData {
+            tmp_id: r.uuid()?,
+            bucket: r.string()?,
+            key: r.string()?,
+            meta: r.meta()?,
+        },
+        Method::DeleteObject => Request::DeleteObject {
+            bucket: r.string()?,
+            key: r.string()?,
+        },
+        Method::DeleteTmp => Request::DeleteTmp { tmp_id: r.uuid()? },
+        Method::Walk => {
+            let bucket = r.string()?;
+            let prefix = r.string()?;
+            let marker = r.opt_string()?;
+            let delimited = r.bool()?;
+            let limit = r.u64()?;
+            let limit = usize::try_from(limit).map_err(|_| ProtoError::TooLong {
+                what: "walk limit",
+                len: limit,
+            })?;
+            Request::Walk {
+                bucket,
+                opts: WalkOptions {
+                    prefix,
+                    marker,
+                    delimited,
+                    limit,
+                },
+            }
+        }
+        Method::ReadBucketConfig => Request::ReadBucketConfig {
+            bucket: r.string()?,
+            name: r.string()?,
+        },
+        Method::WriteBucketConfig => Request::WriteBucketConfig {
+            bucket: r.string()?,
+            name: r.string()?,
+            data: r.blob()?,
+        },
+        Method::DeleteBucketConfig => Request::DeleteBucketConfig {
+            bucket: r.string()?,
+            name: r.string()?,
+        },
+        Method::CreateUpload => Request::CreateUpload { meta: r.upload()? },
+        Method::ReadUpload => Request::ReadUpload {
+            bucket: r.string()?,
+            key: r.string()?,
+            upload_id: r.string()?,
+        },
+        Method::CommitPart => Request::CommitPart {
+            tmp_id: r.uuid()?,
+            bucket: r.string()?,
+            key: r.string()?,
+            upload_id: r.string()?,
+            part: r.part()?,
+        },
+        Method::ListParts => Request::ListParts {
+            bucket: r.string()?,
+            key: r.string()?,
+            upload_id: r.string()?,
+        },
+        Method::StageParts => {
+            let bucket = r.string()?;
+            let key = r.string()?;
+            let upload_id = r.string()?;
+            let n = r.count(4)?;
+            let mut parts = Vec::with_capacity(n);
+            for _ in 0..n {
+                parts.push(r.part()?);
+            }
+            Request::StageParts {
+                bucket,
+                key,
+                upload_id,
+                parts,
+                tmp_id: r.uuid()?,
+                data_dir: r.uuid()?,
+            }
+        }
+        Method::DeleteUpload => Request::DeleteUpload {
+            bucket: r.string()?,
+            key: r.string()?,
+            upload_id: r.string()?,
+        },
+        Method::ListUploads => Request::ListUploads {
+            bucket: r.opt_string()?,
+        },
+    };
+    r.end()?;
+    Ok((drive, req))
+}
+
+/// Decodes a successful answer. A `Data` body is a slice of `payload`, not a copy.
+pub fn decode_response(payload: Bytes) -> Result<Response, ProtoError> {
+    let mut r = Reader { b: payload };
+    r.version()?;
+    let resp = match r.u8()? {
+        0 => Response::Unit,
+        1 => {
+            let endpoint = r.string()?;
+            let id = match r.u8()? {
+                0 => None,
+                1 => Some(r.uuid()?),
+                tag => {
+                    return Err(ProtoError::BadTag {
+                        what: "option",
+                        tag,
+                    })
+                }
+            };
+            Response::DiskInfo(DiskInfo {
+                endpoint,
+                id,
+                total: r.u64()?,
+                free: r.u64()?,
+            })
+        }
+        2 => {
+            let n = r.count(12)?;
+            let mut v = Vec::with_capacity(n);
+            for _ in 0..n {
+                v.push(vol(&mut r)?);
+            }
+            Response::Volumes(v)
+        }
+        3 => Response::Volume(vol(&mut r)?),
+        4 => Response::Meta(r.meta()?),
+        5 => Response::Writer(r.uuid()?),
+        6 => Response::Data(r.blob()?),
+        7 => Response::Len(r.u64()?),
+        8 => {
+            let n = r.count(5)?;
+            let mut v = Vec::with_capacity(n);
+            for _ in 0..n {
+                v.push(match r.u8()? {
+                    0 => WalkEntry::Prefix(r.string()?),
+                    1 => WalkEntry::Object {
+                        key: r.string()?,
+                        meta: r.meta()?,
+                    },
+                    tag => {
+                        return Err(ProtoError::BadTag {
+                            what: "walk entry",
+                            tag,
+                        })
+                    }
+                });
+            }
+            Response::Walk(v)
+        }
+        9 => Response::Upload(r.upload()?),
+        10 => {
+            let n = r.count(4)?;
+            let mut v = Vec::with_capacity(n);
+            for _ in 0..n {
+                v.push(r.part()?);
+            }
+            Response::Parts(v)
+        }
+        11 => {
+            let n = r.count(4)?;
+            let mut v = Vec::with_capacity(n);
+            for _ in 0..n {
+                v.push(r.upload()?);
+            }
+            Response::Uploads(v)
+        }
+        kind => return Err(ProtoError::UnknownKind(kind)),
+    };
+    r.end()?;
+    Ok(resp)
+}
+
+fn vol(r: &mut Reader) -> Result<VolInfo, ProtoError> {
+    Ok(VolInfo {
+        name: r.string()?,
+        created_ns: r.i64()?,
+    })
+}
+
+// ---- errors ----
+
+/// Error-frame codes of the drive protocol: one per [`DriveError`] variant, then the server's
+/// own refusals.
+pub mod codes {
+    use super::APPLICATION_BASE;
+
+    pub const VOLUME_NOT_FOUND: u16 = APPLICATION_BASE;
+    pub const VOLUME_EXISTS: u16 = APPLICATION_BASE + 1;
+    pub const VOLUME_NOT_EMPTY: u16 = APPLICATION_BASE + 2;
+    pub const FILE_NOT_FOUND: u16 = APPLICATION_BASE + 3;
+    /// Message: `"<offset> <wanted> <len>"` in decimal.
+    pub const TRUNCATED: u16 = APPLICATION_BASE + 4;
+    pub const CORRUPT_META: u16 = APPLICATION_BASE + 5;
+    /// Message: `"<found> <supported>"` in decimal.
+    pub const UNSUPPORTED_VERSION: u16 = APPLICATION_BASE + 6;
+    pub const INVALID_NAME: u16 = APPLICATION_BASE + 7;
+    pub const UNUSABLE: u16 = APPLICATION_BASE + 8;
+    pub const DISK_FULL: u16 = APPLICATION_BASE + 9;
+    pub const IO: u16 = APPLICATION_BASE + 10;
+    /// The request could not be decoded (or speaks another drive protocol version).
+    pub const BAD_REQUEST: u16 = APPLICATION_BASE + 100;
+    /// The serving node has no drive of that index.
+    pub const NO_SUCH_DRIVE: u16 = APPLICATION_BASE + 101;
+    /// The shard writer is not open on the serving node (never opened, finished, aborted,
+    /// reaped after idling, or the node restarted).
+    pub const NO_SUCH_WRITER: u16 = APPLICATION_BASE + 102;
+}
+
+/// The error frame `(code, message)` that carries `e`.
+pub fn encode_drive_error(e: &DriveError) -> (u16, String) {
+    match e {
+        DriveError::VolumeNotFound => (codes::VOLUME_NOT_FOUND, String::new()),
+        DriveError::VolumeExists => (codes::VOLUME_EXISTS, String::new()),
+        DriveError::VolumeNotEmpty => (codes::VOLUME_NOT_EMPTY, String::new()),
+        DriveError::FileNotFound => (codes::FILE_NOT_FOUND, String::new()),
+        DriveError::Truncated {
+            offset,
+            wanted,
+            len,
+        } => (codes::TRUNCATED, format!("{offset} {wanted} {len}")),
+        DriveError::CorruptMeta(m) => (codes::CORRUPT_META, m.clone()),
+        DriveError::UnsupportedVersion { found, supported } => {
+            (codes::UNSUPPORTED_VERSION, format!("{found} {supported}"))
+        }
+        DriveError::InvalidName(m) => (codes::INVALID_NAME, m.clone()),
+        DriveError::Unusable(m) => (codes::UNUSABLE, m.clone()),
+        DriveError::DiskFull => (codes::DISK_FULL, String::new()),
+        DriveError::Io(e) => (codes::IO, e.to_string()),
+    }
+}
+
+/// The [`DriveError`] an error frame carries, or `None` when `code` is not a drive error code.
+/// A structured message that does not parse becomes an `Io` error that says so.
+pub fn decode_drive_error(code: u16, message: &str) -> Option<DriveError> {
+    let numbers = |n: usize| -> Option<Vec<u64>> {
+        let v: Vec<u64> = message
+            .split(' ')
+            .map(|s| s.parse().ok())
+            .collect::<Option<_>>()?;
+        (v.len() == n).then_some(v)
+    };
+    let malformed = || {
+        DriveError::Io(std::io::Error::other(format!(
+            "peer sent drive error {code} with a malformed message {message:?}"
+        )))
+    };
+    Some(match code {
+        codes::VOLUME_NOT_FOUND => DriveError::VolumeNotFound,
+        codes::VOLUME_EXISTS => DriveError::VolumeExists,
+        codes::VOLUME_NOT_EMPTY => DriveError::VolumeNotEmpty,
+        codes::FILE_NOT_FOUND => DriveError::FileNotFound,
+        codes::TRUNCATED => match numbers(3) {
+            Some(v) => match usize::try_from(v[1]) {
+                Ok(wanted) => DriveError::Truncated {
+                    offset: v[0],
+                    wanted,
+                    len: v[2],
+                },
+                Err(_) => malformed(),
+            },
+            None => malformed(),
+        },
+        codes::CORRUPT_META => DriveError::CorruptMeta(message.to_owned()),
+        codes::UNSUPPORTED_VERSION => match numbers(2) {
+            Some(v) => match (u32::try_from(v[0]), u32::try_from(v[1])) {
+                (Ok(found), Ok(supported)) => DriveError::UnsupportedVersion { found, supported },
+                _ => malformed(),
+            },
+            None => malformed(),
+        },
+        codes::INVALID_NAME => DriveError::InvalidName(message.to_owned()),
+        codes::UNUSABLE => DriveError::Unusable(message.to_owned()),
+        codes::DISK_FULL => DriveError::DiskFull,
+        codes::IO => DriveError::Io(std::io::Error::other(message.to_owned())),
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use quarry_disk::{ErasureInfo, PartInfo, META_VERSION, UPLOAD_META_VERSION};
+
+    fn meta(inline: Option<Vec<u8>>) -> ObjectMeta {
+        ObjectMeta {
+            version: META_VERSION,
+            size: 77,
+            mod_time_ns: -5,
+            etag: "e\"t".into(),
+            headers: [("content-type".to_string(), "a/b".to_string())].into(),
+            user_meta: [("ü".to_string(), "v\nw".to_string())].into(),
+            checksums: Default::default(),
+            erasure: ErasureInfo {
+                codec: "rs-vandermonde-gf8".into(),
+                bitrot: "blake3-256".into(),
+                data: 2,
+                parity: 2,
+                block_size: 1 << 20,
+                index: 2,
+                distribution: vec![2, 1, 4, 3],
+            },
+            data_dir: inline.is_none().then(Uuid::new_v4),
+            parts: vec![PartInfo {
+                number: 1,
+                size: 77,
+                etag: "x".into(),
+            }],
+            inline,
+        }
+    }
+
+    fn upload() -> UploadMeta {
+        UploadMeta {
+            version: UPLOAD_META_VERSION,
+            bucket: "b".into(),
+            key: "k/ü".into(),
+            upload_id: Uuid::new_v4().to_string(),
+            initiated_ns: 1,
+            headers: Default::default(),
+            user_meta: Default::default(),
+            checksum_algorithm: Some("crc32".into()),
+            erasure: meta(None).erasure,
+        }
+    }
+
+    fn part(n: u32) -> PartMeta {
+        PartMeta {
+            version: UPLOAD_META_VERSION,
+            number: n,
+            size: 5 << 20,
+            etag: "abc".into(),
+            checksum: None,
+            mod_time_ns: 9,
+            data_dir: Uuid::new_v4(),
+        }
+    }
+
+    fn all_requests() -> Vec<Request> {
+        let (b, k, u) = ("bucket".to_string(), "a/b/ü".to_string(), Uuid::new_v4());
+        let id = u.to_string();
+        vec![
+            Request::DiskInfo,
+            Request::MakeVolume { bucket: b.clone() },
+            Request::ListVolumes,
+            Request::StatVolume { bucket: b.clone() },
+            Request::DeleteVolume {
+                bucket: b.clone(),
+                force: true,
+            },
+            Request::ReadMeta {
+                bucket: b.clone(),
+                key: k.clone(),
+            },
+            Request::WriteMeta {
+                bucket: b.clone(),
+                key: k.clone(),
+                meta: meta(Some(vec![0, 10, 255])),
+            },
+            Request::ShardOpen {
+                tmp_id: u,
+                data_dir: Uuid::new_v4(),
+                part: 3,
+            },
+            Request::ShardAppend {
+                writer: u,
+                seq: 7,
+                data: Bytes::from(vec![1u8; 1000]),
+            },
+            Request::ShardFinish {
+                writer: u,
+                appends: 8,
+            },
+            Request::ShardAbort { writer: u },
+            Request::ReadShard {
+                bucket: b.clone(),
+                key: k.clone(),
+                data_dir: u,
+                part: 1,
+                offset: u64::MAX,
+                len: 12,
+            },
+            Request::StatShard {
+                bucket: b.clone(),
+                key: k.clone(),
+                data_dir: u,
+                part: 2,
+            },
+            Request::RenameData {
+                tmp_id: u,
+                bucket: b.clone(),
+                key: k.clone(),
+                meta: meta(None),
+            },
+            Request::DeleteObject {
+                bucket: b.clone(),
+                key: k.clone(),
+            },
+            Request::DeleteTmp { tmp_id: u },
+            Request::Walk {
+                bucket: b.clone(),
+                opts: WalkOptions {
+                    prefix: "p/".into(),
+                    marker: Some("p/q".into()),
+                    delimited: true,
+                    limit: 1001,
+                },
+            },
+            Request::Walk {
+                bucket: b.clone(),
+                opts: WalkOptions::default(),
+            },
+            Request::ReadBucketConfig {
+                bucket: b.clone(),
+                name: "cors".into(),
+            },
+            Request::WriteBucketConfig {
+                bucket: b.clone(),
+                name: "cors".into(),
+                data: Bytes::from_static(b"<xml/>"),
+            },
+            Request::DeleteBucketConfig {
+                bucket: b.clone(),
+                name: "cors".into(),
+            },
+            Request::CreateUpload { meta: upload() },
+            Request::ReadUpload {
+                bucket: b.clone(),
+                key: k.clone(),
+                upload_id: id.clone(),
+            },
+            Request::CommitPart {
+                tmp_id: u,
+                bucket: b.clone(),
+                key: k.clone(),
+                upload_id: id.clone(),
+                part: part(4),
+            },
+            Request::ListParts {
+                bucket: b.clone(),
+                key: k.clone(),
+                upload_id: id.clone(),
+            },
+            Request::StageParts {
+                bucket: b.clone(),
+                key: k.clone(),
+                upload_id: id.clone(),
+                parts: vec![part(1), part(2)],
+                tmp_id: u,
+                data_dir: Uuid::new_v4(),
+            },
+            Request::DeleteUpload {
+                bucket: b.clone(),
+                key: k.clone(),
+                upload_id: id,
+            },
+            Request::ListUploads { bucket: None },
+            Request::ListUploads { bucket: Some(b) },
+        ]
+    }
+
+    fn all_responses() -> Vec<Response> {
+        vec![
+            Response::Unit,
+            Response::DiskInfo(DiskInfo {
+                endpoint: "/srv/d1".into(),
+                id: Some(Uuid::new_v4()),
+                total: 10,
+                free: 3,
+            }),
+            Response::DiskInfo(DiskInfo {
+                endpoint: String::new(),
+                id: None,
+                total: 0,
+                free: 0,
+            }),
+            Response::Volumes(vec![
+                VolInfo {
+                    name: "a".into(),
+                    created_ns: 1,
+                },
+                VolInfo {
+                    name: "b".into(),
+                    created_ns: -1,
+                },
+            ]),
+            Response::Volume(VolInfo {
+                name: "a".into(),
+                created_ns: 1,
+            }),
+            Response::Meta(meta(Some((0..=255).collect()))),
+            Response::Meta(meta(None)),
+            Response::Writer(Uuid::new_v4()),
+            Response::Data(Bytes::from(
+                (0..=255u8).cycle().take(70_000).collect::<Vec<_>>(),
+            )),
+            Response::Data(Bytes::new()),
+            Response::Len(u64::MAX),
+            Response::Walk(vec![
+                WalkEntry::Prefix("a/".into()),
+                WalkEntry::Object {
+                    key: "b".into(),
+                    meta: meta(None),
+                },
+            ]),
+            Response::Upload(upload()),
+            Response::Parts(vec![part(1), part(10_000)]),
+            Response::Uploads(vec![upload(), upload()]),
+        ]
+    }
+
+    #[test]
+    fn every_request_round_trips() {
+        let reqs = all_requests();
+        let methods: std::collections::HashSet<Method> = reqs.iter().map(|r| r.method()).collect();
+        assert_eq!(methods.len(), Method::ALL.len(), "a method is not covered");
+        for req in reqs {
+            let (m, p) = encode_request(513, &req);
+            assert_eq!(Method::from_u16(m), Some(req.method()));
+            let (drive, back) = decode_request(m, p.clone()).unwrap();
+            assert_eq!(drive, 513);
+            assert_eq!(back, req);
+            // Any strict prefix is an error, never a panic; so is any trailing byte.
+            for cut in 0..p.len() {
+                assert!(
+                    decode_request(m, p.slice(..cut)).is_err(),
+                    "{req:?} cut {cut}"
+                );
+            }
+            let mut longer = BytesMut::from(&p[..]);
+            longer.put_u8(0);
+            assert_eq!(
+                decode_request(m, longer.freeze()),
+                Err(ProtoError::Trailing(1))
+            );
+        }
+    }
+
+    #[test]
+    fn every_response_round_trips() {
+        for resp in all_responses() {
+            let p = encode_response(&resp);
+            assert_eq!(decode_response(p.clone()).unwrap(), resp);
+            for cut in 0..p.len() {
+                assert!(
+                    decode_response(p.slice(..cut)).is_err(),
+                    "{resp:?} cut {cut}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn shard_data_travels_raw_and_decodes_without_copy() {
+        let data = Bytes::from(vec![0xabu8; 4096]);
+        let p = encode_response(&Response::Data(data.clone()));
+        assert_eq!(p.len(), 2 + 4 + 4096);
+        assert_eq!(&p[6..], &data[..]);
+        let Response::Data(back) = decode_response(p.clone()).unwrap() else {
+            panic!()
+        };
+        // The decoded bytes point into the payload.
+        assert_eq!(back.as_ptr(), p[6..].as_ptr());
+        let (m, p) = encode_request(
+            0,
+            &Request::ShardAppend {
+                writer: Uuid::nil(),
+                seq: 0,
+                data: data.clone(),
+            },
+        );
+        let (_, Request::ShardAppend { data: back, .. }) = decode_request(m, p.clone()).unwrap()
+        else {
+            panic!()
+        };
+        assert_eq!(back.as_ptr(), p[p.len() - 4096..].as_ptr());
+    }
+
+    #[test]
+    fn versions_methods_and_kinds_are_checked() {
+        let (m, p) = encode_request(0, &Request::DiskInfo);
+        let mut bad = p.to_vec();
+        bad[0] = 2;
+        assert_eq!(
+            decode_request(m, bad.into()),
+            Err(ProtoError::UnsupportedVersion { got: 2 })
+        );
+        assert_eq!(
+            decode_request(99, p.clone()),
+            Err(ProtoError::UnknownMethod(99))
+        );
+        assert_eq!(
+            decode_request(METHOD_BASE + 27, p),
+            Err(ProtoError::UnknownMethod(METHOD_BASE + 27))
+        );
+        assert_eq!(
+            decode_response(Bytes::from_static(&[1, 200])),
+            Err(ProtoError::UnknownKind(200))
+        );
+        assert_eq!(
+            decode_response(Bytes::from_static(&[9, 0])),
+            Err(ProtoError::UnsupportedVersion { got: 9 })
+        );
+        // A count that promises more items than there are bytes is refused before allocating.
+        assert!(matches!(
+            decode_response(Bytes::from_static(&[1, 8, 0xff, 0xff, 0xff, 0xff])),
+            Err(ProtoError::Truncated { .. })
+        ));
+        // A bool is 0 or 1.
+        let (m, p) = encode_request(
+            0,
+            &Request::DeleteVolume {
+                bucket: "b".into(),
+                force: true,
+            },
+        );
+        let mut bad = p.to_vec();
+        *bad.last_mut().unwrap() = 2;
+        assert_eq!(
+            decode_request(m, bad.into()),
+            Err(ProtoError::BadTag {
+                what: "bool",
+                tag: 2
+            })
+        );
+    }
+
+    fn all_errors() -> Vec<DriveError> {
+        vec![
+            DriveError::VolumeNotFound,
+            DriveError::VolumeExists,
+            DriveError::VolumeNotEmpty,
+            DriveError::FileNotFound,
+            DriveError::Truncated {
+                offset: u64::MAX,
+                wanted: usize::MAX,
+                len: 0,
+            },
+            DriveError::CorruptMeta("bad json".into()),
+            DriveError::UnsupportedVersion {
+                found: 7,
+                supported: 1,
+            },
+            DriveError::InvalidName("key \"..\"".into()),
+            DriveError::Unusable("not mounted".into()),
+            DriveError::DiskFull,
+            DriveError::Io(std::io::Error::other("EIO")),
+        ]
+    }
+
+    #[test]
+    fn every_drive_error_round_trips_through_an_error_frame() {
+        for e in all_errors() {
+            let (code, message) = encode_drive_error(&e);
+            // Through the real error-frame encoding.
+            let payload = crate::wire::encode_error(code, &message);
+            let (code, message) = crate::wire::decode_error(&payload).unwrap();
+            let back = decode_drive_error(code, &message).unwrap();
+            assert_eq!(format!("{back:?}"), format!("{e:?}"));
+            assert_eq!(back.to_string(), e.to_string());
+        }
+        assert!(decode_drive_error(crate::rpc::codes::INTERNAL, "x").is_none());
+        assert!(decode_drive_error(codes::NO_SUCH_DRIVE, "x").is_none());
+        for (code, msg) in [
+            (codes::TRUNCATED, ""),
+            (codes::TRUNCATED, "1 2"),
+            (codes::TRUNCATED, "1 2 3 4"),
+            (codes::TRUNCATED, "-1 2 3"),
+            (codes::UNSUPPORTED_VERSION, "99999999999 1"),
+            (codes::UNSUPPORTED_VERSION, "x y"),
+        ] {
+            assert!(
+                matches!(decode_drive_error(code, msg), Some(DriveError::Io(_))),
+                "{code} {msg:?}"
+            );
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn garbage_requests_never_panic(method in 0u16..140, bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = decode_request(method, Bytes::from(bytes));
+        }
+
+        #[test]
+        fn garbage_responses_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = decode_response(Bytes::from(bytes));
+        }
+
+        #[test]
+        fn corrupted_requests_never_panic(which in 0usize..30, pos in any::<usize>(), byte in any::<u8>()) {
+            let reqs = all_requests();
+            let req = &reqs[which % reqs.len()];
+            let (m, p) = encode_request(1, req);
+            let mut b = p.to_vec();
+            let i = pos % b.len();
+            b[i] = byte;
+            let _ = decode_request(m, Bytes::from(b));
+        }
+
+        #[test]
+        fn corrupted_responses_never_panic(which in 0usize..20, pos in any::<usize>(), byte in any::<u8>()) {
+            let resps = all_responses();
+            let resp = &resps[which % resps.len()];
+            let mut b = encode_response(resp).to_vec();
+            let i = pos % b.len();
+            b[i] = byte;
+            let _ = decode_response(Bytes::from(b));
+        }
+
+        #[test]
+        fn strings_and_walks_round_trip(
+            bucket in "\\PC{0,40}",
+            prefix in "\\PC{0,40}",
+            marker in proptest::option::of("\\PC{0,40}"),
+            delimited in any::<bool>(),
+            limit in any::<u32>(),
+            drive in any::<u16>(),
+        ) {
+            let req = Request::Walk { bucket, opts: WalkOptions { prefix, marker, delimited, limit: limit as usize } };
+            let (m, p) = encode_request(drive, &req);
+            prop_assert_eq!(decode_request(m, p).unwrap(), (drive, req));
+        }
+
+        #[test]
+        fn drive_error_messages_round_trip(code in 0usize..11, msg in "\\PC{0,200}", a in any::<u64>(), b in any::<u32>()) {
+            let e = match code {
+                0 => DriveError::CorruptMeta(msg),
+                1 => DriveError::InvalidName(msg),
+                2 => DriveError::Unusable(msg),
+                3 => DriveError::Io(std::io::Error::other(msg)),
+                4 => DriveError::Truncated { offset: a, wanted: b as usize, len: a / 2 },
+                5 => DriveError::UnsupportedVersion { found: b, supported: 1 },
+                _ => DriveError::FileNotFound,
+            };
+            let (c, m) = encode_drive_error(&e);
+            let back = decode_drive_error(c, &m).unwrap();
+            prop_assert_eq!(format!("{back:?}"), format!("{e:?}"));
+        }
+    }
+}

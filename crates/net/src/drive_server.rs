@@ -1,0 +1,662 @@
+//! [`DriveServer`]: the serving side of [`crate::RemoteDrive`], a [`Handler`] that answers the
+//! drive protocol ([`crate::drive_proto`]) from this node's own drives.
+//!
+//! Each request names a drive by its index in the list the server was built with; an index out of
+//! range is refused. Every bucket, key, upload id and configuration name is validated here,
+//! before the drive is called (the drive validates them again before it builds a path), so a peer
+//! can never make this node read or write outside its drives.
+//!
+//! Shard writers opened by peers live in a table keyed by a random writer id. Appends may arrive
+//! out of order (requests run concurrently, over several connections); the server keeps those
+//! that are ahead, at most [`DriveServerConfig::append_window`] per writer, and writes them in
+//! sequence order. A writer idle for [`DriveServerConfig::writer_idle_timeout`] is dropped (its
+//! tmp data is then left to `delete_tmp` or the start-up sweep, as with a local writer dropped
+//! without `finish`), and at most [`DriveServerConfig::max_writers`] are open at once.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use quarry_disk::multipart::validate_upload_id;
+use quarry_disk::path::{validate_bucket, validate_key};
+use quarry_disk::{validate_config_name, Drive, DriveError, ShardWriter};
+use uuid::Uuid;
+
+use crate::drive_proto::{self, codes, ProtoError, Request, Response};
+use crate::rpc::{Handler, RpcError};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Limits of a [`DriveServer`].
+#[derive(Debug, Clone)]
+pub struct DriveServerConfig {
+    /// Shard writers open at once (all peers together); opening one more fails.
+    pub max_writers: usize,
+    /// A writer that received nothing for this long is dropped.
+    pub writer_idle_timeout: Duration,
+    /// Appends a writer keeps while waiting for an earlier one (out-of-order arrivals).
+    pub append_window: u64,
+}
+
+impl Default for DriveServerConfig {
+    fn default() -> DriveServerConfig {
+        DriveServerConfig {
+            max_writers: 4096,
+            writer_idle_timeout: Duration::from_secs(60),
+            append_window: 16,
+        }
+    }
+}
+
+/// Serves this node's drives to its peers. Wrap it in an `Arc` and give it to
+/// [`crate::RpcServer::bind`].
+pub struct DriveServer {
+    drives: Vec<Arc<dyn Drive>>,
+    writers: Mutex<HashMap<Uuid, Arc<OpenWriter>>>,
+    config: DriveServerConfig,
+}
+
+impl std::fmt::Debug for DriveServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DriveServer")
+            .field("drives", &self.drives)
+            .field("open_writers", &self.open_writers())
+            .finish()
+    }
+}
+
+struct OpenWriter {
+    drive: u16,
+    last_used: Mutex<Instant>,
+    state: tokio::sync::Mutex<WriterState>,
+}
+
+struct WriterState {
+    /// `None` once finished.
+    writer: Option<Box<dyn ShardWriter>>,
+    /// The sequence number of the next append to write.
+    next_seq: u64,
+    /// Appends that arrived ahead of `next_seq`.
+    ahead: BTreeMap<u64, Bytes>,
+    /// The error that broke the writer: every later call fails with it.
+    failed: Option<(u16, String)>,
+}
+
+fn remote(code: u16, message: impl Into<String>) -> RpcError {
+    RpcError::remote(code, message)
+}
+
+fn drive_error(e: &DriveError) -> RpcError {
+    let (code, message) = drive_proto::encode_drive_error(e);
+    RpcError::remote(code, message)
+}
+
+impl DriveServer {
+    /// Serves `drives`; a request for drive `i` goes to `drives[i]`.
+    pub fn new(drives: Vec<Arc<dyn Drive>>) -> DriveServer {
+        DriveServer::with_config(drives, DriveServerConfig::default())
+    }
+
+    pub fn with_config(drives: Vec<Arc<dyn Drive>>, config: DriveServerConfig) -> DriveServer {
+        DriveServer {
+            drives,
+            writers: Mutex::new(HashMap::new()),
+            config,
+        }
+    }
+
+    /// Shard writers currently open on behalf of peers.
+    pub fn open_writers(&self) -> usize {
+        lock(&self.writers).len()
+    }
+
+    fn drive(&self, index: u16) -> Result<&Arc<dyn Drive>, RpcError> {
+        self.drives.get(index as usize).ok_or_else(|| {
+            remote(
+                codes::NO_SUCH_DRIVE,
+                format!(
+                    "this node serves {} drive(s); there is no drive {index}",
+                    self.drives.len()
+                ),
+            )
+        })
+    }
+
+    fn writer(&self, id: Uuid, drive: u16) -> Result<Arc<OpenWriter>, RpcError> {
+        let w = lock(&self.writers).get(&id).cloned();
+        match w {
+            Some(w) if w.drive == drive => {
+                *lock(&w.last_used) = Instant::now();
+                Ok(w)
+            }
+            _ => Err(remote(
+                codes::NO_SUCH_WRITER,
+                format!("no shard writer {id} is open on drive {drive} of this node"),
+            )),
+        }
+    }
+
+    /// Drops writers that idled past the timeout.
+    fn reap_idle(&self) {
+        let timeout = self.config.writer_idle_timeout;
+        let mut writers = lock(&self.writers);
+        writers.retain(|id, w| {
+            let keep = lock(&w.last_used).elapsed() < timeout;
+            if !keep {
+                tracing::warn!(writer = %id, drive = w.drive, "dropping an idle remote shard writer");
+            }
+            keep
+        });
+    }
+
+    async fn shard_open(
+        &self,
+        drive: u16,
+        tmp_id: Uuid,
+        data_dir: Uuid,
+        part: u32,
+    ) -> Result<Response, RpcError> {
+        let d = self.drive(drive)?;
+        self.reap_idle();
+        if self.open_writers() >= self.config.max_writers {
+            return Err(drive_error(&DriveError::Io(std::io::Error::other(
+                format!(
+                    "{} shard writers are open on this node, the limit",
+                    self.config.max_writers
+                ),
+            ))));
+        }
+        let w = d
+            .create_shard_writer(tmp_id, data_dir, part)
+            .await
+            .map_err(|e| drive_error(&e))?;
+        let id = Uuid::new_v4();
+        let open = Arc::new(OpenWriter {
+            drive,
+            last_used: Mutex::new(Instant::now()),
+            state: tokio::sync::Mutex::new(WriterState {
+                writer: Some(w),
+                next_seq: 0,
+                ahead: BTreeMap::new(),
+                failed: None,
+            }),
+        });
+        lock(&self.writers).insert(id, open);
+        Ok(Response::Writer(id))
+    }
+
+    async fn shard_append(
+        &self,
+        drive: u16,
+        id: Uuid,
+        seq: u64,
+        data: Bytes,
+    ) -> Result<Response, RpcError> {
+        let w = self.writer(id, drive)?;
+        let mut st = w.state.lock().await;
+        if let Some((code, message)) = &st.failed {
+            return Err(remote(*code, message.clone()));
+        }
+        if seq < st.next_seq || st.ahead.contains_key(&seq) {
+            return Err(remote(
+                codes::BAD_REQUEST,
+                format!("append {seq} of shard writer {id} arrived twice"),
+            ));
+        }
+        if seq - st.next_seq >= self.config.append_window {
+            return Err(remote(
+                codes::BAD_REQUEST,
+                format!(
+                    "append {seq} of shard writer {id} is more than {} ahead of append {}",
+                    self.config.append_window, st.next_seq
+                ),
+            ));
+        }
+        st.ahead.insert(seq, data);
+        loop {
+            let next = st.next_seq;
+            let Some(chunk) = st.ahead.remove(&next) else {
+                break;
+            };
+            let Some(writer) = st.writer.as_mut() else {
+                break;
+            };
+            if let Err(e) = writer.write(&chunk).await {
+                let (code, message) = drive_proto::encode_drive_error(&e);
+                st.failed = Some((code, message.clone()));
+                st.ahead.clear();
+                st.writer = None;
+                return Err(remote(code, message));
+            }
+            st.next_seq += 1;
+        }
+        Ok(Response::Unit)
+    }
+
+    async fn shard_finish(&self, drive: u16, id: Uuid, appends: u64) -> Result<Response, RpcError> {
+        let w = self.writer(id, drive)?;
+        // Whatever happens now, the writer is closed.
+        lock(&self.writers).remove(&id);
+        let mut st = w.state.lock().await;
+        if let Some((code, message)) = &st.failed {
+            return Err(remote(*code, message.clone()));
+        }
+        if st.next_seq != appends || !st.ahead.is_empty() {
+            return Err(drive_error(&DriveError::Io(std::io::Error::other(format!(
+                "shard writer {id} was finished after {appends} appends, but only {} arrived in order",
+                st.next_seq
+            )))));
+        }
+        let writer = st.writer.take().ok_or_else(|| {
+            remote(
+                codes::NO_SUCH_WRITER,
+                format!("shard writer {id} is already finished"),
+            )
+        })?;
+        writer.finish().await.map_err(|e| drive_error(&e))?;
+        Ok(Response::Unit)
+    }
+
+    async fn dispatch(&self, drive: u16, req: Request) -> Result<Response, RpcError> {
+        // Writer calls are keyed by writer id; the drive index must match the one it was opened on.
+        match req {
+            Request::ShardOpen {
+                tmp_id,
+                data_dir,
+                part,
+            } => return self.shard_open(drive, tmp_id, data_dir, part).await,
+            Request::ShardAppend { writer, seq, data } => {
+                return self.shard_append(drive, writer, seq, data).await
+            }
+            Request::ShardFinish { writer, appends } => {
+                return self.shard_finish(drive, writer, appends).await
+            }
+            Request::ShardAbort { writer } => {
+                self.drive(drive)?;
+                let removed = {
+                    let mut writers = lock(&self.writers);
+                    match writers.get(&writer) {
+                        Some(w) if w.drive == drive => writers.remove(&writer),
+                        _ => None,
+                    }
+                };
+                drop(removed);
+                return Ok(Response::Unit);
+            }
+            _ => {}
+        }
+        let d = self.drive(drive)?.clone();
+        validate(&req).map_err(|e| drive_error(&e))?;
+        let r: Result<Response, DriveError> = match req {
+            Request::DiskInfo => d.disk_info().await.map(Response::DiskInfo),
+            Request::MakeVolume { bucket } => d.make_volume(&bucket).await.map(unit),
+            Request::ListVolumes => d.list_volumes().await.map(Response::Volumes),
+            Request::StatVolume { bucket } => d.stat_volume(&bucket).await.map(Response::Volume),
+            Request::DeleteVolume { bucket, force } => {
+                d.delete_volume(&bucket, force).await.map(unit)
+            }
+            Request::ReadMeta { bucket, key } => {
+                d.read_meta(&bucket, &key).await.map(Response::Meta)
+            }
+            Request::WriteMeta { bucket, key, meta } => {
+                d.write_meta(&bucket, &key, &meta).await.map(unit)
+            }
+            Request::ReadShard {
+                bucket,
+                key,
+                data_dir,
+                part,
+                offset,
+                len,
+            } => match usize::try_from(len) {
+                Ok(len) => d
+                    .read_shard(&bucket, &key, data_dir, part, offset, len)
+                    .await
+                    .map(Response::Data),
+                Err(_) => Err(DriveError::Io(std::io::Error::other(format!(
+                    "a read of {len} bytes does not fit this platform"
+                )))),
+            },
+            Request::StatShard {
+                bucket,
+                key,
+                data_dir,
+                part,
+            } => d
+                .stat_shard(&bucket, &key, data_dir, part)
+                .await
+                .map(Response::Len),
+            Request::RenameData {
+                tmp_id,
+                bucket,
+                key,
+                meta,
+            } => d.rename_data(tmp_id, &bucket, &key, &meta).await.map(unit),
+            Request::DeleteObject { bucket, key } => d.delete_object(&bucket, &key).await.map(unit),
+            Request::DeleteTmp { tmp_id } => d.delete_tmp(tmp_id).await.map(unit),
+            Request::Walk { bucket, opts } => d.walk(&bucket, &opts).await.map(Response::Walk),
+            Request::ReadBucketConfig { bucket, name } => d
+                .read_bucket_config(&bucket, &name)
+                .await
+                .map(Response::Data),
+            Request::WriteBucketConfig { bucket, name, data } => {
+                d.write_bucket_config(&bucket, &name, &data).await.map(unit)
+            }
+            Request::DeleteBucketConfig { bucket, name } => {
+                d.delete_bucket_config(&bucket, &name).await.map(unit)
+            }
+            Request::CreateUpload { meta } => d.create_upload(&meta).await.map(unit),
+            Request::ReadUpload {
+                bucket,
+                key,
+                upload_id,
+            } => d
+                .read_upload(&bucket, &key, &upload_id)
+                .await
+                .map(Response::Upload),
+            Request::CommitPart {
+                tmp_id,
+                bucket,
+                key,
+                upload_id,
+                part,
+            } => d
+                .commit_part(tmp_id, &bucket, &key, &upload_id, &part)
+                .await
+                .map(unit),
+            Request::ListParts {
+                bucket,
+                key,
+                upload_id,
+            } => d
+                .list_parts(&bucket, &key, &upload_id)
+                .await
+                .map(Response::Parts),
+            Request::StageParts {
+                bucket,
+                key,
+                upload_id,
+                parts,
+                tmp_id,
+                data_dir,
+            } => d
+                .stage_parts(&bucket, &key, &upload_id, &parts, tmp_id, data_dir)
+                .await
+                .map(unit),
+            Request::DeleteUpload {
+                bucket,
+                key,
+                upload_id,
+            } => d.delete_upload(&bucket, &key, &upload_id).await.map(unit),
+            Request::ListUploads { bucket } => d
+                .list_uploads(bucket.as_deref())
+                .await
+                .map(Response::Uploads),
+            // Answered above; never reaches a drive call.
+            Request::ShardOpen { .. }
+            | Request::ShardAppend { .. }
+            | Request::ShardFinish { .. }
+            | Request::ShardAbort { .. } => {
+                return Err(remote(codes::BAD_REQUEST, "misrouted shard writer call"))
+            }
+        };
+        r.map_err(|e| drive_error(&e))
+    }
+}
+
+fn unit(_: ()) -> Response {
+    Response::Unit
+}
+
+/// Checks every name of a request before the drive sees it.
+fn validate(req: &Request) -> Result<(), DriveError> {
+    let bk = |b: &str, k: &str| validate_bucket(b).and_then(|_| validate_key(k));
+    let upload = |b: &str, k: &str, u: &str| bk(b, k).and_then(|_| validate_upload_id(u));
+    let config = |b: &str, n: &str| validate_bucket(b).and_then(|_| validate_config_name(n));
+    match req {
+        Request::DiskInfo
+        | Request::ListVolumes
+        | Request::DeleteTmp { .. }
+        | Request::ShardOpen { .. }
+        | Request::ShardAppend { .. }
+        | Request::ShardFinish { .. }
+        | Request::ShardAbort { .. } => Ok(()),
+        Request::MakeVolume { bucket }
+        | Request::StatVolume { bucket }
+        | Request::DeleteVolume { bucket, .. }
+        | Request::Walk { bucket, .. } => validate_bucket(bucket),
+        Request::ReadMeta { bucket, key }
+        | Request::WriteMeta { bucket, key, .. }
+        | Request::ReadShard { bucket, key, .. }
+        | Request::StatShard { bucket, key, .. }
+        | Request::RenameData { bucket, key, .. }
+        | Request::DeleteObject { bucket, key } => bk(bucket, key),
+        Request::ReadBucketConfig { bucket, name }
+        | Request::WriteBucketConfig { bucket, name, .. }
+        | Request::DeleteBucketConfig { bucket, name } => config(bucket, name),
+        Request::CreateUpload { meta } => upload(&meta.bucket, &meta.key, &meta.upload_id),
+        Request::ReadUpload {
+            bucket,
+            key,
+            upload_id,
+        }
+        | Request::CommitPart {
+            bucket,
+            key,
+            upload_id,
+            ..
+        }
+        | Request::ListParts {
+            bucket,
+            key,
+            upload_id,
+        }
+        | Request::StageParts {
+            bucket,
+            key,
+            upload_id,
+            ..
+        }
+        | Request::DeleteUpload {
+            bucket,
+            key,
+            upload_id,
+        } => upload(bucket, key, upload_id),
+        Request::ListUploads { bucket } => bucket.as_deref().map_or(Ok(()), validate_bucket),
+    }
+}
+
+impl Handler for DriveServer {
+    async fn handle(&self, method: u16, payload: Bytes) -> Result<Bytes, RpcError> {
+        let (drive, req) = drive_proto::decode_request(method, payload).map_err(|e| match e {
+            ProtoError::UnknownMethod(m) => RpcError::unknown_method(m),
+            e => remote(codes::BAD_REQUEST, e.to_string()),
+        })?;
+        let resp = self.dispatch(drive, req).await?;
+        Ok(drive_proto::encode_response(&resp))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quarry_disk::{ErasureInfo, ObjectMeta, PartMeta, UploadMeta, WalkOptions};
+
+    fn erasure() -> ErasureInfo {
+        ErasureInfo {
+            codec: "rs-vandermonde-gf8".into(),
+            bitrot: "blake3-256".into(),
+            data: 1,
+            parity: 1,
+            block_size: 1 << 20,
+            index: 1,
+            distribution: vec![1, 2],
+        }
+    }
+
+    fn meta() -> ObjectMeta {
+        ObjectMeta {
+            version: 1,
+            size: 0,
+            mod_time_ns: 0,
+            etag: String::new(),
+            headers: Default::default(),
+            user_meta: Default::default(),
+            checksums: Default::default(),
+            erasure: erasure(),
+            data_dir: None,
+            parts: vec![],
+            inline: None,
+        }
+    }
+
+    fn part() -> PartMeta {
+        PartMeta {
+            version: 1,
+            number: 1,
+            size: 0,
+            etag: String::new(),
+            checksum: None,
+            mod_time_ns: 0,
+            data_dir: Uuid::nil(),
+        }
+    }
+
+    /// Every request that carries a name, with the given names.
+    fn named(b: &str, k: &str, u: &str, n: &str) -> Vec<Request> {
+        let (b, k, u, n) = (b.to_owned(), k.to_owned(), u.to_owned(), n.to_owned());
+        let id = Uuid::nil();
+        vec![
+            Request::MakeVolume { bucket: b.clone() },
+            Request::StatVolume { bucket: b.clone() },
+            Request::DeleteVolume {
+                bucket: b.clone(),
+                force: true,
+            },
+            Request::Walk {
+                bucket: b.clone(),
+                opts: WalkOptions::default(),
+            },
+            Request::ReadMeta {
+                bucket: b.clone(),
+                key: k.clone(),
+            },
+            Request::WriteMeta {
+                bucket: b.clone(),
+                key: k.clone(),
+                meta: meta(),
+            },
+            Request::ReadShard {
+                bucket: b.clone(),
+                key: k.clone(),
+                data_dir: id,
+                part: 1,
+                offset: 0,
+                len: 1,
+            },
+            Request::StatShard {
+                bucket: b.clone(),
+                key: k.clone(),
+                data_dir: id,
+                part: 1,
+            },
+            Request::RenameData {
+                tmp_id: id,
+                bucket: b.clone(),
+                key: k.clone(),
+                meta: meta(),
+            },
+            Request::DeleteObject {
+                bucket: b.clone(),
+                key: k.clone(),
+            },
+            Request::ReadBucketConfig {
+                bucket: b.clone(),
+                name: n.clone(),
+            },
+            Request::WriteBucketConfig {
+                bucket: b.clone(),
+                name: n.clone(),
+                data: Bytes::new(),
+            },
+            Request::DeleteBucketConfig {
+                bucket: b.clone(),
+                name: n,
+            },
+            Request::CreateUpload {
+                meta: UploadMeta {
+                    version: 1,
+                    bucket: b.clone(),
+                    key: k.clone(),
+                    upload_id: u.clone(),
+                    initiated_ns: 0,
+                    headers: Default::default(),
+                    user_meta: Default::default(),
+                    checksum_algorithm: None,
+                    erasure: erasure(),
+                },
+            },
+            Request::ReadUpload {
+                bucket: b.clone(),
+                key: k.clone(),
+                upload_id: u.clone(),
+            },
+            Request::CommitPart {
+                tmp_id: id,
+                bucket: b.clone(),
+                key: k.clone(),
+                upload_id: u.clone(),
+                part: part(),
+            },
+            Request::ListParts {
+                bucket: b.clone(),
+                key: k.clone(),
+                upload_id: u.clone(),
+            },
+            Request::StageParts {
+                bucket: b.clone(),
+                key: k.clone(),
+                upload_id: u.clone(),
+                parts: vec![part()],
+                tmp_id: id,
+                data_dir: id,
+            },
+            Request::DeleteUpload {
+                bucket: b.clone(),
+                key: k,
+                upload_id: u,
+            },
+            Request::ListUploads { bucket: Some(b) },
+        ]
+    }
+
+    #[test]
+    fn every_name_is_validated_before_a_drive_is_called() {
+        let good = Uuid::new_v4().to_string();
+        for r in named("b", "a/k", &good, "cors") {
+            assert!(validate(&r).is_ok(), "{r:?}");
+        }
+        let bad_bucket = named("..", "a/k", &good, "cors");
+        let bad_key = named("b", "../../etc", &good, "cors");
+        let bad_upload = named("b", "a/k", "../x", "cors");
+        let bad_name = named("b", "a/k", &good, "../x");
+        for (i, r) in bad_bucket.iter().enumerate() {
+            assert!(
+                matches!(validate(r), Err(DriveError::InvalidName(_))),
+                "{r:?}"
+            );
+            // Each request is refused for each of the names it carries.
+            for other in [&bad_key[i], &bad_upload[i], &bad_name[i]] {
+                if format!("{other:?}") != format!("{:?}", named("b", "a/k", &good, "cors")[i]) {
+                    assert!(
+                        matches!(validate(other), Err(DriveError::InvalidName(_))),
+                        "{other:?}"
+                    );
+                }
+            }
+        }
+    }
+}

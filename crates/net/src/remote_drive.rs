@@ -1,0 +1,703 @@
+//! [`RemoteDrive`]: the [`Drive`] trait on a drive of a peer, over the control RPC.
+//!
+//! Every trait method is one call (or a few: long walks and large reads are paged) of the drive
+//! protocol ([`crate::drive_proto`]) to the peer's [`crate::DriveServer`], each bounded by a
+//! timeout. How a failure is reported matters to the object layer's quorum logic:
+//! - a peer that cannot be reached (connection refused, timed out, marked down by the client's
+//!   back-off, handshake refused) is [`DriveError::Unusable`]: the drive counts as offline, never
+//!   as a drive that positively said "not found";
+//! - an error the peer's drive reported arrives as the same [`DriveError`] variant, with its
+//!   fields (`FileNotFound`, `VolumeNotFound`, `Truncated { .. }`, ...);
+//! - anything else (a malformed answer, a call the peer could not decode) is `Io`.
+//!
+//! A shard writer ([`Drive::create_shard_writer`]) opens a writer on the peer, then streams the
+//! bytes in appends of [`RemoteDriveConfig::append_chunk`] bytes, at most
+//! [`RemoteDriveConfig::appends_in_flight`] at once (the peer writes them in order whatever order
+//! they arrive in). `finish` waits for every append, then asks the peer to flush and fsync, as a
+//! local writer does. Dropping it without `finish` asks the peer to close the writer (best
+//! effort; a peer also drops writers that idle) and leaves the tmp data to `delete_tmp` or the
+//! peer's start-up sweep.
+//!
+//! Shard bytes travel inside control frames for now; the `DataPlane` seam (TCP bulk transfers
+//! into pooled buffers, then RDMA) replaces that for `read_shard` and the writer appends without
+//! changing this type's interface.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use quarry_disk::{
+    DiskInfo, Drive, DriveError, ObjectMeta, PartMeta, ShardWriter, UploadMeta, VolInfo, WalkEntry,
+    WalkOptions,
+};
+use tokio::task::JoinSet;
+use uuid::Uuid;
+
+use crate::drive_proto::{self, codes, Request, Response};
+use crate::rpc::{RpcClient, RpcError};
+
+type Result<T, E = DriveError> = std::result::Result<T, E>;
+
+/// Settings of a [`RemoteDrive`].
+#[derive(Debug, Clone)]
+pub struct RemoteDriveConfig {
+    /// Bound on each call.
+    pub call_timeout: Duration,
+    /// Bound on calls that may scan or move a lot on the peer: walks, deleting a bucket with
+    /// `force`, staging parts, listing uploads, and the fsync of a finished shard.
+    pub slow_call_timeout: Duration,
+    /// Bytes per append of a shard writer (writes are gathered up to this size).
+    pub append_chunk: usize,
+    /// Appends of one shard writer in flight at once.
+    pub appends_in_flight: usize,
+    /// Entries asked for per walk call; a longer walk is paged by marker.
+    pub walk_page: usize,
+    /// Bytes asked for per read call; a longer read is split.
+    pub max_read: usize,
+}
+
+impl RemoteDriveConfig {
+    /// Defaults that fit `client`'s timeout and frame size.
+    pub fn for_client(client: &RpcClient) -> RemoteDriveConfig {
+        let c = client.config();
+        // Leave room for the message's own fields in a frame.
+        let frame = (c.max_frame as usize).saturating_sub(64 << 10).max(4096);
+        RemoteDriveConfig {
+            call_timeout: c.call_timeout,
+            slow_call_timeout: c.call_timeout * 6,
+            append_chunk: frame.min(1 << 20),
+            appends_in_flight: 4,
+            walk_page: 250,
+            max_read: frame,
+        }
+    }
+}
+
+/// A drive of a peer. Cheap to clone (shared).
+#[derive(Clone)]
+pub struct RemoteDrive {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: RpcClient,
+    /// `host:port` of the peer's control RPC.
+    peer: String,
+    /// The drive's index on the peer.
+    drive: u16,
+    endpoint: String,
+    config: RemoteDriveConfig,
+}
+
+impl std::fmt::Debug for RemoteDrive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteDrive")
+            .field("endpoint", &self.inner.endpoint)
+            .field("peer", &self.inner.peer)
+            .field("drive", &self.inner.drive)
+            .finish()
+    }
+}
+
+impl RemoteDrive {
+    /// Drive `drive` of the peer whose control RPC listens on `peer` (`host:port`); `endpoint`
+    /// names it in logs and errors (e.g. `http://node2:9000/srv/d1`).
+    pub fn new(
+        client: RpcClient,
+        peer: impl Into<String>,
+        drive: u16,
+        endpoint: impl Into<String>,
+    ) -> RemoteDrive {
+        let config = RemoteDriveConfig::for_client(&client);
+        RemoteDrive::with_config(client, peer, drive, endpoint, config)
+    }
+
+    pub fn with_config(
+        client: RpcClient,
+        peer: impl Into<String>,
+        drive: u16,
+        endpoint: impl Into<String>,
+        config: RemoteDriveConfig,
+    ) -> RemoteDrive {
+        RemoteDrive {
+            inner: Arc::new(Inner {
+                client,
+                peer: peer.into(),
+                drive,
+                endpoint: endpoint.into(),
+                config,
+            }),
+        }
+    }
+
+    pub fn peer(&self) -> &str {
+        &self.inner.peer
+    }
+
+    pub fn drive_index(&self) -> u16 {
+        self.inner.drive
+    }
+
+    async fn call(&self, req: Request) -> Result<Response> {
+        self.inner.call(req, self.inner.config.call_timeout).await
+    }
+
+    async fn slow_call(&self, req: Request) -> Result<Response> {
+        self.inner
+            .call(req, self.inner.config.slow_call_timeout)
+            .await
+    }
+
+    async fn unit(&self, req: Request) -> Result<()> {
+        match self.call(req).await? {
+            Response::Unit => Ok(()),
+            other => Err(self.inner.unexpected(&other)),
+        }
+    }
+
+    async fn read_piece(
+        &self,
+        bucket: &str,
+        key: &str,
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        len: usize,
+    ) -> Result<Bytes> {
+        let resp = self
+            .call(Request::ReadShard {
+                bucket: bucket.to_owned(),
+                key: key.to_owned(),
+                data_dir,
+                part,
+                offset,
+                len: len as u64,
+            })
+            .await?;
+        match resp {
+            Response::Data(b) if b.len() == len => Ok(b),
+            Response::Data(b) => Err(self.inner.io(format!(
+                "asked for {len} bytes of a shard, the peer sent {}",
+                b.len()
+            ))),
+            other => Err(self.inner.unexpected(&other)),
+        }
+    }
+}
+
+impl Inner {
+    async fn call(&self, req: Request, timeout: Duration) -> Result<Response> {
+        let (method, payload) = drive_proto::encode_request(self.drive, &req);
+        match self
+            .client
+            .call_with_timeout(&self.peer, method, payload, timeout)
+            .await
+        {
+            Ok(answer) => drive_proto::decode_response(answer)
+                .map_err(|e| self.io(format!("malformed answer from {}: {e}", self.peer))),
+            Err(e) => Err(self.rpc_error(e)),
+        }
+    }
+
+    fn io(&self, msg: String) -> DriveError {
+        DriveError::Io(std::io::Error::other(format!("{}: {msg}", self.endpoint)))
+    }
+
+    fn unexpected(&self, resp: &Response) -> DriveError {
+        let kind = format!("{resp:?}");
+        self.io(format!(
+            "unexpected answer from {}: {}",
+            self.peer,
+            kind.chars().take(64).collect::<String>()
+        ))
+    }
+
+    /// Maps a failed call to the error the object layer counts (see the module docs).
+    fn rpc_error(&self, e: RpcError) -> DriveError {
+        let unusable = |e: &dyn std::fmt::Display| {
+            DriveError::Unusable(format!("{} (via {}): {e}", self.endpoint, self.peer))
+        };
+        match e {
+            RpcError::Remote { code, message } => {
+                if let Some(d) = drive_proto::decode_drive_error(code, &message) {
+                    return d;
+                }
+                match code {
+                    // The peer has no such drive, or does not speak this protocol (version).
+                    codes::NO_SUCH_DRIVE | crate::rpc::codes::UNKNOWN_METHOD => unusable(&message),
+                    _ => self.io(format!(
+                        "peer {} refused the call ({code}): {message}",
+                        self.peer
+                    )),
+                }
+            }
+            RpcError::TooLarge { .. } => self.io(e.to_string()),
+            // Unreachable, timed out, handshake refused, or the connection broke: offline.
+            e => unusable(&e),
+        }
+    }
+}
+
+#[async_trait]
+impl Drive for RemoteDrive {
+    fn endpoint(&self) -> &str {
+        &self.inner.endpoint
+    }
+
+    async fn disk_info(&self) -> Result<DiskInfo> {
+        match self.call(Request::DiskInfo).await? {
+            Response::DiskInfo(mut d) => {
+                d.endpoint = self.inner.endpoint.clone();
+                Ok(d)
+            }
+            other => Err(self.inner.unexpected(&other)),
+        }
+    }
+
+    async fn make_volume(&self, bucket: &str) -> Result<()> {
+        self.unit(Request::MakeVolume {
+            bucket: bucket.to_owned(),
+        })
+        .await
+    }
+
+    async fn list_volumes(&self) -> Result<Vec<VolInfo>> {
+        match self.call(Request::ListVolumes).await? {
+            Response::Volumes(v) => Ok(v),
+            other => Err(self.inner.unexpected(&other)),
+        }
+    }
+
+    async fn stat_volume(&self, bucket: &str) -> Result<VolInfo> {
+        let req = Request::StatVolume {
+            bucket: bucket.to_owned(),
+        };
+        match self.call(req).await? {
+            Response::Volume(v) => Ok(v),
+            other => Err(self.inner.unexpected(&other)),
+        }
+    }
+
+    async fn delete_volume(&self, bucket: &str, force: bool) -> Result<()> {
+        let req = Request::DeleteVolume {
+            bucket: bucket.to_owned(),
+            force,
+        };
+        match self.slow_call(req).await? {
+            Response::Unit => Ok(()),
+            other => Err(self.inner.unexpected(&other)),
+        }
+    }
+
+    async fn read_meta(&self, bucket: &str, key: &str) -> Result<ObjectMeta> {
+        let req = Request::ReadMeta {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+        };
+        match self.call(req).await? {
+            Response::Meta(m) => Ok(m),
+            other => Err(self.inner.unexpected(&other)),
+        }
+    }
+
+    async fn write_meta(&self, bucket: &str, key: &str, meta: &ObjectMeta) -> Result<()> {
+        self.unit(Request::WriteMeta {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            meta: meta.clone(),
+        })
+        .await
+    }
+
+    async fn create_shard_writer(
+        &self,
+        tmp_id: Uuid,
+        data_dir: Uuid,
+        part: u32,
+    ) -> Result<Box<dyn ShardWriter>> {
+        let req = Request::ShardOpen {
+            tmp_id,
+            data_dir,
+            part,
+        };
+        let id = match self.call(req).await? {
+            Response::Writer(id) => id,
+            other => return Err(self.inner.unexpected(&other)),
+        };
+        let chunk = self.inner.config.append_chunk.max(1);
+        Ok(Box::new(RemoteShardWriter {
+            inner: self.inner.clone(),
+            id,
+            buf: BytesMut::with_capacity(chunk),
+            chunk,
+            seq: 0,
+            in_flight: JoinSet::new(),
+            done: false,
+        }))
+    }
+
+    async fn read_shard(
+        &self,
+        bucket: &str,
+        key: &str,
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        len: usize,
+    ) -> Result<Bytes> {
+        let max = self.inner.config.max_read.max(1);
+        if len <= max {
+            return self
+                .read_piece(bucket, key, data_dir, part, offset, len)
+                .await;
+        }
+        // Longer than one frame: in pieces, reported as one read.
+        let mut out = BytesMut::with_capacity(len);
+        while out.len() < len {
+            let n = (len - out.len()).min(max);
+            let at = offset + out.len() as u64;
+            match self.read_piece(bucket, key, data_dir, part, at, n).await {
+                Ok(b) => out.extend_from_slice(&b),
+                Err(DriveError::Truncated { len: file_len, .. }) => {
+                    return Err(DriveError::Truncated {
+                        offset,
+                        wanted: len,
+                        len: file_len,
+                    })
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out.freeze())
+    }
+
+    async fn stat_shard(&self, bucket: &str, key: &str, data_dir: Uuid, part: u32) -> Result<u64> {
+        let req = Request::StatShard {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            data_dir,
+            part,
+        };
+        match self.call(req).await? {
+            Response::Len(n) => Ok(n),
+            other => Err(self.inner.unexpected(&other)),
+        }
+    }
+
+    async fn rename_data(
+        &self,
+        tmp_id: Uuid,
+        bucket: &str,
+        key: &str,
+        meta: &ObjectMeta,
+    ) -> Result<()> {
+        self.unit(Request::RenameData {
+            tmp_id,
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            meta: meta.clone(),
+        })
+        .await
+    }
+
+    async fn delete_object(&self, bucket: &str, key: &str) -> Result<()> {
+        self.unit(Request::DeleteObject {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+        })
+        .await
+    }
+
+    async fn delete_tmp(&self, tmp_id: Uuid) -> Result<()> {
+        self.unit(Request::DeleteTmp { tmp_id }).await
+    }
+
+    async fn walk(&self, bucket: &str, opts: &WalkOptions) -> Result<Vec<WalkEntry>> {
+        // Paged by marker, so an answer stays far below the frame size whatever the limit.
+        let page = self.inner.config.walk_page.max(1);
+        let mut out: Vec<WalkEntry> = Vec::new();
+        let mut marker = opts.marker.clone();
+        loop {
+            let want = (opts.limit - out.len()).min(page);
+            let req = Request::Walk {
+                bucket: bucket.to_owned(),
+                opts: WalkOptions {
+                    prefix: opts.prefix.clone(),
+                    marker: marker.clone(),
+                    delimited: opts.delimited,
+                    limit: want,
+                },
+            };
+            let entries = match self.slow_call(req).await? {
+                Response::Walk(e) => e,
+                other => return Err(self.inner.unexpected(&other)),
+            };
+            if entries.len() > want {
+                return Err(self.inner.io(format!(
+                    "asked for at most {want} walk entries, the peer sent {}",
+                    entries.len()
+                )));
+            }
+            let full = entries.len() == want;
+            if let Some(last) = entries.last() {
+                // Pages must follow each other in order, or the walk would never end.
+                if marker.as_deref().is_some_and(|m| last.name() <= m) {
+                    return Err(self.inner.io("the peer's walk went backwards".into()));
+                }
+                marker = Some(last.name().to_owned());
+            }
+            out.extend(entries);
+            if !full || want == 0 || out.len() >= opts.limit {
+                return Ok(out);
+            }
+        }
+    }
+
+    async fn read_bucket_config(&self, bucket: &str, name: &str) -> Result<Bytes> {
+        let req = Request::ReadBucketConfig {
+            bucket: bucket.to_owned(),
+            name: name.to_owned(),
+        };
+        match self.call(req).await? {
+            Response::Data(b) => Ok(b),
+            other => Err(self.inner.unexpected(&other)),
+        }
+    }
+
+    async fn write_bucket_config(&self, bucket: &str, name: &str, data: &[u8]) -> Result<()> {
+        self.unit(Request::WriteBucketConfig {
+            bucket: bucket.to_owned(),
+            name: name.to_owned(),
+            data: Bytes::copy_from_slice(data),
+        })
+        .await
+    }
+
+    async fn delete_bucket_config(&self, bucket: &str, name: &str) -> Result<()> {
+        self.unit(Request::DeleteBucketConfig {
+            bucket: bucket.to_owned(),
+            name: name.to_owned(),
+        })
+        .await
+    }
+
+    async fn create_upload(&self, meta: &UploadMeta) -> Result<()> {
+        self.unit(Request::CreateUpload { meta: meta.clone() })
+            .await
+    }
+
+    async fn read_upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<UploadMeta> {
+        let req = Request::ReadUpload {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            upload_id: upload_id.to_owned(),
+        };
+        match self.call(req).await? {
+            Response::Upload(u) => Ok(u),
+            other => Err(self.inner.unexpected(&other)),
+        }
+    }
+
+    async fn commit_part(
+        &self,
+        tmp_id: Uuid,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        part: &PartMeta,
+    ) -> Result<()> {
+        self.unit(Request::CommitPart {
+            tmp_id,
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            upload_id: upload_id.to_owned(),
+            part: part.clone(),
+        })
+        .await
+    }
+
+    async fn list_parts(&self, bucket: &str, key: &str, upload_id: &str) -> Result<Vec<PartMeta>> {
+        let req = Request::ListParts {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            upload_id: upload_id.to_owned(),
+        };
+        match self.call(req).await? {
+            Response::Parts(p) => Ok(p),
+            other => Err(self.inner.unexpected(&other)),
+        }
+    }
+
+    async fn stage_parts(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: &[PartMeta],
+        tmp_id: Uuid,
+        data_dir: Uuid,
+    ) -> Result<()> {
+        let req = Request::StageParts {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            upload_id: upload_id.to_owned(),
+            parts: parts.to_vec(),
+            tmp_id,
+            data_dir,
+        };
+        match self.slow_call(req).await? {
+            Response::Unit => Ok(()),
+            other => Err(self.inner.unexpected(&other)),
+        }
+    }
+
+    async fn delete_upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<()> {
+        self.unit(Request::DeleteUpload {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            upload_id: upload_id.to_owned(),
+        })
+        .await
+    }
+
+    async fn list_uploads(&self, bucket: Option<&str>) -> Result<Vec<UploadMeta>> {
+        let req = Request::ListUploads {
+            bucket: bucket.map(str::to_owned),
+        };
+        match self.slow_call(req).await? {
+            Response::Uploads(u) => Ok(u),
+            other => Err(self.inner.unexpected(&other)),
+        }
+    }
+}
+
+/// A shard writer on a peer: appends stream in order-numbered chunks, a few in flight at once.
+struct RemoteShardWriter {
+    inner: Arc<Inner>,
+    id: Uuid,
+    /// Bytes not sent yet (less than `chunk`).
+    buf: BytesMut,
+    chunk: usize,
+    /// Appends sent so far.
+    seq: u64,
+    in_flight: JoinSet<Result<()>>,
+    /// Finished, failed, or aborted: nothing more is sent.
+    done: bool,
+}
+
+impl RemoteShardWriter {
+    /// Waits for one append to complete.
+    async fn reap_one(&mut self) -> Result<()> {
+        match self.in_flight.join_next().await {
+            None => Ok(()),
+            Some(Ok(r)) => r,
+            Some(Err(e)) => Err(self.inner.io(format!("shard append task failed: {e}"))),
+        }
+    }
+
+    async fn send(&mut self, data: Bytes) -> Result<()> {
+        let max = self.inner.config.appends_in_flight.max(1);
+        while self.in_flight.len() >= max {
+            self.reap_one().await?;
+        }
+        let req = Request::ShardAppend {
+            writer: self.id,
+            seq: self.seq,
+            data,
+        };
+        self.seq += 1;
+        let inner = self.inner.clone();
+        self.in_flight.spawn(async move {
+            match inner.call(req, inner.config.call_timeout).await? {
+                Response::Unit => Ok(()),
+                other => Err(inner.unexpected(&other)),
+            }
+        });
+        Ok(())
+    }
+
+    async fn write_inner(&mut self, data: &[u8]) -> Result<()> {
+        self.buf.extend_from_slice(data);
+        while self.buf.len() >= self.chunk {
+            let piece = self.buf.split_to(self.chunk).freeze();
+            self.send(piece).await?;
+        }
+        Ok(())
+    }
+
+    async fn finish_inner(&mut self) -> Result<()> {
+        if !self.buf.is_empty() {
+            let rest = self.buf.split().freeze();
+            self.send(rest).await?;
+        }
+        while !self.in_flight.is_empty() {
+            self.reap_one().await?;
+        }
+        let req = Request::ShardFinish {
+            writer: self.id,
+            appends: self.seq,
+        };
+        self.done = true;
+        match self
+            .inner
+            .call(req, self.inner.config.slow_call_timeout)
+            .await?
+        {
+            Response::Unit => Ok(()),
+            other => Err(self.inner.unexpected(&other)),
+        }
+    }
+}
+
+#[async_trait]
+impl ShardWriter for RemoteShardWriter {
+    async fn write(&mut self, data: &[u8]) -> Result<()> {
+        if self.done {
+            return Err(self.inner.io("shard writer failed earlier".into()));
+        }
+        let r = self.write_inner(data).await;
+        if r.is_err() {
+            self.done = true;
+            self.abort();
+        }
+        r
+    }
+
+    async fn finish(mut self: Box<Self>) -> Result<()> {
+        if self.done {
+            return Err(self.inner.io("shard writer failed earlier".into()));
+        }
+        let r = self.finish_inner().await;
+        if r.is_err() {
+            self.done = true;
+            self.abort();
+        }
+        r
+    }
+}
+
+impl RemoteShardWriter {
+    /// Asks the peer to close the writer, in the background (best effort).
+    fn abort(&mut self) {
+        self.in_flight.abort_all();
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (inner, writer) = (self.inner.clone(), self.id);
+        rt.spawn(async move {
+            let _ = inner
+                .call(Request::ShardAbort { writer }, inner.config.call_timeout)
+                .await;
+        });
+    }
+}
+
+impl Drop for RemoteShardWriter {
+    fn drop(&mut self) {
+        if !self.done {
+            self.done = true;
+            self.abort();
+        }
+    }
+}
