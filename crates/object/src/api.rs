@@ -343,4 +343,9 @@ pub trait ObjectLayer: Send + Sync + 'static {
 
     /// Removes the bucket configuration document `name`; one that is not set is not an error.
     async fn delete_bucket_config(&self, bucket: &str, name: &str) -> Result<()>;
+
+    /// The drives' state now and the layer's counters, for metrics. The default knows nothing.
+    async fn stats(&self) -> crate::stats::LayerStats {
+        crate::stats::LayerStats::default()
+    }
 }

@@ -11,7 +11,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 use quarry_disk::DriveError;
 
 use crate::error::{Error, Result};
-use crate::quorum::{count_ok, on_all};
+use crate::quorum::{count_full, count_ok, on_all, write_failed};
 use crate::set::{now_ns, ErasureSet};
 
 /// First bytes of every envelope.
@@ -149,7 +149,7 @@ impl ErasureSet {
         {
             return Err(Error::Internal(format!("bucket configuration: {why}")));
         }
-        Err(Error::WriteQuorum { have: ok, need })
+        Err(write_failed(ok, need, count_full(answers)))
     }
 }
 

@@ -16,7 +16,7 @@ use quarry_disk::DriveError;
 
 use crate::api::{ByteStream, CopyOptions, ObjectInfo, ObjectLayer, PutOptions, ReplaceMetadata};
 use crate::error::{Error, Result};
-use crate::quorum::{count_ok, write_quorum};
+use crate::quorum::{count_full, count_ok, write_failed, write_quorum};
 use crate::set::{now_ns, object_info, ErasureSet};
 
 /// Copies by streaming the source into a PUT of the destination.
@@ -149,7 +149,7 @@ impl ErasureSet {
             current.erasure.parity as usize,
         );
         if ok < need {
-            return Err(Error::WriteQuorum { have: ok, need });
+            return Err(write_failed(ok, need, count_full(&answers)));
         }
         if ok < self.drives.len() {
             self.queue_heal(bucket, key);

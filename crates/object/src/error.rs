@@ -40,6 +40,10 @@ pub enum Error {
     ReadQuorum { have: usize, need: usize },
     #[error("not enough drives accepted the write (have {have}, need {need})")]
     WriteQuorum { have: usize, need: usize },
+    /// A write lost its quorum because drives are full: it would have reached `need` drives had
+    /// they had space.
+    #[error("not enough drives have free space for the write (have {have}, need {need})")]
+    StorageFull { have: usize, need: usize },
     #[error("data is corrupt beyond what parity can repair: {0}")]
     Corrupt(String),
     #[error(transparent)]

@@ -15,6 +15,7 @@ use tracing::warn;
 use crate::api::{GetObjectReader, HttpRange, ObjectStream};
 use crate::error::{Error, Result};
 use crate::set::{object_info, ErasureSet};
+use crate::stats::SetCounters;
 
 /// Blocks read ahead of the one being sent.
 const READ_AHEAD: usize = 2;
@@ -205,6 +206,7 @@ impl ShardReader {
         while let Some((shard, chunk)) = inflight.next().await {
             match chunk {
                 Some(c) => {
+                    self.count_copied(shard, c.len());
                     shards[shard] = Some(c);
                     good += 1;
                 }
@@ -235,7 +237,19 @@ impl ShardReader {
         self.erasure
             .join(&shards, block_len, &mut out)
             .map_err(|e| Error::Corrupt(e.to_string()))?;
+        SetCounters::add(&self.set.counters.get_copied_bytes, out.len() as u64);
         Ok(out)
+    }
+
+    /// Counts the copies [`Self::read_chunk`] made of a chunk of `len` bytes for a GET: the
+    /// verified chunk out of its framed read, and before that the framed chunk out of the
+    /// metadata when the shard is inline.
+    fn count_copied(&self, shard: usize, len: usize) {
+        let inline = self.holder[shard]
+            .and_then(|pos| self.metas[pos].as_ref())
+            .is_some_and(|m| m.inline.is_some());
+        let framed = if inline { len + bitrot::HASH_LEN } else { 0 };
+        SetCounters::add(&self.set.counters.get_copied_bytes, (len + framed) as u64);
     }
 }
 

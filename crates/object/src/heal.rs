@@ -31,7 +31,7 @@ impl ErasureSet {
             async move { d.read_meta(&b, &k).await }
         })
         .await;
-        let (meta, metas) = match pick_meta(&answers) {
+        let (meta, metas) = match pick_meta(&answers, self.set_write_quorum()) {
             MetaQuorum::Found { meta, metas } => (*meta, metas),
             MetaQuorum::NotFound => return Ok(HealResult::default()),
             MetaQuorum::NoQuorum { have, need } => return Err(Error::ReadQuorum { have, need }),

@@ -20,6 +20,7 @@ mod put;
 mod quorum;
 mod server;
 mod set;
+mod stats;
 
 pub use api::*;
 pub use bucket_config::{ConfigEnvelope, CONFIG_FORMAT_VERSION};
@@ -34,3 +35,4 @@ pub use multipart::{
 pub use names::{check_bucket_name, check_key, MAX_KEY_LEN};
 pub use server::{ErasureServer, Layout, Readiness};
 pub use set::ErasureSet;
+pub use stats::{DriveState, LayerStats};

@@ -98,7 +98,8 @@ impl ErasureSet {
                 let mut answers: Vec<std::result::Result<ObjectMeta, DriveError>> =
                     metas.into_iter().map(Ok).collect();
                 answers.resize_with(ok.len(), || Err(DriveError::FileNotFound));
-                if let MetaQuorum::Found { meta, .. } = pick_meta(&answers) {
+                let picked = pick_meta(&answers, self.set_write_quorum());
+                if let MetaQuorum::Found { meta, .. } = picked {
                     match delimiter.as_deref().filter(|_| !delimited) {
                         Some(d) => {
                             let rest = &name[opts.prefix.len()..];

@@ -28,7 +28,7 @@ use uuid::Uuid;
 use crate::api::{ByteStream, GetObjectReader, HttpRange, ObjectInfo, WritePrecondition};
 use crate::error::{Error, Result};
 use crate::put::{BlockReader, ShardOutcome, ShardSink, TmpGuard};
-use crate::quorum::{count_ok, on_all, read_quorum, write_quorum};
+use crate::quorum::{count_full, count_ok, on_all, read_quorum, write_failed, write_quorum};
 use crate::set::{now_ns, object_info, ErasureSet};
 
 /// The smallest size of every part but the last (5 MiB), as S3.
@@ -289,7 +289,9 @@ impl ErasureSet {
                 )
             })
             .count();
-        if absent > 0 {
+        // Absent on so many drives that no write quorum can hold it (else its holders may only
+        // have failed to answer: unknown, not absent).
+        if absent + self.set_write_quorum() > answers.len() {
             self.require_bucket(bucket).await?;
             return Err(Error::NoSuchUpload);
         }
@@ -409,7 +411,7 @@ impl ErasureSet {
             {
                 return Err(Error::BucketNotFound);
             }
-            return Err(Error::WriteQuorum { have: ok, need: wq });
+            return Err(write_failed(ok, wq, count_full(&answers)));
         }
         Ok(upload_info(&base))
     }
@@ -496,12 +498,13 @@ impl ErasureSet {
         let checksum = hasher.map(|h| h.finish());
         let outcomes = sink.finish().await;
         // An empty part never left the sink's inline buffer: give it its (empty) shard files.
+        // Per drive: written, or why not (`Err(true)`: the drive is full).
         let written = join_all(outcomes.into_iter().enumerate().map(|(pos, o)| {
             let d = self.drives[pos].clone();
             async move {
                 match o {
-                    ShardOutcome::File => true,
-                    ShardOutcome::Failed => false,
+                    ShardOutcome::File => Ok(()),
+                    ShardOutcome::Failed { full } => Err(full),
                     ShardOutcome::Inline(b) => {
                         let r = async {
                             let mut w = d.create_shard_writer(tmp_id, data_dir, number).await?;
@@ -512,7 +515,7 @@ impl ErasureSet {
                         if let Err(e) = &r {
                             warn!(drive = d.endpoint(), error = %e, "cannot write an empty part");
                         }
-                        r.is_ok()
+                        r.map_err(|e| matches!(e, DriveError::DiskFull))
                     }
                 }
             }
@@ -532,13 +535,16 @@ impl ErasureSet {
             .lock(Self::part_lock(bucket, key, upload_id, number))
             .await;
         let answers = join_all(self.drives.iter().enumerate().map(|(pos, d)| {
-            let ok = written[pos] && uploads[pos].is_some();
+            let written = written[pos];
+            let has_upload = uploads[pos].is_some();
             let part = &part;
             async move {
-                if ok {
-                    d.commit_part(tmp_id, bucket, key, upload_id, part).await
-                } else {
-                    Err(DriveError::Unusable("part shard not written".into()))
+                match written {
+                    Ok(()) if has_upload => {
+                        d.commit_part(tmp_id, bucket, key, upload_id, part).await
+                    }
+                    Err(true) => Err(DriveError::DiskFull),
+                    _ => Err(DriveError::Unusable("part shard not written".into())),
                 }
             }
         }))
@@ -555,7 +561,7 @@ impl ErasureSet {
             if gone > self.drives.len() - wq {
                 return Err(Error::NoSuchUpload);
             }
-            return Err(Error::WriteQuorum { have: ok, need: wq });
+            return Err(write_failed(ok, wq, count_full(&answers)));
         }
         Ok(uploaded_part(&part, &upload))
     }
@@ -658,6 +664,25 @@ impl ErasureSet {
             .collect();
         let erasure = upload_erasure(&q.upload)?;
         let wq = write_quorum(erasure.data_shards(), erasure.parity_shards());
+        // The parts are linked, not copied: only metadata needs room.
+        self.check_space(0).await?;
+        // A part on fewer drives than a write needs cannot be committed, and retrying the
+        // complete would not change that: its UploadPart failed (or drives lost it since).
+        // Uploading the part again does.
+        for (p, holders) in &chosen {
+            let held = holders
+                .iter()
+                .zip(&q.uploads)
+                .filter(|(h, u)| **h && u.is_some())
+                .count();
+            if held < wq {
+                return Err(Error::InvalidPart(format!(
+                    "part {} is stored on {held} drives, fewer than the {wq} a write needs; \
+                     upload it again",
+                    p.number
+                )));
+            }
+        }
 
         let tmp_id = Uuid::new_v4();
         let data_dir = Uuid::new_v4();
@@ -740,7 +765,7 @@ impl ErasureSet {
             {
                 return Err(Error::BucketNotFound);
             }
-            return Err(Error::WriteQuorum { have: ok, need: wq });
+            return Err(write_failed(ok, wq, count_full(&committed)));
         }
         if let Err(e) = self.delete_upload_everywhere(bucket, key, upload_id).await {
             warn!(bucket, key, upload_id, error = %e, "completed upload not removed; it will expire");
@@ -751,7 +776,9 @@ impl ErasureSet {
         Ok(object_info(bucket, key, &base))
     }
 
-    /// Removes an upload from every drive; `FileNotFound` on all of them is `NoSuchUpload`.
+    /// Removes an upload from every drive; `FileNotFound` on all of them is `NoSuchUpload`. Done
+    /// once it is gone from a write quorum (else a read quorum may still hold it, and the upload
+    /// would live on after an acknowledged abort).
     async fn delete_upload_everywhere(
         &self,
         bucket: &str,
@@ -763,19 +790,21 @@ impl ErasureSet {
             async move { d.delete_upload(&b, &k, &u).await }
         })
         .await;
-        if count_ok(&answers) > 0 {
-            return Ok(());
-        }
-        if answers.iter().all(|a| {
+        let absent = |a: &std::result::Result<(), DriveError>| {
             matches!(
                 a,
                 Err(DriveError::FileNotFound | DriveError::InvalidName(_))
             )
-        }) {
+        };
+        if answers.iter().all(absent) {
             return Err(Error::NoSuchUpload);
         }
+        let gone = answers.iter().filter(|a| a.is_ok() || absent(a)).count();
+        if gone >= self.set_write_quorum() {
+            return Ok(());
+        }
         Err(Error::WriteQuorum {
-            have: 0,
+            have: gone,
             need: self.set_write_quorum(),
         })
     }

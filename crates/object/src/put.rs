@@ -2,6 +2,7 @@
 //! framed chunk goes to that drive's writer task while the next block is read. Memory stays at a
 //! few blocks whatever the object size; nothing is visible until the commit reaches write quorum.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
@@ -18,11 +19,15 @@ use uuid::Uuid;
 
 use crate::api::{ByteStream, ObjectInfo, PutOptions, WritePrecondition};
 use crate::error::{Error, Result};
-use crate::quorum::{count_ok, on_all};
+use crate::quorum::{count_full, count_ok, on_all, write_failed};
 use crate::set::{now_ns, object_info, ErasureSet};
 
 /// Framed chunks queued per drive before the reader waits: bounds memory per PUT.
 const WRITE_QUEUE_BLOCKS: usize = 2;
+
+/// Free space a drive keeps beyond a write's shard (metadata, directories) to count as having
+/// room for it.
+const SPACE_RESERVE: u64 = 1 << 20;
 
 /// Cuts a byte stream into blocks of exactly `block_size` bytes (the last may be shorter).
 pub(crate) struct BlockReader {
@@ -75,18 +80,29 @@ impl BlockReader {
 struct DriveWriter {
     tx: mpsc::Sender<Bytes>,
     task: JoinHandle<std::result::Result<(), DriveError>>,
+    /// Set (before the task ends) when the drive refused a write for lack of space.
+    full: Arc<AtomicBool>,
 }
 
 impl DriveWriter {
     fn spawn(mut w: Box<dyn ShardWriter>) -> Self {
         let (tx, mut rx) = mpsc::channel::<Bytes>(WRITE_QUEUE_BLOCKS);
+        let full = Arc::new(AtomicBool::new(false));
+        let flag = full.clone();
         let task = tokio::spawn(async move {
-            while let Some(b) = rx.recv().await {
-                w.write(&b).await?;
+            let r = async {
+                while let Some(b) = rx.recv().await {
+                    w.write(&b).await?;
+                }
+                w.finish().await
             }
-            w.finish().await
+            .await;
+            if matches!(r, Err(DriveError::DiskFull)) {
+                flag.store(true, Ordering::SeqCst);
+            }
+            r
         });
-        DriveWriter { tx, task }
+        DriveWriter { tx, task, full }
     }
 }
 
@@ -106,6 +122,8 @@ pub(crate) struct ShardSink {
     writers: Vec<Option<DriveWriter>>,
     /// Drive positions that failed; their error is logged once.
     failed: Vec<bool>,
+    /// Drive positions that could not open a shard file because they are full.
+    full: Vec<bool>,
     scratch: Vec<Vec<u8>>,
 }
 
@@ -113,7 +131,10 @@ pub(crate) struct ShardSink {
 pub(crate) enum ShardOutcome {
     Inline(Vec<u8>),
     File,
-    Failed,
+    /// The shard could not be written; `full` when the drive refused it for lack of space.
+    Failed {
+        full: bool,
+    },
 }
 
 impl ShardSink {
@@ -138,6 +159,7 @@ impl ShardSink {
             inline: Some(vec![Vec::new(); n]),
             writers: (0..n).map(|_| None).collect(),
             failed: vec![false; n],
+            full: vec![false; n],
             scratch: Vec::new(),
         }
     }
@@ -146,13 +168,21 @@ impl ShardSink {
         self.failed.iter().filter(|f| !**f).count()
     }
 
+    /// Whether drive `pos` failed for lack of space.
+    fn is_full(&self, pos: usize) -> bool {
+        self.full[pos]
+            || self.writers[pos]
+                .as_ref()
+                .is_some_and(|w| w.full.load(Ordering::SeqCst))
+    }
+
     fn check_quorum(&self) -> Result<()> {
         let alive = self.alive();
         if alive < self.write_quorum {
-            return Err(Error::WriteQuorum {
-                have: alive,
-                need: self.write_quorum,
-            });
+            let full = (0..self.drives.len())
+                .filter(|&pos| self.failed[pos] && self.is_full(pos))
+                .count();
+            return Err(write_failed(alive, self.write_quorum, full));
         }
         Ok(())
     }
@@ -221,6 +251,7 @@ impl ShardSink {
                 }
                 Err(e) => {
                     warn!(drive = self.drives[pos].endpoint(), error = %e, "cannot open shard file");
+                    self.full[pos] = matches!(e, DriveError::DiskFull);
                     self.failed[pos] = true;
                 }
             }
@@ -236,19 +267,23 @@ impl ShardSink {
         let mut out = Vec::with_capacity(self.drives.len());
         for (pos, w) in std::mem::take(&mut self.writers).into_iter().enumerate() {
             let outcome = match w {
-                None => ShardOutcome::Failed,
-                Some(DriveWriter { tx, task }) => {
+                None => ShardOutcome::Failed {
+                    full: self.full[pos],
+                },
+                Some(DriveWriter { tx, task, .. }) => {
                     drop(tx);
                     match task.await {
                         Ok(Ok(())) if !self.failed[pos] => ShardOutcome::File,
-                        Ok(Ok(())) => ShardOutcome::Failed,
+                        Ok(Ok(())) => ShardOutcome::Failed { full: false },
                         Ok(Err(e)) => {
                             warn!(drive = self.drives[pos].endpoint(), error = %e, "shard write failed");
-                            ShardOutcome::Failed
+                            ShardOutcome::Failed {
+                                full: matches!(e, DriveError::DiskFull),
+                            }
                         }
                         Err(e) => {
                             warn!(drive = self.drives[pos].endpoint(), error = %e, "shard writer task failed");
-                            ShardOutcome::Failed
+                            ShardOutcome::Failed { full: false }
                         }
                     }
                 }
@@ -321,6 +356,8 @@ impl ErasureSet {
             self.check_precondition(bucket, key, p).await?;
         }
         let erasure = self.new_erasure()?;
+        self.check_space(erasure.shard_file_size(opts.size.unwrap_or(0)))
+            .await?;
         let distribution = self.distribution(bucket, key);
         let tmp_id = Uuid::new_v4();
         let data_dir = Uuid::new_v4();
@@ -372,6 +409,10 @@ impl ErasureSet {
             }
         }
         let outcomes = sink.finish().await;
+        let full = outcomes
+            .iter()
+            .filter(|o| matches!(o, ShardOutcome::Failed { full: true }))
+            .count();
 
         let inline = outcomes
             .iter()
@@ -413,16 +454,13 @@ impl ErasureSet {
                         Some(m)
                     }
                     ShardOutcome::File => Some(m),
-                    ShardOutcome::Failed => None,
+                    ShardOutcome::Failed { .. } => None,
                 }
             })
             .collect();
         let written = metas.iter().filter(|m| m.is_some()).count();
         if written < write_quorum {
-            return Err(Error::WriteQuorum {
-                have: written,
-                need: write_quorum,
-            });
+            return Err(write_failed(written, write_quorum, full));
         }
 
         let committed = self
@@ -440,15 +478,40 @@ impl ErasureSet {
             {
                 return Err(Error::BucketNotFound);
             }
-            return Err(Error::WriteQuorum {
-                have: ok,
-                need: write_quorum,
-            });
+            return Err(write_failed(
+                ok,
+                write_quorum,
+                full + count_full(&committed),
+            ));
         }
         if ok < self.drives.len() {
             self.queue_heal(bucket, key);
         }
         Ok(object_info(bucket, key, &base))
+    }
+
+    /// Fails with `StorageFull` when fewer than a write quorum of drives have `shard_bytes` (plus
+    /// a small reserve) free. A write that ran out of space part way would fail too, but only
+    /// after its commit replaced the old version on the drives that had room (a minority, yet
+    /// possibly a read quorum): refusing up front leaves existing objects untouched, as MinIO's
+    /// free-space check does. Drives that do not answer are left to the write's own quorum.
+    pub(crate) async fn check_space(&self, shard_bytes: u64) -> Result<()> {
+        let infos = on_all(&self.drives, |d| async move { d.disk_info().await }).await;
+        let answered = count_ok(&infos);
+        let want = shard_bytes.saturating_add(SPACE_RESERVE);
+        let roomy = infos
+            .iter()
+            .filter(|i| matches!(i, Ok(info) if info.free >= want))
+            .count();
+        let need = self.set_write_quorum();
+        if roomy < need && answered >= need {
+            warn!(
+                have = roomy,
+                need, shard_bytes, "refusing a write: too few drives have free space"
+            );
+            return Err(Error::StorageFull { have: roomy, need });
+        }
+        Ok(())
     }
 
     /// Renames the written data into place on every drive that has a metadata copy, under the

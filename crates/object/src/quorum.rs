@@ -5,6 +5,8 @@ use std::sync::Arc;
 use futures::future::join_all;
 use quarry_disk::{Drive, DriveError, ObjectMeta};
 
+use crate::error::Error;
+
 /// Read quorum of an object coded k+m: any k shards rebuild it.
 pub fn read_quorum(data: usize, _parity: usize) -> usize {
     data
@@ -59,8 +61,10 @@ pub enum MetaQuorum {
 }
 
 /// Picks the version of an object that a read quorum of drives agrees on. Among versions with
-/// quorum the newest wins.
-pub fn pick_meta(answers: &[Result<ObjectMeta, DriveError>]) -> MetaQuorum {
+/// quorum the newest wins. `write_quorum` is the set's: the object is `NotFound` only when so
+/// many drives say it is absent that no write quorum can hold it (else an acknowledged object
+/// whose holders failed to answer would be reported missing).
+pub fn pick_meta(answers: &[Result<ObjectMeta, DriveError>], write_quorum: usize) -> MetaQuorum {
     // Versions seen, each with how many drives hold it.
     let mut groups: Vec<(&ObjectMeta, usize)> = Vec::new();
     for m in answers.iter().filter_map(|a| a.as_ref().ok()) {
@@ -99,9 +103,10 @@ pub fn pick_meta(answers: &[Result<ObjectMeta, DriveError>]) -> MetaQuorum {
         })
         .count();
     let best_count = groups.iter().map(|g| g.1).max().unwrap_or(0);
-    if not_found > 0 {
-        // Some drive positively says the key is absent and no version has quorum: at most a
-        // minority holds a copy (a write that never reached quorum), so the object does not exist.
+    if not_found + write_quorum > answers.len() {
+        // Too few drives remain to hold a write quorum of any version, and none has a read
+        // quorum: at most a minority holds a copy (a write that never reached quorum), so the
+        // object does not exist. With fewer "absent" answers the others may hold it: unknown.
         return MetaQuorum::NotFound;
     }
     let need = answers
@@ -119,6 +124,25 @@ pub fn pick_meta(answers: &[Result<ObjectMeta, DriveError>]) -> MetaQuorum {
 /// Counts the answers that succeeded.
 pub fn count_ok<T>(answers: &[Result<T, DriveError>]) -> usize {
     answers.iter().filter(|a| a.is_ok()).count()
+}
+
+/// Counts the answers that failed because the drive is full.
+pub fn count_full<T>(answers: &[Result<T, DriveError>]) -> usize {
+    answers
+        .iter()
+        .filter(|a| matches!(a, Err(DriveError::DiskFull)))
+        .count()
+}
+
+/// The error of a write that reached `have` of the `need` drives it needed, `full` others having
+/// refused it for lack of space: `StorageFull` when the full drives made the difference, else
+/// `WriteQuorum`.
+pub fn write_failed(have: usize, need: usize, full: usize) -> Error {
+    if full > 0 && have + full >= need {
+        Error::StorageFull { have, need }
+    } else {
+        Error::WriteQuorum { have, need }
+    }
 }
 
 #[cfg(test)]
@@ -161,7 +185,7 @@ mod tests {
     #[test]
     fn newest_version_with_quorum_wins() {
         let answers = vec![Ok(meta(1)), Ok(meta(2)), Ok(meta(2)), Ok(meta(1))];
-        match pick_meta(&answers) {
+        match pick_meta(&answers, 3) {
             MetaQuorum::Found { meta, metas } => {
                 assert_eq!(meta.mod_time_ns, 2);
                 assert!(metas[0].is_none() && metas[1].is_some() && metas[2].is_some());
@@ -178,7 +202,48 @@ mod tests {
             Err(DriveError::FileNotFound),
             Err(DriveError::FileNotFound),
         ];
-        assert!(matches!(pick_meta(&answers), MetaQuorum::NotFound));
+        assert!(matches!(pick_meta(&answers, 3), MetaQuorum::NotFound));
+    }
+
+    #[test]
+    fn absent_on_too_few_drives_is_not_not_found() {
+        // 2+2, written on drives 0, 1 and 2 (drive 3 missed it); drives 1 and 2 do not answer.
+        let io = || Err(DriveError::Io(std::io::Error::other("down")));
+        let answers = vec![Ok(meta(5)), io(), io(), Err(DriveError::FileNotFound)];
+        assert!(matches!(
+            pick_meta(&answers, 3),
+            MetaQuorum::NoQuorum { have: 1, need: 2 }
+        ));
+        // Two drives say absent: no write quorum can hold it.
+        let answers = vec![
+            Err(DriveError::FileNotFound),
+            io(),
+            io(),
+            Err(DriveError::FileNotFound),
+        ];
+        assert!(matches!(pick_meta(&answers, 3), MetaQuorum::NotFound));
+    }
+
+    #[test]
+    fn full_drives_make_storage_full() {
+        assert!(matches!(
+            write_failed(2, 3, 1),
+            Error::StorageFull { have: 2, need: 3 }
+        ));
+        assert!(matches!(
+            write_failed(1, 3, 1),
+            Error::WriteQuorum { have: 1, need: 3 }
+        ));
+        assert!(matches!(
+            write_failed(2, 3, 0),
+            Error::WriteQuorum { have: 2, need: 3 }
+        ));
+        let answers: Vec<Result<(), DriveError>> = vec![
+            Ok(()),
+            Err(DriveError::DiskFull),
+            Err(DriveError::FileNotFound),
+        ];
+        assert_eq!(count_full(&answers), 1);
     }
 
     #[test]
@@ -186,7 +251,7 @@ mod tests {
         let io = || Err(DriveError::Unusable("offline".into()));
         let answers = vec![Ok(meta(5)), io(), io(), io()];
         assert!(matches!(
-            pick_meta(&answers),
+            pick_meta(&answers, 3),
             MetaQuorum::NoQuorum { have: 1, need: 2 }
         ));
     }

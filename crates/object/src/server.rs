@@ -20,6 +20,7 @@ use crate::multipart::{
 };
 use crate::names::{check_bucket_name, check_key};
 use crate::set::{ErasureSet, HealRequest};
+use crate::stats::{DriveState, LayerStats, SetCounters};
 
 /// Objects waiting for the heal worker; beyond this, heal requests are dropped (the next read of
 /// a damaged object queues it again).
@@ -63,6 +64,18 @@ impl ErasureServer {
     /// start. Drives keep the position they were formatted with, whatever order they are given
     /// in; a fresh (replaced) drive takes the position of the missing one.
     pub async fn open_local(paths: Vec<PathBuf>, cfg: ObjectConfig) -> Result<Arc<ErasureServer>> {
+        let (deployment_id, drives) = Self::format_local(paths).await?;
+        let drives = drives
+            .into_iter()
+            .map(|d| Arc::new(d) as Arc<dyn Drive>)
+            .collect();
+        Self::open(deployment_id, drives, cfg)
+    }
+
+    /// Opens and formats (on first start) the local drives at `paths` (1..=16) without serving
+    /// them: returns the deployment id and the drives in set order, ready for [`Self::open`].
+    /// Tests use it to wrap the drives (e.g. in a fault injector) before the set sees them.
+    pub async fn format_local(paths: Vec<PathBuf>) -> Result<(Uuid, Vec<LocalDrive>)> {
         if paths.is_empty() || paths.len() > 16 {
             return Err(Error::Internal(format!(
                 "a single node takes 1 to 16 drives, not {}",
@@ -84,19 +97,28 @@ impl ErasureServer {
                 .map_err(|e| Error::Internal(format!("drive {}: {e}", p.display())))?;
             formats.push(f);
         }
-        let order = Self::format_drives(&drives, &paths, &formats).await?;
-        let deployment_id = order.0;
-        let mut slots: Vec<Option<Arc<dyn Drive>>> = (0..drives.len()).map(|_| None).collect();
-        for (d, pos) in drives.into_iter().zip(order.1) {
-            slots[pos] = Some(Arc::new(d));
+        let (deployment_id, positions) = Self::format_drives(&drives, &paths, &formats).await?;
+        let mut slots: Vec<Option<LocalDrive>> = (0..drives.len()).map(|_| None).collect();
+        for (d, pos) in drives.into_iter().zip(positions) {
+            slots[pos] = Some(d);
         }
-        let set_drives: Vec<Arc<dyn Drive>> = slots
+        let drives = slots
             .into_iter()
             .map(|d| d.ok_or_else(|| Error::Internal("drive positions are inconsistent".into())))
             .collect::<Result<_>>()?;
+        Ok((deployment_id, drives))
+    }
 
+    /// Serves one erasure set over `drives`, given in set order and already formatted for
+    /// `deployment_id` (see [`Self::format_local`]), and starts the heal worker and the upload
+    /// cleaner. Where a drive is (local, remote, wrapped in a test double) does not matter here.
+    pub fn open(
+        deployment_id: Uuid,
+        drives: Vec<Arc<dyn Drive>>,
+        cfg: ObjectConfig,
+    ) -> Result<Arc<ErasureServer>> {
         let (heal_tx, heal_rx) = mpsc::channel(HEAL_QUEUE);
-        let set = Arc::new(ErasureSet::new(set_drives, cfg, deployment_id, heal_tx)?);
+        let set = Arc::new(ErasureSet::new(drives, cfg, deployment_id, heal_tx)?);
         spawn_heal_worker(set.clone(), heal_rx);
         spawn_upload_cleaner(&set);
         info!(
@@ -250,13 +272,23 @@ fn spawn_heal_worker(set: Arc<ErasureSet>, mut rx: mpsc::Receiver<HealRequest>) 
             // object again rather than being lost.
             set.heal_done(&req);
             let (bucket, key) = &req;
+            let counters = &set.counters;
             match set.heal_object(bucket, key).await {
                 Ok(r) => {
+                    if !r.healed.is_empty() {
+                        SetCounters::add(&counters.healed_objects, 1);
+                    }
+                    if !r.failed.is_empty() {
+                        SetCounters::add(&counters.heal_failed, 1);
+                    }
                     for (drive, why) in &r.failed {
                         warn!(bucket, key, drive, why, "could not heal a drive");
                     }
                 }
-                Err(e) => warn!(bucket, key, error = %e, "heal failed"),
+                Err(e) => {
+                    SetCounters::add(&counters.heal_failed, 1);
+                    warn!(bucket, key, error = %e, "heal failed");
+                }
             }
         }
     });
@@ -283,6 +315,23 @@ fn spawn_upload_cleaner(set: &Arc<ErasureSet>) {
 
 #[async_trait]
 impl ObjectLayer for ErasureServer {
+    async fn stats(&self) -> LayerStats {
+        let mut stats = LayerStats::default();
+        for set in &self.sets {
+            let answers =
+                crate::quorum::on_all(&set.drives, |d| async move { d.disk_info().await }).await;
+            for (d, a) in set.drives.iter().zip(&answers) {
+                stats.drives.push(DriveState {
+                    endpoint: d.endpoint().to_string(),
+                    online: a.is_ok(),
+                });
+            }
+            stats.heal_queue_len += set.heal_queue_len() as u64;
+            set.counters.add_to(&mut stats);
+        }
+        stats
+    }
+
     async fn make_bucket(&self, bucket: &str) -> Result<()> {
         check_bucket_name(bucket)?;
         for s in &self.sets {

@@ -27,6 +27,8 @@ pub struct ErasureSet {
     heal_tx: mpsc::Sender<HealRequest>,
     /// Objects queued for heal and not yet taken: a burst of reads of one damaged object queues it once.
     heal_pending: Mutex<HashSet<HealRequest>>,
+    /// Heal and GET-path counters, for the metrics.
+    pub(crate) counters: crate::stats::SetCounters,
 }
 
 impl std::fmt::Debug for ErasureSet {
@@ -69,6 +71,7 @@ impl ErasureSet {
             locks: Arc::new(NsLock::default()),
             heal_tx,
             heal_pending: Mutex::new(HashSet::new()),
+            counters: Default::default(),
         };
         set.new_erasure()?; // validates the parity setting against the set size
         Ok(set)
@@ -138,13 +141,24 @@ impl ErasureSet {
             }
         }
         debug!(bucket, key, "queued for heal");
-        if self.heal_tx.try_send(req.clone()).is_err() {
+        if self.heal_tx.try_send(req.clone()).is_ok() {
+            crate::stats::SetCounters::add(&self.counters.heal_queued, 1);
+        } else {
+            crate::stats::SetCounters::add(&self.counters.heal_dropped, 1);
             warn!(
                 bucket,
                 key, "heal queue full; the object will be healed on a later read"
             );
             self.heal_done(&req);
         }
+    }
+
+    /// Objects queued for heal and not yet taken by the worker.
+    pub(crate) fn heal_queue_len(&self) -> usize {
+        self.heal_pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .len()
     }
 
     pub(crate) fn heal_done(&self, req: &HealRequest) {
@@ -311,7 +325,7 @@ impl ErasureSet {
             async move { d.read_meta(&b, &k).await }
         })
         .await;
-        match pick_meta(&answers) {
+        match pick_meta(&answers, self.set_write_quorum()) {
             MetaQuorum::Found { meta, metas } => Ok((*meta, metas, answers)),
             MetaQuorum::NotFound => {
                 // NoSuchBucket and NoSuchKey are different answers in S3.
