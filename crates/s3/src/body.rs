@@ -73,6 +73,8 @@ pub struct RequestLog {
     /// Whether the response body ran to its end.
     pub complete: bool,
     pub start: Instant,
+    /// Where the request is counted when it ends (`/metrics`).
+    pub metrics: Option<Arc<crate::metrics::Metrics>>,
 }
 
 impl RequestLog {
@@ -89,12 +91,22 @@ impl RequestLog {
             expected_out: None,
             complete: false,
             start: Instant::now(),
+            metrics: None,
         }
     }
 }
 
 impl Drop for RequestLog {
     fn drop(&mut self) {
+        if let Some(metrics) = &self.metrics {
+            metrics.observe(crate::metrics::Observation {
+                operation: &self.operation,
+                status: self.status,
+                bytes_in: self.bytes_in.load(Ordering::Relaxed),
+                bytes_out: self.bytes_out,
+                duration: self.start.elapsed(),
+            });
+        }
         let status = self.status.map_or(0, |s| s.as_u16());
         let outcome = match (self.status, self.complete) {
             (None, _) => "client went away before the response",

@@ -25,6 +25,8 @@ pub enum Endpoint {
     HealthLive,
     /// `GET /health/ready`, anonymous: the object layer has read quorum.
     HealthReady,
+    /// `GET /metrics`, anonymous: Prometheus text exposition (see `metrics.rs`).
+    Metrics,
     ListBuckets,
     CreateBucket {
         bucket: String,
@@ -123,6 +125,24 @@ pub enum Endpoint {
         bucket: String,
         key: String,
     },
+    /// `GET /bucket?acl`: always the owner's `FULL_CONTROL` (see `acl.rs`).
+    GetBucketAcl {
+        bucket: String,
+    },
+    /// `PUT /bucket?acl`: only the `private` ACL is accepted.
+    PutBucketAcl {
+        bucket: String,
+    },
+    /// `GET /bucket/key?acl`.
+    GetObjectAcl {
+        bucket: String,
+        key: String,
+    },
+    /// `PUT /bucket/key?acl`.
+    PutObjectAcl {
+        bucket: String,
+        key: String,
+    },
     /// A known S3 operation Quarry does not implement; answered with `NotImplemented`.
     Unsupported {
         operation: String,
@@ -136,6 +156,7 @@ impl Endpoint {
             self,
             Endpoint::HealthLive
                 | Endpoint::HealthReady
+                | Endpoint::Metrics
                 | Endpoint::CorsPreflight { .. }
                 | Endpoint::PostObject { .. }
         )
@@ -145,7 +166,11 @@ impl Endpoint {
     pub fn bucket(&self) -> Option<&str> {
         use Endpoint as E;
         match self {
-            E::HealthLive | E::HealthReady | E::ListBuckets | E::Unsupported { .. } => None,
+            E::HealthLive
+            | E::HealthReady
+            | E::Metrics
+            | E::ListBuckets
+            | E::Unsupported { .. } => None,
             E::CreateBucket { bucket }
             | E::HeadBucket { bucket }
             | E::DeleteBucket { bucket }
@@ -169,7 +194,11 @@ impl Endpoint {
             | E::UploadPartCopy { bucket, .. }
             | E::CompleteMultipartUpload { bucket, .. }
             | E::AbortMultipartUpload { bucket, .. }
-            | E::ListParts { bucket, .. } => Some(bucket),
+            | E::ListParts { bucket, .. }
+            | E::GetBucketAcl { bucket }
+            | E::PutBucketAcl { bucket }
+            | E::GetObjectAcl { bucket, .. }
+            | E::PutObjectAcl { bucket, .. } => Some(bucket),
         }
     }
 
@@ -178,6 +207,7 @@ impl Endpoint {
         match self {
             Endpoint::HealthLive => "HealthLive",
             Endpoint::HealthReady => "HealthReady",
+            Endpoint::Metrics => "Metrics",
             Endpoint::ListBuckets => "ListBuckets",
             Endpoint::CreateBucket { .. } => "CreateBucket",
             Endpoint::HeadBucket { .. } => "HeadBucket",
@@ -203,6 +233,10 @@ impl Endpoint {
             Endpoint::CompleteMultipartUpload { .. } => "CompleteMultipartUpload",
             Endpoint::AbortMultipartUpload { .. } => "AbortMultipartUpload",
             Endpoint::ListParts { .. } => "ListParts",
+            Endpoint::GetBucketAcl { .. } => "GetBucketAcl",
+            Endpoint::PutBucketAcl { .. } => "PutBucketAcl",
+            Endpoint::GetObjectAcl { .. } => "GetObjectAcl",
+            Endpoint::PutObjectAcl { .. } => "PutObjectAcl",
             Endpoint::Unsupported { operation } => operation,
         }
     }
@@ -350,6 +384,7 @@ pub fn parse(
         match path {
             "/health/live" => return Ok(Endpoint::HealthLive),
             "/health/ready" => return Ok(Endpoint::HealthReady),
+            "/metrics" => return Ok(Endpoint::Metrics),
             _ => {}
         }
     }
@@ -481,6 +516,8 @@ fn bucket_endpoint(method: &Method, query: &Query, bucket: String) -> Result<End
         (Method::PUT, Some("cors")) => Ok(Endpoint::PutBucketCors { bucket }),
         (Method::DELETE, Some("cors")) => Ok(Endpoint::DeleteBucketCors { bucket }),
         (Method::GET, Some("uploads")) => Ok(Endpoint::ListMultipartUploads { bucket }),
+        (Method::GET, Some("acl")) => Ok(Endpoint::GetBucketAcl { bucket }),
+        (Method::PUT, Some("acl")) => Ok(Endpoint::PutBucketAcl { bucket }),
         (Method::GET | Method::PUT | Method::DELETE | Method::POST | Method::HEAD, Some(sub)) => {
             Ok(unsupported(bucket_operation_name(method, sub)))
         }
@@ -561,6 +598,12 @@ fn object_endpoint(
         }
         (Method::GET | Method::HEAD, Some("partNumber")) => {
             format!("{} of a specific object version", verb(method))
+        }
+        (Method::GET, Some("acl")) if !versioned => {
+            return Ok(Endpoint::GetObjectAcl { bucket, key })
+        }
+        (Method::PUT, Some("acl")) if !versioned => {
+            return Ok(Endpoint::PutObjectAcl { bucket, key })
         }
         (Method::POST, Some("restore")) => "RestoreObject".to_owned(),
         (Method::POST, Some("select")) => "SelectObjectContent".to_owned(),
@@ -725,6 +768,15 @@ mod tests {
             // Health: anonymous only; with credentials it is an ordinary object.
             ("GET", "/health/live", &[], HealthLive),
             ("HEAD", "/health/ready", &[], HealthReady),
+            ("GET", "/metrics", &[], Metrics),
+            (
+                "GET",
+                "/metrics",
+                &auth,
+                ListObjects {
+                    bucket: b("metrics"),
+                },
+            ),
             (
                 "GET",
                 "/health/live",
@@ -861,7 +913,7 @@ mod tests {
     fn unsupported_operations_are_named() {
         let auth = [("authorization", "x")];
         let cases: Vec<Case<&str>> = vec![
-            ("GET", "/bkt?acl", &auth, "GetBucketAcl"),
+            ("DELETE", "/bkt?acl", &auth, "DeleteBucketAcl"),
             ("PUT", "/bkt?versioning", &auth, "PutBucketVersioning"),
             ("GET", "/bkt?versioning", &auth, "GetBucketVersioning"),
             ("PUT", "/bkt?tagging", &auth, "PutBucketTagging"),
@@ -875,7 +927,7 @@ mod tests {
                 "GetBucketAnalytics",
             ),
             ("GET", "/bkt?somethingnew", &auth, "GetBucketSomethingnew"),
-            ("GET", "/bkt/k?acl", &auth, "GetObjectAcl"),
+            ("GET", "/bkt/k?acl&versionId=v1", &auth, "GetObjectAcl"),
             ("PUT", "/bkt/k?tagging", &auth, "PutObjectTagging"),
             (
                 "GET",
@@ -1027,6 +1079,49 @@ mod tests {
         assert_eq!(q.get("flag"), Some(""));
         assert!(q.has("flag"));
         assert_eq!(q.get("missing"), None);
+    }
+
+    #[test]
+    fn acl_operations_are_routed() {
+        let auth = [("authorization", "x")];
+        let (bk, k) = (|| b("bkt"), || b("k"));
+        let cases: Vec<Case<Endpoint>> = vec![
+            (
+                "GET",
+                "/bkt?acl",
+                &auth,
+                Endpoint::GetBucketAcl { bucket: bk() },
+            ),
+            (
+                "PUT",
+                "/bkt?acl",
+                &auth,
+                Endpoint::PutBucketAcl { bucket: bk() },
+            ),
+            (
+                "GET",
+                "/bkt/k?acl",
+                &auth,
+                Endpoint::GetObjectAcl {
+                    bucket: bk(),
+                    key: k(),
+                },
+            ),
+            (
+                "PUT",
+                "/bkt/k?acl=&versionId=null",
+                &auth,
+                Endpoint::PutObjectAcl {
+                    bucket: bk(),
+                    key: k(),
+                },
+            ),
+        ];
+        for (method, uri, headers, want) in cases {
+            let got = route(method, uri, headers).unwrap();
+            assert_eq!(got.name(), want.name());
+            assert_eq!(got, want, "{method} {uri}");
+        }
     }
 
     #[test]

@@ -32,7 +32,7 @@ use crate::cors::{self, CorsCache};
 use crate::error::{error_xml, S3ErrorCode};
 use crate::router::{self, Endpoint, Query};
 use crate::signature::{self, AuthConfig, Authenticated, Credentials};
-use crate::{bucket, copy, delete, get, list, multipart, post_object, put};
+use crate::{acl, bucket, copy, delete, get, list, multipart, post_object, put};
 
 /// What the front end needs to know besides the object layer.
 #[derive(Debug, Clone)]
@@ -118,6 +118,7 @@ pub fn app(
             .collect(),
         cors: CorsCache::default(),
         ids: RequestIds::new(),
+        metrics: Arc::default(),
     });
     axum::Router::new().fallback(move |req: Request| handle(state.clone(), req))
 }
@@ -131,6 +132,7 @@ pub(crate) struct AppState {
     domains: Vec<String>,
     pub cors: CorsCache,
     ids: RequestIds,
+    metrics: Arc<crate::metrics::Metrics>,
 }
 
 /// Request ids: a random per-process prefix and a counter, 20 upper-case hex digits.
@@ -218,6 +220,7 @@ async fn handle(state: Arc<AppState>, req: Request) -> Response {
         parts.method.clone(),
         parts.uri.path().to_owned(),
     );
+    log.metrics = Some(state.metrics.clone());
     let head = parts.method == Method::HEAD;
     let resource = parts.uri.path().to_owned();
     // CORS costs nothing for requests without an Origin (browsers send one cross-origin).
@@ -318,6 +321,10 @@ async fn dispatch(
                 };
                 return Ok(health(status, &report.detail));
             }
+            Endpoint::Metrics => {
+                let layer = state.layer.stats().await;
+                return Ok(crate::metrics::response(state.metrics.render(&layer)));
+            }
             _ => debug_assert!(endpoint.needs_auth()),
         }
     }
@@ -342,7 +349,7 @@ async fn dispatch(
 
     use Endpoint as E;
     match endpoint {
-        E::HealthLive | E::HealthReady => unreachable_health(),
+        E::HealthLive | E::HealthReady | E::Metrics => unreachable_health(),
         E::ListBuckets => bucket::list_buckets(&ctx).await,
         E::CreateBucket { bucket } => bucket::create_bucket(&ctx, &bucket).await,
         E::HeadBucket { bucket } => bucket::head_bucket(&ctx, &bucket).await,
@@ -380,6 +387,10 @@ async fn dispatch(
             multipart::abort_multipart_upload(&ctx, &bucket, &key).await
         }
         E::ListParts { bucket, key } => multipart::list_parts(&ctx, &bucket, &key).await,
+        E::GetBucketAcl { bucket } => acl::get_bucket_acl(&ctx, &bucket).await,
+        E::PutBucketAcl { bucket } => acl::put_bucket_acl(&ctx, &bucket).await,
+        E::GetObjectAcl { bucket, key } => acl::get_object_acl(&ctx, &bucket, &key).await,
+        E::PutObjectAcl { bucket, key } => acl::put_object_acl(&ctx, &bucket, &key).await,
         E::Unsupported { operation } => Err(ApiError::new(
             S3ErrorCode::NotImplemented,
             format!("{operation} is not implemented by Quarry."),

@@ -1,0 +1,451 @@
+//! `/metrics`: the server's counters in the Prometheus text exposition format (version 0.0.4).
+//!
+//! Per S3 operation: requests by HTTP status, requests the client abandoned before the answer,
+//! bytes received and sent, and a latency histogram (whole request, body streaming included).
+//! From the object layer ([`quarry_object::ObjectLayer::stats`]): drives online and offline, the
+//! heal queue, healed objects, and the bytes the GET path copies.
+//!
+//! Recording is lock-free: each operation's counters are atomics in a slot found by a short scan
+//! of a fixed table; a slot is claimed once, the first time its operation is seen (operations are
+//! named by the router, so new endpoints need no change here).
+
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::response::Response;
+use http::header::{HeaderValue, CONTENT_TYPE};
+use http::StatusCode;
+use quarry_object::LayerStats;
+
+/// Distinct operation names tracked; later ones are counted as `Other`.
+const MAX_OPS: usize = 96;
+
+/// Upper bounds of the latency buckets, in seconds.
+const BUCKETS: [f64; 16] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    60.0,
+];
+
+/// HTTP statuses 100..=599, one counter each.
+const STATUS_MIN: u16 = 100;
+const STATUSES: usize = 500;
+
+/// The operation of a request that never got as far as routing (a malformed URI, say).
+pub(crate) const UNROUTED: &str = "Unrouted";
+
+struct OpCounters {
+    name: String,
+    by_status: Box<[AtomicU64]>,
+    unanswered: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    /// Not cumulative: `buckets[i]` counts requests in `(BUCKETS[i-1], BUCKETS[i]]`; the last
+    /// one counts those above every bound.
+    buckets: [AtomicU64; BUCKETS.len() + 1],
+    duration_us: AtomicU64,
+    count: AtomicU64,
+}
+
+impl OpCounters {
+    fn new(name: &str) -> OpCounters {
+        OpCounters {
+            name: name.to_owned(),
+            by_status: (0..STATUSES).map(|_| AtomicU64::new(0)).collect(),
+            unanswered: AtomicU64::new(0),
+            bytes_in: AtomicU64::new(0),
+            bytes_out: AtomicU64::new(0),
+            buckets: Default::default(),
+            duration_us: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+        }
+    }
+}
+
+/// The front end's request counters.
+pub struct Metrics {
+    ops: Box<[OnceLock<OpCounters>]>,
+    other: OpCounters,
+    start: Instant,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            ops: (0..MAX_OPS).map(|_| OnceLock::new()).collect(),
+            other: OpCounters::new("Other"),
+            start: Instant::now(),
+        }
+    }
+}
+
+/// One finished request, as the metrics see it.
+pub(crate) struct Observation<'a> {
+    pub operation: &'a str,
+    /// `None` when the client went away before the response was given.
+    pub status: Option<StatusCode>,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub duration: Duration,
+}
+
+impl Metrics {
+    fn op(&self, name: &str) -> &OpCounters {
+        let name = if name.is_empty() { UNROUTED } else { name };
+        for slot in self.ops.iter() {
+            let c = slot.get_or_init(|| OpCounters::new(name));
+            if c.name == name {
+                return c;
+            }
+        }
+        &self.other
+    }
+
+    /// Records a finished request.
+    pub(crate) fn observe(&self, o: Observation<'_>) {
+        let c = self.op(o.operation);
+        match o.status {
+            Some(s) => {
+                let i = usize::from(s.as_u16().saturating_sub(STATUS_MIN));
+                if let Some(n) = c.by_status.get(i) {
+                    n.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            None => {
+                c.unanswered.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        c.bytes_in.fetch_add(o.bytes_in, Ordering::Relaxed);
+        c.bytes_out.fetch_add(o.bytes_out, Ordering::Relaxed);
+        let secs = o.duration.as_secs_f64();
+        let b = BUCKETS
+            .iter()
+            .position(|&le| secs <= le)
+            .unwrap_or(BUCKETS.len());
+        c.buckets[b].fetch_add(1, Ordering::Relaxed);
+        let us = o.duration.as_micros().min(u128::from(u64::MAX)) as u64;
+        c.duration_us.fetch_add(us, Ordering::Relaxed);
+        c.count.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn seen(&self) -> impl Iterator<Item = &OpCounters> {
+        self.ops
+            .iter()
+            .filter_map(|s| s.get())
+            .chain(std::iter::once(&self.other))
+            .filter(|c| c.count.load(Ordering::Relaxed) > 0)
+    }
+
+    /// The exposition text: these counters and the object layer's `layer` figures.
+    pub fn render(&self, layer: &LayerStats) -> String {
+        let mut out = String::with_capacity(8 * 1024);
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+
+        header(
+            &mut out,
+            "quarry_build_info",
+            "gauge",
+            "The running Quarry version (always 1).",
+        );
+        let _ = writeln!(
+            out,
+            "quarry_build_info{{version=\"{}\"}} 1",
+            escape(env!("CARGO_PKG_VERSION"))
+        );
+        header(
+            &mut out,
+            "quarry_uptime_seconds",
+            "gauge",
+            "Seconds since the S3 front end started.",
+        );
+        let _ = writeln!(
+            out,
+            "quarry_uptime_seconds {:.3}",
+            self.start.elapsed().as_secs_f64()
+        );
+
+        header(
+            &mut out,
+            "quarry_s3_requests_total",
+            "counter",
+            "S3 requests answered, by operation and HTTP status code.",
+        );
+        for c in self.seen() {
+            for (i, n) in c.by_status.iter().enumerate() {
+                let n = load(n);
+                if n > 0 {
+                    let code = STATUS_MIN as usize + i;
+                    let _ = writeln!(
+                        out,
+                        "quarry_s3_requests_total{{op=\"{}\",code=\"{code}\"}} {n}",
+                        escape(&c.name)
+                    );
+                }
+            }
+        }
+        header(
+            &mut out,
+            "quarry_s3_requests_unanswered_total",
+            "counter",
+            "S3 requests whose client went away before the response, by operation.",
+        );
+        for c in self.seen() {
+            let _ = writeln!(
+                out,
+                "quarry_s3_requests_unanswered_total{{op=\"{}\"}} {}",
+                escape(&c.name),
+                load(&c.unanswered)
+            );
+        }
+        header(
+            &mut out,
+            "quarry_s3_received_bytes_total",
+            "counter",
+            "Request body bytes received, by operation.",
+        );
+        for c in self.seen() {
+            let _ = writeln!(
+                out,
+                "quarry_s3_received_bytes_total{{op=\"{}\"}} {}",
+                escape(&c.name),
+                load(&c.bytes_in)
+            );
+        }
+        header(
+            &mut out,
+            "quarry_s3_sent_bytes_total",
+            "counter",
+            "Response body bytes sent, by operation.",
+        );
+        for c in self.seen() {
+            let _ = writeln!(
+                out,
+                "quarry_s3_sent_bytes_total{{op=\"{}\"}} {}",
+                escape(&c.name),
+                load(&c.bytes_out)
+            );
+        }
+        header(
+            &mut out,
+            "quarry_s3_request_duration_seconds",
+            "histogram",
+            "Time from the request's arrival to the end of its response body, by operation.",
+        );
+        for c in self.seen() {
+            let op = escape(&c.name);
+            let mut cumulative = 0u64;
+            for (i, le) in BUCKETS.iter().enumerate() {
+                cumulative += load(&c.buckets[i]);
+                let _ = writeln!(
+                    out,
+                    "quarry_s3_request_duration_seconds_bucket{{op=\"{op}\",le=\"{le}\"}} {cumulative}"
+                );
+            }
+            cumulative += load(&c.buckets[BUCKETS.len()]);
+            let _ = writeln!(
+                out,
+                "quarry_s3_request_duration_seconds_bucket{{op=\"{op}\",le=\"+Inf\"}} {cumulative}"
+            );
+            let _ = writeln!(
+                out,
+                "quarry_s3_request_duration_seconds_sum{{op=\"{op}\"}} {:.6}",
+                load(&c.duration_us) as f64 / 1e6
+            );
+            // The count is the +Inf bucket, read once, so the two always agree in one scrape.
+            let _ = writeln!(
+                out,
+                "quarry_s3_request_duration_seconds_count{{op=\"{op}\"}} {cumulative}"
+            );
+        }
+
+        let online = layer.drives.iter().filter(|d| d.online).count();
+        header(
+            &mut out,
+            "quarry_drives",
+            "gauge",
+            "Drives of this node by state.",
+        );
+        let _ = writeln!(out, "quarry_drives{{state=\"online\"}} {online}");
+        let _ = writeln!(
+            out,
+            "quarry_drives{{state=\"offline\"}} {}",
+            layer.drives.len() - online
+        );
+        header(
+            &mut out,
+            "quarry_drive_online",
+            "gauge",
+            "1 when the drive answered just now, 0 when it did not.",
+        );
+        for d in &layer.drives {
+            let _ = writeln!(
+                out,
+                "quarry_drive_online{{drive=\"{}\"}} {}",
+                escape(&d.endpoint),
+                u8::from(d.online)
+            );
+        }
+        let gauges: [(&str, &str, &str, u64); 6] = [
+            (
+                "quarry_heal_queue_length",
+                "gauge",
+                "Objects waiting for the heal worker.",
+                layer.heal_queue_len,
+            ),
+            (
+                "quarry_heal_queued_total",
+                "counter",
+                "Objects put on the heal queue.",
+                layer.heal_queued_total,
+            ),
+            (
+                "quarry_heal_dropped_total",
+                "counter",
+                "Heal requests dropped because the queue was full (queued again on a later read).",
+                layer.heal_dropped_total,
+            ),
+            (
+                "quarry_healed_objects_total",
+                "counter",
+                "Objects the heal worker rewrote on at least one drive.",
+                layer.healed_objects_total,
+            ),
+            (
+                "quarry_heal_failed_total",
+                "counter",
+                "Heals that failed or left a drive unhealed.",
+                layer.heal_failed_total,
+            ),
+            (
+                "quarry_get_copied_bytes_total",
+                "counter",
+                "Bytes the GET path copied between buffers (zero on a zero-copy path).",
+                layer.get_copied_bytes_total,
+            ),
+        ];
+        for (name, kind, help, value) in gauges {
+            header(&mut out, name, kind, help);
+            let _ = writeln!(out, "{name} {value}");
+        }
+        out
+    }
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+/// A label value with `\`, `"` and newlines escaped, as the format requires.
+fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for ch in s.chars() {
+        match ch {
+            '\\' => out.push_str("\\\\"),
+            '"' => out.push_str("\\\""),
+            '\n' => out.push_str("\\n"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The `/metrics` response.
+pub(crate) fn response(text: String) -> Response {
+    let mut response = Response::new(Body::from(text));
+    *response.status_mut() = StatusCode::OK;
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+    );
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quarry_object::DriveState;
+
+    fn obs(op: &str, status: Option<u16>, ms: u64) -> Observation<'_> {
+        Observation {
+            operation: op,
+            status: status.map(|s| StatusCode::from_u16(s).unwrap()),
+            bytes_in: 10,
+            bytes_out: 20,
+            duration: Duration::from_millis(ms),
+        }
+    }
+
+    #[test]
+    fn counters_histograms_and_layer_figures_render() {
+        let m = Metrics::default();
+        m.observe(obs("GetObject", Some(200), 3));
+        m.observe(obs("GetObject", Some(200), 700));
+        m.observe(obs("GetObject", Some(404), 100_000));
+        m.observe(obs("PutObject", None, 1));
+        m.observe(obs("", Some(400), 1));
+        m.observe(obs("Weird\"Op\\", Some(501), 1));
+        let layer = LayerStats {
+            drives: vec![
+                DriveState {
+                    endpoint: "/d1".into(),
+                    online: true,
+                },
+                DriveState {
+                    endpoint: "/d2".into(),
+                    online: false,
+                },
+            ],
+            heal_queue_len: 3,
+            healed_objects_total: 7,
+            get_copied_bytes_total: 4096,
+            ..Default::default()
+        };
+        let text = m.render(&layer);
+        for want in [
+            "quarry_s3_requests_total{op=\"GetObject\",code=\"200\"} 2",
+            "quarry_s3_requests_total{op=\"GetObject\",code=\"404\"} 1",
+            "quarry_s3_requests_total{op=\"Unrouted\",code=\"400\"} 1",
+            "quarry_s3_requests_total{op=\"Weird\\\"Op\\\\\",code=\"501\"} 1",
+            "quarry_s3_requests_unanswered_total{op=\"PutObject\"} 1",
+            "quarry_s3_received_bytes_total{op=\"GetObject\"} 30",
+            "quarry_s3_sent_bytes_total{op=\"GetObject\"} 60",
+            "quarry_s3_request_duration_seconds_bucket{op=\"GetObject\",le=\"0.005\"} 1",
+            "quarry_s3_request_duration_seconds_bucket{op=\"GetObject\",le=\"1\"} 2",
+            "quarry_s3_request_duration_seconds_bucket{op=\"GetObject\",le=\"60\"} 2",
+            "quarry_s3_request_duration_seconds_bucket{op=\"GetObject\",le=\"+Inf\"} 3",
+            "quarry_s3_request_duration_seconds_count{op=\"GetObject\"} 3",
+            "quarry_s3_request_duration_seconds_sum{op=\"GetObject\"} 100.703000",
+            "quarry_drives{state=\"online\"} 1",
+            "quarry_drives{state=\"offline\"} 1",
+            "quarry_drive_online{drive=\"/d2\"} 0",
+            "quarry_heal_queue_length 3",
+            "quarry_healed_objects_total 7",
+            "quarry_get_copied_bytes_total 4096",
+        ] {
+            assert!(
+                text.lines().any(|l| l == want),
+                "missing {want:?} in\n{text}"
+            );
+        }
+        // Every TYPE is declared once, before its samples.
+        let types: Vec<&str> = text.lines().filter(|l| l.starts_with("# TYPE ")).collect();
+        let mut dedup = types.clone();
+        dedup.sort();
+        dedup.dedup();
+        assert_eq!(types.len(), dedup.len());
+    }
+
+    #[test]
+    fn operations_beyond_the_table_go_to_other() {
+        let m = Metrics::default();
+        for i in 0..MAX_OPS + 5 {
+            m.observe(obs(&format!("Op{i}"), Some(200), 1));
+        }
+        let text = m.render(&LayerStats::default());
+        assert!(text.contains("quarry_s3_requests_total{op=\"Op0\",code=\"200\"} 1"));
+        assert!(text.contains("quarry_s3_requests_total{op=\"Other\",code=\"200\"} 5"));
+    }
+}
