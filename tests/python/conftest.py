@@ -163,3 +163,58 @@ def bucket(quarry):
     name = f"py-{uuid.uuid4().hex[:16]}"
     quarry.client().create_bucket(Bucket=name)
     return name
+
+
+# ---------------------------------------------------------------------------------------------
+# Real client programs (aws cli, rclone, s3cmd): run as a new user would, isolated from the
+# machine's own configuration.
+# ---------------------------------------------------------------------------------------------
+
+
+def client_program(name: str) -> str:
+    """The path of a client program: the venv's own (aws cli) first, then $PATH.
+
+    A missing client skips its tests, unless QUARRY_REQUIRE_CLIENTS=1 (scripts/test sets it after
+    installing them), where it fails them.
+    """
+    import shutil
+    import sys
+
+    venv = pathlib.Path(sys.executable).parent / name
+    found = str(venv) if venv.exists() else shutil.which(name)
+    if found:
+        return found
+    if os.environ.get("QUARRY_REQUIRE_CLIENTS") == "1":
+        pytest.fail(f"{name} is not installed (scripts/test installs it)")
+    pytest.skip(f"{name} is not installed")
+
+
+def client_env(home: pathlib.Path, **extra: str) -> dict:
+    """The environment for a client program: this one without any AWS_*, RCLONE_* or proxy
+    settings of the machine, and HOME in a temporary directory, so no ~/.aws, ~/.s3cfg or
+    ~/.config/rclone is read or written."""
+    dropped = ("AWS_", "RCLONE_", "S3CMD")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.upper().startswith(dropped) and k.lower() not in ("http_proxy", "https_proxy", "all_proxy")
+    }
+    env["HOME"] = str(home)
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    env.update(extra)
+    return env
+
+
+def run_client(args: list, env: dict, cwd=None, timeout: float = 120) -> str:
+    """Runs a client program, fails the test with its output unless it exits 0, returns stdout."""
+    r = subprocess.run(
+        [str(a) for a in args], env=env, cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+    if r.returncode != 0:
+        pytest.fail(f"{' '.join(map(str, args))} exited {r.returncode}\nstdout:\n{r.stdout}\nstderr:\n{r.stderr}")
+    return r.stdout
+
+
+def tree_bytes(root: pathlib.Path) -> dict:
+    """{relative path: bytes} of every file under root."""
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}

@@ -4,12 +4,15 @@
 //! Run `cargo build -p quarry` first, then `cargo nextest run -p quarry-integration` (or `cargo test`).
 
 mod auth;
+mod bench;
 mod browser;
 mod buckets;
+mod clients;
 mod conditional;
 mod copy;
 mod erasure;
 mod listing;
+mod metrics;
 mod multipart;
 mod objects;
 mod ranges;

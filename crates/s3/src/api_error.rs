@@ -104,6 +104,16 @@ pub fn object_error(e: ObjectError) -> ApiError {
                 format!("Not enough drives accepted the write ({have} of the {need} needed)."),
             )
         }
+        ObjectError::StorageFull { have, need } => {
+            tracing::warn!(have, need, "write refused: drives are full");
+            ApiError::new(
+                C::XQuarryStorageFull,
+                format!(
+                    "The storage is full: only {have} of the {need} drives a write needs have free \
+                     space. Delete objects or add capacity, then retry."
+                ),
+            )
+        }
         ObjectError::NoSuchUpload => C::NoSuchUpload.into(),
         ObjectError::InvalidPart(why) => ApiError::new(
             C::InvalidPart,
@@ -195,6 +205,10 @@ mod tests {
                 ObjectError::WriteQuorum { have: 1, need: 3 },
                 C::ServiceUnavailable,
             ),
+            (
+                ObjectError::StorageFull { have: 2, need: 3 },
+                C::XQuarryStorageFull,
+            ),
             (ObjectError::Corrupt("x".into()), C::InternalError),
             (ObjectError::NoSuchUpload, C::NoSuchUpload),
             (ObjectError::InvalidPart("x".into()), C::InvalidPart),
@@ -221,6 +235,19 @@ mod tests {
         for (e, code) in cases {
             assert_eq!(object_error(e).code(), code);
         }
+    }
+
+    #[test]
+    fn storage_full_is_507_with_a_clear_message() {
+        let e = object_error(ObjectError::StorageFull { have: 2, need: 3 });
+        assert_eq!(e.code(), S3ErrorCode::XQuarryStorageFull);
+        assert_eq!(e.code().code(), "XQuarryStorageFull");
+        assert_eq!(e.error.code.status().as_u16(), 507);
+        assert!(
+            e.error.message.contains("2 of the 3 drives") && e.error.message.contains("full"),
+            "{}",
+            e.error.message
+        );
     }
 
     #[test]

@@ -59,6 +59,9 @@ pub enum S3ErrorCode {
     SignatureDoesNotMatch,
     SlowDown,
     XAmzContentSHA256Mismatch,
+    /// Quarry's own (AWS has no such error; MinIO sends `XMinioStorageFull`): a write lost its
+    /// quorum because drives are full. 507 Insufficient Storage.
+    XQuarryStorageFull,
 }
 
 impl S3ErrorCode {
@@ -113,6 +116,7 @@ impl S3ErrorCode {
             SignatureDoesNotMatch => "SignatureDoesNotMatch",
             SlowDown => "SlowDown",
             XAmzContentSHA256Mismatch => "XAmzContentSHA256Mismatch",
+            XQuarryStorageFull => "XQuarryStorageFull",
         }
     }
 
@@ -137,6 +141,7 @@ impl S3ErrorCode {
             PreconditionFailed => StatusCode::PRECONDITION_FAILED,
             InternalError => StatusCode::INTERNAL_SERVER_ERROR,
             ServiceUnavailable | SlowDown => StatusCode::SERVICE_UNAVAILABLE,
+            XQuarryStorageFull => StatusCode::INSUFFICIENT_STORAGE,
             _ => StatusCode::BAD_REQUEST,
         }
     }
@@ -199,6 +204,7 @@ impl S3ErrorCode {
             SignatureDoesNotMatch => "The request signature we calculated does not match the signature you provided. Check your key and signing method.",
             SlowDown => "Reduce your request rate.",
             XAmzContentSHA256Mismatch => "The provided 'x-amz-content-sha256' header does not match what was computed.",
+            XQuarryStorageFull => "The storage is full: not enough drives have free space for this write. Delete objects or add capacity.",
         }
     }
 }
@@ -209,6 +215,9 @@ impl S3ErrorCode {
 pub struct S3Error {
     pub code: S3ErrorCode,
     pub message: String,
+    /// The region the request should have been signed for, sent as `<Region>` when a signature's
+    /// credential scope names another one (as S3 does; clients such as s3cmd read it and retry).
+    pub region: Option<String>,
 }
 
 impl S3Error {
@@ -216,7 +225,14 @@ impl S3Error {
         S3Error {
             code,
             message: message.into(),
+            region: None,
         }
+    }
+
+    /// The error with a `<Region>` element naming the region the request must be signed for.
+    pub fn with_region(mut self, region: impl Into<String>) -> Self {
+        self.region = Some(region.into());
+        self
     }
 
     /// The error with S3's standard message for its code.
@@ -224,6 +240,7 @@ impl S3Error {
         S3Error {
             code,
             message: code.default_message().to_string(),
+            region: None,
         }
     }
 }
@@ -244,8 +261,13 @@ impl std::error::Error for S3Error {}
 
 /// Renders the S3 XML error document.
 pub fn error_xml(err: &S3Error, resource: &str, request_id: &str) -> String {
+    let region = err
+        .region
+        .as_deref()
+        .map(|r| format!("<Region>{}</Region>", xml_escape(r)))
+        .unwrap_or_default();
     format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{}</Code><Message>{}</Message><Resource>{}</Resource><RequestId>{}</RequestId></Error>",
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{}</Code><Message>{}</Message>{region}<Resource>{}</Resource><RequestId>{}</RequestId></Error>",
         err.code.code(),
         xml_escape(&err.message),
         xml_escape(resource),

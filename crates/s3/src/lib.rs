@@ -4,12 +4,14 @@
 //! Where things are:
 //! - [`server`]: the listener, request ids, the per-request log line, authentication, dispatch.
 //! - [`router`]: method + path + query + headers -> one [`router::Endpoint`].
-//! - `bucket`, `list`, `put`, `get`, `delete`, `multipart`: one file per family of operations.
+//! - `bucket`, `list`, `put`, `get`, `delete`, `multipart`, `acl`: one file per family of operations.
 //! - `cors`: bucket CORS configuration, the unauthenticated preflight, CORS response headers.
 //! - `post_object`: browser form uploads, authenticated by their signed POST policy.
+//! - `metrics`: request counters and latency histograms, served as `/metrics` (Prometheus text).
 //! - [`xml`]: the documents S3 sends and receives; [`error`]: S3 error codes and the error document.
 //! - [`signature`]: SigV4 (headers, presigned URLs, streaming chunks, checksums).
 
+mod acl;
 mod api_error;
 mod body;
 mod bucket;
@@ -19,6 +21,7 @@ mod delete;
 pub mod error;
 mod get;
 mod list;
+mod metrics;
 mod multipart;
 mod post_object;
 mod put;

@@ -408,13 +408,13 @@ async fn authentication_comes_before_routing_errors() {
                 ))
         );
     }
-    let r = h.signed("GET", "/bkt?acl", &[], b"").await;
+    let r = h.signed("GET", "/bkt?versioning", &[], b"").await;
     assert_eq!(
         (r.status, r.code()),
         (StatusCode::NOT_IMPLEMENTED, "NotImplemented")
     );
     assert!(
-        r.body.contains("GetBucketAcl is not implemented"),
+        r.body.contains("GetBucketVersioning is not implemented"),
         "{}",
         r.body
     );

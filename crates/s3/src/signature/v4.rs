@@ -363,10 +363,12 @@ impl<'a> Credential<'a> {
             )));
         }
         if self.region != cfg.region {
-            return Err(kind.malformed(format_args!(
-                "the region '{}' is wrong; expecting '{}'",
-                self.region, cfg.region
-            )));
+            return Err(kind
+                .malformed(format_args!(
+                    "the region '{}' is wrong; expecting '{}'",
+                    self.region, cfg.region
+                ))
+                .with_region(&cfg.region));
         }
         if amz_date.get(..8) != Some(self.date) {
             return Err(kind.malformed(format_args!(
