@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# A 4-node Quarry cluster with QUARRY_RDMA=on inside the Soft-RoCE VM: runs the integration test
+# rdma::vm_cluster_reads_shards_over_verbs (tests/s3/rdma.rs) there, with the quarry binary built
+# on the host. Fails if the test fails or stays ignored, the VM times out, or no test ran.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+cargo build -p quarry
+export QUARRY_BIN=$PWD/target/debug/quarry
+export QUARRY_VM_TEST_CARGO_ARGS="-p quarry-integration --test s3"
+export QUARRY_VM_GUEST_NAME=cluster-verbs-tests
+export QUARRY_VM_GUEST_ENV="QUARRY_RDMA=on QUARRY_BIN=$QUARRY_BIN"
+exec scripts/vm/verbs-tests.sh rdma::vm_cluster "$@"
