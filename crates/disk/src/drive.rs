@@ -121,6 +121,15 @@ pub trait ShardWriter: Send {
     async fn finish(self: Box<Self>) -> Result<()>;
 }
 
+/// A caller's buffer that [`Drive::read_shard_into`] fills (e.g. a pooled buffer of the data plane,
+/// registered with an RDMA device), so shard bytes land where they are sent from without a copy.
+pub trait ShardBuf: Send + 'static {
+    /// The bytes to fill: a read fills all of them.
+    fn as_mut_slice(&mut self) -> &mut [u8];
+    /// The filled buffer as `Bytes`, without copying.
+    fn into_bytes(self: Box<Self>) -> Bytes;
+}
+
 /// One drive. Every method validates its bucket and key before building any path.
 ///
 /// All keys are S3 object keys (UTF-8, at most 1024 bytes); a key ending in '/' (a "folder
@@ -131,6 +140,12 @@ pub trait Drive: Send + Sync + fmt::Debug + 'static {
     fn endpoint(&self) -> &str;
 
     async fn disk_info(&self) -> Result<DiskInfo>;
+
+    /// Reads `.quarry.sys/format.json`; `Ok(None)` when the drive has never been formatted.
+    async fn read_format(&self) -> Result<Option<crate::FormatV1>>;
+
+    /// Writes `.quarry.sys/format.json` atomically.
+    async fn write_format(&self, format: &crate::FormatV1) -> Result<()>;
 
     async fn make_volume(&self, bucket: &str) -> Result<()>;
     async fn list_volumes(&self) -> Result<Vec<VolInfo>>;
@@ -162,6 +177,32 @@ pub trait Drive: Send + Sync + fmt::Debug + 'static {
         offset: u64,
         len: usize,
     ) -> Result<Bytes>;
+
+    /// Like [`Drive::read_shard`], reading `buf.as_mut_slice().len()` bytes into `buf`, and
+    /// returning them as `buf` itself. The default reads with `read_shard` and copies; a drive
+    /// that can read in place (`LocalDrive`) does so.
+    async fn read_shard_into(
+        &self,
+        bucket: &str,
+        key: &str,
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        mut buf: Box<dyn ShardBuf>,
+    ) -> Result<Bytes> {
+        let len = buf.as_mut_slice().len();
+        let data = self
+            .read_shard(bucket, key, data_dir, part, offset, len)
+            .await?;
+        if data.len() != len {
+            return Err(DriveError::Io(std::io::Error::other(format!(
+                "asked for {len} bytes of a shard, read {}",
+                data.len()
+            ))));
+        }
+        buf.as_mut_slice().copy_from_slice(&data);
+        Ok(buf.into_bytes())
+    }
 
     /// The length of `<bucket>/<key>/<data_dir>/part.<part>`, without reading it: a cheap check
     /// that a shard the read path did not need is still there and whole.

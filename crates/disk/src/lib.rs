@@ -18,6 +18,10 @@
 //!
 //! Key segments may not be `quarry.meta` nor begin with `.quarry.` (see [`path`]), so layout
 //! names and keys never collide.
+//!
+//! A process killed mid-commit or mid-delete can leave a data dir no `quarry.meta` names, or a
+//! `.quarry.tmp.*` file, in an object directory: [`LocalDrive::sweep_orphans`] removes them once
+//! they are older than a minimum age, and [`LocalDrive::open`] starts it in the background.
 
 mod drive;
 pub mod format;
@@ -26,8 +30,13 @@ pub mod meta;
 pub mod multipart;
 pub mod path;
 
-pub use drive::{DiskInfo, Drive, DriveError, ShardWriter, VolInfo, WalkEntry, WalkOptions};
+pub use drive::{
+    DiskInfo, Drive, DriveError, ShardBuf, ShardWriter, VolInfo, WalkEntry, WalkOptions,
+};
 pub use format::FormatV1;
-pub use local::{validate_config_name, LocalDrive, MAX_BUCKET_CONFIG};
+pub use local::{
+    validate_config_name, LocalDrive, SweepReport, DEFAULT_ORPHAN_MIN_AGE, MAX_BUCKET_CONFIG,
+    ORPHAN_MIN_AGE_ENV,
+};
 pub use meta::{ErasureInfo, ObjectMeta, PartInfo, META_VERSION};
 pub use multipart::{PartMeta, UploadMeta, UPLOAD_META_VERSION};

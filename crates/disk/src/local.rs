@@ -5,9 +5,11 @@
 
 mod bucket_config;
 mod multipart;
+mod orphans;
 mod walk;
 
 pub use bucket_config::{validate_config_name, MAX_BUCKET_CONFIG};
+pub use orphans::{SweepReport, DEFAULT_ORPHAN_MIN_AGE, ORPHAN_MIN_AGE_ENV};
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -22,7 +24,7 @@ use tracing::{debug, warn};
 use uuid::Uuid;
 
 use crate::drive::{
-    DiskInfo, Drive, DriveError, Result, ShardWriter, VolInfo, WalkEntry, WalkOptions,
+    DiskInfo, Drive, DriveError, Result, ShardBuf, ShardWriter, VolInfo, WalkEntry, WalkOptions,
 };
 use crate::format::FormatV1;
 use crate::meta::ObjectMeta;
@@ -44,8 +46,17 @@ pub struct LocalDrive {
 impl LocalDrive {
     /// Opens the drive at `root`: creates `root` and `.quarry.sys/tmp` if missing and sweeps
     /// (deletes) every leftover in-flight write under `tmp`. Does not read or require
-    /// `format.json`: see [`LocalDrive::read_format`].
+    /// `format.json`: see [`LocalDrive::read_format`]. Starts the orphan sweep of the buckets
+    /// in the background ([`LocalDrive::spawn_orphan_sweep`]), with the minimum age from
+    /// [`ORPHAN_MIN_AGE_ENV`] or [`DEFAULT_ORPHAN_MIN_AGE`].
     pub async fn open(root: impl Into<PathBuf>) -> Result<LocalDrive> {
+        let drive = Self::open_without_sweep(root).await?;
+        drive.spawn_orphan_sweep(orphans::orphan_min_age_from_env());
+        Ok(drive)
+    }
+
+    /// [`LocalDrive::open`] without starting the orphan sweep (tests that run it themselves).
+    pub async fn open_without_sweep(root: impl Into<PathBuf>) -> Result<LocalDrive> {
         let root: PathBuf = root.into();
         let root = std::path::absolute(&root).unwrap_or(root);
         blocking(move || {
@@ -297,6 +308,22 @@ impl LocalDrive {
         offset: u64,
         len: usize,
     ) -> Result<Bytes> {
+        let mut buf = vec![0u8; len];
+        self.read_shard_at(bucket, key, data_dir, part, offset, &mut buf)?;
+        Ok(Bytes::from(buf))
+    }
+
+    /// Fills `buf` from `offset` of the shard file.
+    fn read_shard_at(
+        &self,
+        bucket: &str,
+        key: &str,
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        let len = buf.len();
         let (bucket_dir, obj_dir) = self.object_dir(bucket, key)?;
         let path = obj_dir
             .join(data_dir.to_string())
@@ -316,9 +343,8 @@ impl LocalDrive {
             Some(end) if end <= file_len => {}
             _ => return Err(truncated(file_len)),
         }
-        let mut buf = vec![0u8; len];
-        match file.read_exact_at(&mut buf, offset) {
-            Ok(()) => Ok(Bytes::from(buf)),
+        match file.read_exact_at(buf, offset) {
+            Ok(()) => Ok(()),
             Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
                 // Shrunk since we looked at its length.
                 Err(truncated(file.metadata()?.len()))
@@ -450,6 +476,14 @@ impl Drive for LocalDrive {
         blocking(move || this.disk_info_sync()).await
     }
 
+    async fn read_format(&self) -> Result<Option<FormatV1>> {
+        LocalDrive::read_format(self).await
+    }
+
+    async fn write_format(&self, format: &FormatV1) -> Result<()> {
+        LocalDrive::write_format(self, format).await
+    }
+
     async fn make_volume(&self, bucket: &str) -> Result<()> {
         let (this, bucket) = (self.clone(), bucket.to_owned());
         blocking(move || this.make_volume_sync(&bucket)).await
@@ -503,6 +537,23 @@ impl Drive for LocalDrive {
     ) -> Result<Bytes> {
         let (this, bucket, key) = (self.clone(), bucket.to_owned(), key.to_owned());
         blocking(move || this.read_shard_sync(&bucket, &key, data_dir, part, offset, len)).await
+    }
+
+    async fn read_shard_into(
+        &self,
+        bucket: &str,
+        key: &str,
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        mut buf: Box<dyn ShardBuf>,
+    ) -> Result<Bytes> {
+        let (this, bucket, key) = (self.clone(), bucket.to_owned(), key.to_owned());
+        blocking(move || {
+            this.read_shard_at(&bucket, &key, data_dir, part, offset, buf.as_mut_slice())?;
+            Ok(buf.into_bytes())
+        })
+        .await
     }
 
     async fn stat_shard(&self, bucket: &str, key: &str, data_dir: Uuid, part: u32) -> Result<u64> {
