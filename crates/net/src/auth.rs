@@ -339,6 +339,16 @@ impl Session {
     pub fn opener(&self, max_payload: u32) -> Opener {
         Opener::new(&self.recv_key, max_payload)
     }
+
+    /// The sender of bulk frames ([`crate::data`]) of this side, keyed apart from the control frames.
+    pub fn bulk_sender(&self) -> crate::data::BulkSender {
+        crate::data::BulkSender::new(crate::data::bulk_key(&self.send_key))
+    }
+
+    /// The receiver of the peer's bulk frames.
+    pub fn bulk_receiver(&self) -> crate::data::BulkReceiver {
+        crate::data::BulkReceiver::new(crate::data::bulk_key(&self.recv_key))
+    }
 }
 
 impl fmt::Debug for Session {

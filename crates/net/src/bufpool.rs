@@ -336,6 +336,18 @@ impl PooledBuf {
     }
 }
 
+/// A drive reads a shard range straight into a pooled buffer ([`quarry_disk::Drive::read_shard_into`]):
+/// it fills the buffer's first `len` bytes ([`PooledBuf::set_len`] first).
+impl quarry_disk::ShardBuf for PooledBuf {
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        self
+    }
+
+    fn into_bytes(self: Box<Self>) -> Bytes {
+        PooledBuf::into_bytes(*self)
+    }
+}
+
 impl std::ops::Deref for PooledBuf {
     type Target = [u8];
     fn deref(&self) -> &[u8] {

@@ -20,9 +20,13 @@
 //! with the session key of the connection's handshake ([`crate::auth`]); keyed BLAKE3 is used here
 //! rather than HMAC-SHA256 because it runs at memory speed on shard-sized payloads.
 //!
-//! What this is not (yet): the `DataPlane` trait, connection pooling for data connections, and the
-//! verbs backend; they come with `RemoteDrive`.
+//! The key of each direction is derived from the handshake's session key of that direction with
+//! [`bulk_key`], so the control frames' HMAC key and the bulk frames' BLAKE3 key are never the same
+//! bytes; the sequence numbers count bulk frames only.
+//!
+//! The [`crate::dataplane`] module builds the TCP data plane on these frames.
 
+use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::bufpool::{BufPool, PooledBuf};
@@ -93,6 +97,11 @@ impl BulkHeader {
     }
 }
 
+/// The bulk-frame key of one direction, derived from that direction's session key.
+pub fn bulk_key(session_key: &[u8; 32]) -> [u8; 32] {
+    blake3::derive_key("quarry-net/1 bulk frames", session_key)
+}
+
 fn tag(key: &[u8; 32], seq: u64, header: &[u8], payload: &[u8]) -> blake3::Hash {
     let mut h = blake3::Hasher::new_keyed(key);
     h.update(&seq.to_be_bytes());
@@ -113,13 +122,13 @@ impl BulkSender {
         BulkSender { key, seq: 0 }
     }
 
-    /// Writes `payload` (e.g. a filled [`PooledBuf`]) as one bulk frame, without copying it.
-    pub async fn send<W: AsyncWrite + Unpin>(
+    /// Header and tag of the bulk frame carrying `payload`, to be written as
+    /// `header || payload || tag` (the payload itself is not copied). Advances the sequence number.
+    pub fn seal(
         &mut self,
-        w: &mut W,
         transfer_id: u64,
         payload: &[u8],
-    ) -> Result<(), DataError> {
+    ) -> Result<([u8; BULK_HEADER_LEN], [u8; BULK_TAG_LEN]), DataError> {
         let len = u32::try_from(payload.len()).map_err(|_| DataError::TooLarge {
             len: payload.len(),
             capacity: u32::MAX as usize,
@@ -127,9 +136,20 @@ impl BulkSender {
         let header = BulkHeader { transfer_id, len }.encode();
         let t = tag(&self.key, self.seq, &header, payload);
         self.seq += 1;
+        Ok((header, *t.as_bytes()))
+    }
+
+    /// Writes `payload` (e.g. a filled [`PooledBuf`]) as one bulk frame, without copying it.
+    pub async fn send<W: AsyncWrite + Unpin>(
+        &mut self,
+        w: &mut W,
+        transfer_id: u64,
+        payload: &[u8],
+    ) -> Result<(), DataError> {
+        let (header, t) = self.seal(transfer_id, payload)?;
         w.write_all(&header).await?;
         w.write_all(payload).await?;
-        w.write_all(t.as_bytes()).await?;
+        w.write_all(&t).await?;
         w.flush().await?;
         Ok(())
     }
@@ -212,6 +232,79 @@ impl BulkReceiver {
         self.recv_into(r, transfer_id, expected_len, &mut buf)
             .await?;
         Ok(buf)
+    }
+}
+
+/// Where [`BulkReceiver::recv_body`] put a request body.
+enum BodyBuf {
+    Pooled(PooledBuf),
+    Owned(Vec<u8>),
+}
+
+impl BulkReceiver {
+    /// Reads the bulk frame of `transfer_id` that carries the rest of a request's payload (flag
+    /// [`crate::wire::FLAG_BULK_BODY`]), of at most `max_len` bytes, and returns `prefix` (the
+    /// request's control payload) followed by it as one `Bytes`. The bulk payload is read straight
+    /// into a buffer of `pool` when one is free and large enough (only the small prefix is copied in
+    /// front), else into a new allocation of the announced size: a server never waits for a
+    /// buffer here, so it cannot deadlock against requests that hold buffers while waiting for
+    /// this one. The length is checked against `max_len` before anything is allocated or read.
+    pub async fn recv_body<R: AsyncRead + Unpin>(
+        &mut self,
+        r: &mut R,
+        transfer_id: u64,
+        max_len: usize,
+        prefix: &[u8],
+        pool: Option<&BufPool>,
+    ) -> Result<Bytes, DataError> {
+        let mut hb = [0u8; BULK_HEADER_LEN];
+        r.read_exact(&mut hb).await?;
+        let header = BulkHeader::decode(&hb)?;
+        if header.transfer_id != transfer_id {
+            return Err(DataError::WrongTransfer {
+                expected: transfer_id,
+                got: header.transfer_id,
+            });
+        }
+        let len = header.len as usize;
+        if len > max_len {
+            return Err(DataError::TooLarge {
+                len,
+                capacity: max_len,
+            });
+        }
+        let total = prefix.len() + len;
+        let mut dst = match pool
+            .filter(|p| total <= p.buf_size())
+            .and_then(BufPool::try_get)
+        {
+            Some(mut b) => {
+                b.extend_from_slice(prefix);
+                b.set_len(total);
+                BodyBuf::Pooled(b)
+            }
+            None => {
+                let mut v = vec![0u8; total];
+                v[..prefix.len()].copy_from_slice(prefix);
+                BodyBuf::Owned(v)
+            }
+        };
+        let body: &mut [u8] = match &mut dst {
+            BodyBuf::Pooled(b) => &mut b[prefix.len()..],
+            BodyBuf::Owned(v) => &mut v[prefix.len()..],
+        };
+        r.read_exact(body).await?;
+        let mut tb = [0u8; BULK_TAG_LEN];
+        r.read_exact(&mut tb).await?;
+        let expected = tag(&self.key, self.seq, &hb, body);
+        self.seq += 1;
+        if expected != blake3::Hash::from(tb) {
+            return Err(DataError::BadTag);
+        }
+        Ok(match dst {
+            BodyBuf::Pooled(b) => b.into_bytes(),
+            BodyBuf::Owned(v) => Bytes::from(v),
+        })
     }
 }
 
@@ -345,5 +438,49 @@ mod tests {
         let mut x = b;
         x[6] = 1;
         assert!(matches!(BulkHeader::decode(&x), Err(DataError::Reserved)));
+    }
+
+    #[tokio::test]
+    async fn request_bodies_follow_their_prefix_pooled_or_not() {
+        let pool = BufPool::new(BufPoolConfig::new(4096, 1)).unwrap();
+        let (mut a, mut b) = pair().await;
+        let mut tx = BulkSender::new(KEY);
+        let mut rx = BulkReceiver::new(KEY);
+        // Fits a pooled buffer.
+        tx.send(&mut a, 1, &pattern(1000, 1)).await.unwrap();
+        let got = rx
+            .recv_body(&mut b, 1, 5000, b"head", Some(&pool))
+            .await
+            .unwrap();
+        assert_eq!(&got[..4], b"head");
+        assert_eq!(&got[4..], &pattern(1000, 1)[..]);
+        assert_eq!(pool.stats().in_use, 1, "the body is in the pooled buffer");
+        // The pool is empty now: a plain allocation, not a wait.
+        tx.send(&mut a, 2, &pattern(3000, 2)).await.unwrap();
+        let got2 = rx
+            .recv_body(&mut b, 2, 5000, b"h", Some(&pool))
+            .await
+            .unwrap();
+        assert_eq!(&got2[1..], &pattern(3000, 2)[..]);
+        drop((got, got2));
+        assert_eq!(pool.stats().in_use, 0);
+        // Longer than allowed: refused from the header, before anything is read or allocated.
+        tx.send(&mut a, 3, &pattern(6000, 3)).await.unwrap();
+        assert!(matches!(
+            rx.recv_body(&mut b, 3, 5000, b"", Some(&pool)).await,
+            Err(DataError::TooLarge { len: 6000, .. })
+        ));
+        // Another key: refused.
+        let (mut a, mut b) = pair().await;
+        BulkSender::new([8; 32])
+            .send(&mut a, 1, b"xyz")
+            .await
+            .unwrap();
+        assert!(matches!(
+            BulkReceiver::new(KEY)
+                .recv_body(&mut b, 1, 10, b"", None)
+                .await,
+            Err(DataError::BadTag)
+        ));
     }
 }

@@ -26,7 +26,8 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use quarry_disk::{
-    DiskInfo, DriveError, ObjectMeta, PartMeta, UploadMeta, VolInfo, WalkEntry, WalkOptions,
+    DiskInfo, DriveError, FormatV1, ObjectMeta, PartMeta, UploadMeta, VolInfo, WalkEntry,
+    WalkOptions,
 };
 use uuid::Uuid;
 
@@ -34,6 +35,11 @@ use crate::rpc::codes::APPLICATION_BASE;
 
 /// The drive protocol version this build speaks.
 pub const DRIVE_PROTO_VERSION: u8 = 1;
+
+/// At most this many items are reserved up front when decoding a list: a count is checked only
+/// against the minimum wire size of an item, and an in-memory item is far larger (a walk entry
+/// ~300 bytes for 5 on the wire), so reserving `count` would let a 4 MiB frame reserve ~240 MB.
+const PREALLOC_ITEMS: usize = 1024;
 
 /// First method id of the drive protocol (ids below are free for other services).
 pub const METHOD_BASE: u16 = 100;
@@ -86,6 +92,9 @@ methods! {
     StageParts = 24,
     DeleteUpload = 25,
     ListUploads = 26,
+    ReadFormat = 27,
+    WriteFormat = 28,
+    ReadShardData = 29,
 }
 
 /// A call on one drive, with its arguments.
@@ -214,6 +223,21 @@ pub enum Request {
     ListUploads {
         bucket: Option<String>,
     },
+    ReadFormat,
+    WriteFormat {
+        format: FormatV1,
+    },
+    /// `read_shard` on the data plane: the same arguments as [`Request::ReadShard`], but the
+    /// answer is the raw shard bytes, sent as a bulk frame ([`crate::wire::FLAG_BULK`]) that the
+    /// caller reads straight into a pooled buffer; not a [`Response`].
+    ReadShardData {
+        bucket: String,
+        key: String,
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        len: u64,
+    },
 }
 
 impl Request {
@@ -246,6 +270,9 @@ impl Request {
             Request::StageParts { .. } => Method::StageParts,
             Request::DeleteUpload { .. } => Method::DeleteUpload,
             Request::ListUploads { .. } => Method::ListUploads,
+            Request::ReadFormat => Method::ReadFormat,
+            Request::WriteFormat { .. } => Method::WriteFormat,
+            Request::ReadShardData { .. } => Method::ReadShardData,
         }
     }
 }
@@ -268,6 +295,8 @@ pub enum Response {
     Upload(UploadMeta),
     Parts(Vec<PartMeta>),
     Uploads(Vec<UploadMeta>),
+    /// A drive's `format.json`, if it has one.
+    Format(Option<FormatV1>),
 }
 
 impl Response {
@@ -285,6 +314,7 @@ impl Response {
             Response::Upload(_) => 9,
             Response::Parts(_) => 10,
             Response::Uploads(_) => 11,
+            Response::Format(_) => 12,
         }
     }
 }
@@ -361,7 +391,8 @@ pub fn encode_request(drive: u16, req: &Request) -> (u16, Bytes) {
     b.put_u8(DRIVE_PROTO_VERSION);
     b.put_u16(drive);
     match req {
-        Request::DiskInfo | Request::ListVolumes => {}
+        Request::DiskInfo | Request::ListVolumes | Request::ReadFormat => {}
+        Request::WriteFormat { format } => put_blob(&mut b, &format.to_bytes()),
         Request::MakeVolume { bucket } | Request::StatVolume { bucket } => put_str(&mut b, bucket),
         Request::DeleteVolume { bucket, force } => {
             put_str(&mut b, bucket);
@@ -396,6 +427,14 @@ pub fn encode_request(drive: u16, req: &Request) -> (u16, Bytes) {
         }
         Request::ShardAbort { writer } => put_uuid(&mut b, writer),
         Request::ReadShard {
+            bucket,
+            key,
+            data_dir,
+            part,
+            offset,
+            len,
+        }
+        | Request::ReadShardData {
             bucket,
             key,
             data_dir,
@@ -570,8 +609,18 @@ pub fn encode_response(resp: &Response) -> Bytes {
                 put_blob(&mut b, &u.to_bytes());
             }
         }
+        Response::Format(None) => b.put_u8(0),
+        Response::Format(Some(f)) => {
+            b.put_u8(1);
+            put_blob(&mut b, &f.to_bytes());
+        }
     }
     b.freeze()
+}
+
+/// Decodes an embedded `format.json` (its own versioned format).
+fn format(b: &[u8]) -> Result<FormatV1, ProtoError> {
+    FormatV1::from_bytes(b).map_err(|e| ProtoError::Meta(e.to_string()))
 }
 
 fn put_vol(b: &mut BytesMut, v: &VolInfo) {
@@ -696,6 +745,20 @@ impl Reader {
     }
 }
 
+/// The payload of a [`Request::ShardAppend`] of `len` bytes without the bytes themselves: the
+/// data plane sends this as the control payload and the bytes as a bulk frame that the server
+/// reads in after it ([`crate::wire::FLAG_BULK_BODY`]), so that prefix and bytes together are
+/// exactly `encode_request(drive, ShardAppend { writer, seq, data })`.
+pub fn encode_shard_append_prefix(drive: u16, writer: Uuid, seq: u64, len: u32) -> (u16, Bytes) {
+    let mut b = BytesMut::with_capacity(40);
+    b.put_u8(DRIVE_PROTO_VERSION);
+    b.put_u16(drive);
+    put_uuid(&mut b, &writer);
+    b.put_u64(seq);
+    b.put_u32(len);
+    (Method::ShardAppend as u16, b.freeze())
+}
+
 /// Decodes a request: `(drive index, request)`. Blob fields (shard data, configuration blobs)
 /// are slices of `payload`, not copies.
 pub fn decode_request(method: u16, payload: Bytes) -> Result<(u16, Request), ProtoError> {
@@ -705,6 +768,10 @@ pub fn decode_request(method: u16, payload: Bytes) -> Result<(u16, Request), Pro
     let drive = r.u16()?;
     let req = match m {
         Method::DiskInfo => Request::DiskInfo,
+        Method::ReadFormat => Request::ReadFormat,
+        Method::WriteFormat => Request::WriteFormat {
+            format: format(&r.blob()?)?,
+        },
         Method::MakeVolume => Request::MakeVolume {
             bucket: r.string()?,
         },
@@ -741,6 +808,14 @@ pub fn decode_request(method: u16, payload: Bytes) -> Result<(u16, Request), Pro
         },
         Method::ShardAbort => Request::ShardAbort { writer: r.uuid()? },
         Method::ReadShard => Request::ReadShard {
+            bucket: r.string()?,
+            key: r.string()?,
+            data_dir: r.uuid()?,
+            part: r.u32()?,
+            offset: r.u64()?,
+            len: r.u64()?,
+        },
+        Method::ReadShardData => Request::ReadShardData {
             bucket: r.string()?,
             key: r.string()?,
             data_dir: r.uuid()?,
@@ -821,7 +896,7 @@ pub fn decode_request(method: u16, payload: Bytes) -> Result<(u16, Request), Pro
             let key = r.string()?;
             let upload_id = r.string()?;
             let n = r.count(4)?;
-            let mut parts = Vec::with_capacity(n);
+            let mut parts = Vec::with_capacity(n.min(PREALLOC_ITEMS));
             for _ in 0..n {
                 parts.push(r.part()?);
             }
@@ -874,7 +949,7 @@ pub fn decode_response(payload: Bytes) -> Result<Response, ProtoError> {
         }
         2 => {
             let n = r.count(12)?;
-            let mut v = Vec::with_capacity(n);
+            let mut v = Vec::with_capacity(n.min(PREALLOC_ITEMS));
             for _ in 0..n {
                 v.push(vol(&mut r)?);
             }
@@ -887,7 +962,7 @@ pub fn decode_response(payload: Bytes) -> Result<Response, ProtoError> {
         7 => Response::Len(r.u64()?),
         8 => {
             let n = r.count(5)?;
-            let mut v = Vec::with_capacity(n);
+            let mut v = Vec::with_capacity(n.min(PREALLOC_ITEMS));
             for _ in 0..n {
                 v.push(match r.u8()? {
                     0 => WalkEntry::Prefix(r.string()?),
@@ -908,7 +983,7 @@ pub fn decode_response(payload: Bytes) -> Result<Response, ProtoError> {
         9 => Response::Upload(r.upload()?),
         10 => {
             let n = r.count(4)?;
-            let mut v = Vec::with_capacity(n);
+            let mut v = Vec::with_capacity(n.min(PREALLOC_ITEMS));
             for _ in 0..n {
                 v.push(r.part()?);
             }
@@ -916,12 +991,22 @@ pub fn decode_response(payload: Bytes) -> Result<Response, ProtoError> {
         }
         11 => {
             let n = r.count(4)?;
-            let mut v = Vec::with_capacity(n);
+            let mut v = Vec::with_capacity(n.min(PREALLOC_ITEMS));
             for _ in 0..n {
                 v.push(r.upload()?);
             }
             Response::Uploads(v)
         }
+        12 => Response::Format(match r.u8()? {
+            0 => None,
+            1 => Some(format(&r.blob()?)?),
+            tag => {
+                return Err(ProtoError::BadTag {
+                    what: "format",
+                    tag,
+                })
+            }
+        }),
         kind => return Err(ProtoError::UnknownKind(kind)),
     };
     r.end()?;
@@ -1138,6 +1223,14 @@ mod tests {
                 offset: u64::MAX,
                 len: 12,
             },
+            Request::ReadShardData {
+                bucket: b.clone(),
+                key: k.clone(),
+                data_dir: u,
+                part: 7,
+                offset: 1 << 40,
+                len: 0,
+            },
             Request::StatShard {
                 bucket: b.clone(),
                 key: k.clone(),
@@ -1213,6 +1306,10 @@ mod tests {
                 upload_id: id,
             },
             Request::ListUploads { bucket: None },
+            Request::ReadFormat,
+            Request::WriteFormat {
+                format: FormatV1::new(u, Uuid::new_v4(), vec![vec![u, Uuid::new_v4()]]),
+            },
             Request::ListUploads { bucket: Some(b) },
         ]
     }
@@ -1249,6 +1346,12 @@ mod tests {
             Response::Meta(meta(Some((0..=255).collect()))),
             Response::Meta(meta(None)),
             Response::Writer(Uuid::new_v4()),
+            Response::Format(None),
+            Response::Format(Some(FormatV1::new(
+                Uuid::new_v4(),
+                Uuid::new_v4(),
+                vec![vec![Uuid::new_v4()]],
+            ))),
             Response::Data(Bytes::from(
                 (0..=255u8).cycle().take(70_000).collect::<Vec<_>>(),
             )),
@@ -1292,6 +1395,22 @@ mod tests {
                 Err(ProtoError::Trailing(1))
             );
         }
+    }
+
+    #[test]
+    fn shard_append_prefix_and_data_are_the_append_request() {
+        let (w, data) = (Uuid::new_v4(), Bytes::from_static(b"shard bytes"));
+        let (m, full) = encode_request(
+            9,
+            &Request::ShardAppend {
+                writer: w,
+                seq: 77,
+                data: data.clone(),
+            },
+        );
+        let (pm, prefix) = encode_shard_append_prefix(9, w, 77, data.len() as u32);
+        assert_eq!(pm, m);
+        assert_eq!([&prefix[..], &data[..]].concat(), &full[..]);
     }
 
     #[test]
@@ -1348,8 +1467,8 @@ mod tests {
             Err(ProtoError::UnknownMethod(99))
         );
         assert_eq!(
-            decode_request(METHOD_BASE + 27, p),
-            Err(ProtoError::UnknownMethod(METHOD_BASE + 27))
+            decode_request(METHOD_BASE + 99, p),
+            Err(ProtoError::UnknownMethod(METHOD_BASE + 99))
         );
         assert_eq!(
             decode_response(Bytes::from_static(&[1, 200])),

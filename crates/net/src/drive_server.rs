@@ -23,6 +23,7 @@ use quarry_disk::path::{validate_bucket, validate_key};
 use quarry_disk::{validate_config_name, Drive, DriveError, ShardWriter};
 use uuid::Uuid;
 
+use crate::bufpool::{BufPool, BufPoolConfig};
 use crate::drive_proto::{self, codes, ProtoError, Request, Response};
 use crate::rpc::{Handler, RpcError};
 
@@ -39,6 +40,16 @@ pub struct DriveServerConfig {
     pub writer_idle_timeout: Duration,
     /// Appends a writer keeps while waiting for an earlier one (out-of-order arrivals).
     pub append_window: u64,
+    /// Data-plane shard reads ([`Request::ReadShardData`]) running at once (all peers together);
+    /// more wait their turn, which bounds the memory held by reads in progress.
+    pub max_data_reads: usize,
+    /// Largest data-plane shard read accepted, in bytes.
+    pub max_data_read: u64,
+    /// Buffers of the pool that data-plane reads are read into from the drive and sent from
+    /// (a read larger than one buffer is read into its own allocation instead).
+    pub data_buffers: usize,
+    /// Bytes of each of those buffers (a multiple of 4096).
+    pub data_buf_size: usize,
 }
 
 impl Default for DriveServerConfig {
@@ -47,6 +58,10 @@ impl Default for DriveServerConfig {
             max_writers: 4096,
             writer_idle_timeout: Duration::from_secs(60),
             append_window: 16,
+            max_data_reads: 64,
+            max_data_read: 64 << 20,
+            data_buffers: 64,
+            data_buf_size: crate::dataplane::DEFAULT_BUF_SIZE,
         }
     }
 }
@@ -56,7 +71,13 @@ impl Default for DriveServerConfig {
 pub struct DriveServer {
     drives: Vec<Arc<dyn Drive>>,
     writers: Mutex<HashMap<Uuid, Arc<OpenWriter>>>,
+    data_reads: tokio::sync::Semaphore,
+    /// Where data-plane reads land (`None` if the configured shape is invalid).
+    pool: Option<BufPool>,
     config: DriveServerConfig,
+    /// The holder side of the verbs GET ([`DriveServer::with_verbs`]).
+    #[cfg(feature = "verbs")]
+    verbs: Option<Arc<crate::verbs_dataplane::VerbsResponder>>,
 }
 
 impl std::fmt::Debug for DriveServer {
@@ -101,11 +122,33 @@ impl DriveServer {
     }
 
     pub fn with_config(drives: Vec<Arc<dyn Drive>>, config: DriveServerConfig) -> DriveServer {
+        let pool = match BufPool::new(BufPoolConfig::new(
+            config.data_buf_size,
+            config.data_buffers,
+        )) {
+            Ok(p) => Some(p),
+            Err(e) => {
+                tracing::warn!(error = %e, "drive server: no buffer pool for data-plane reads; reading into plain allocations");
+                None
+            }
+        };
         DriveServer {
             drives,
             writers: Mutex::new(HashMap::new()),
+            data_reads: tokio::sync::Semaphore::new(config.max_data_reads.max(1)),
+            pool,
             config,
+            #[cfg(feature = "verbs")]
+            verbs: None,
         }
+    }
+
+    /// Also serves the holder side of the verbs GET ([`crate::verbs_dataplane`]); without it the
+    /// verbs methods are unknown and requesters in `auto` mode use TCP.
+    #[cfg(feature = "verbs")]
+    pub fn with_verbs(mut self, responder: Arc<crate::verbs_dataplane::VerbsResponder>) -> Self {
+        self.verbs = Some(responder);
+        self
     }
 
     /// Shard writers currently open on behalf of peers.
@@ -260,6 +303,69 @@ impl DriveServer {
         Ok(Response::Unit)
     }
 
+    /// The pool data-plane reads land in (the pool the verbs backend will register, so a holder
+    /// RDMA-WRITEs from the buffer the drive read into).
+    pub fn data_pool(&self) -> Option<&BufPool> {
+        self.pool.as_ref()
+    }
+
+    /// A data-plane shard read: the raw bytes, which the RPC server sends as a bulk frame. At most
+    /// `max_data_reads` run at once. A range that fits a pooled buffer is read by the drive
+    /// straight into one ([`Drive::read_shard_into`]) and sent from it; the buffer returns to the
+    /// pool once written to the socket, so the pool also bounds the bytes waiting to be sent.
+    async fn read_data(&self, drive: u16, req: Request) -> Result<Bytes, RpcError> {
+        let Request::ReadShardData {
+            bucket,
+            key,
+            data_dir,
+            part,
+            offset,
+            len,
+        } = req
+        else {
+            return Err(remote(codes::BAD_REQUEST, "misrouted data-plane read"));
+        };
+        let d = self.drive(drive)?.clone();
+        validate_bucket(&bucket)
+            .and_then(|_| validate_key(&key))
+            .map_err(|e| drive_error(&e))?;
+        if len > self.config.max_data_read {
+            return Err(remote(
+                codes::BAD_REQUEST,
+                format!(
+                    "a data-plane read of {len} bytes exceeds this node's limit of {} bytes",
+                    self.config.max_data_read
+                ),
+            ));
+        }
+        let len = usize::try_from(len).map_err(|_| {
+            remote(
+                codes::BAD_REQUEST,
+                format!("a read of {len} bytes does not fit this platform"),
+            )
+        })?;
+        // The semaphore is never closed.
+        let _permit = self
+            .data_reads
+            .acquire()
+            .await
+            .map_err(|_| remote(codes::BAD_REQUEST, "data-plane reads are shut down"))?;
+        // Either way the buffer the drive read into goes to the socket as it is: no copy here.
+        let read = match &self.pool {
+            Some(pool) if len <= pool.buf_size() => {
+                let mut buf = pool.get().await;
+                buf.set_len(len);
+                d.read_shard_into(&bucket, &key, data_dir, part, offset, Box::new(buf))
+                    .await
+            }
+            _ => {
+                d.read_shard(&bucket, &key, data_dir, part, offset, len)
+                    .await
+            }
+        };
+        read.map_err(|e| drive_error(&e))
+    }
+
     async fn dispatch(&self, drive: u16, req: Request) -> Result<Response, RpcError> {
         // Writer calls are keyed by writer id; the drive index must match the one it was opened on.
         match req {
@@ -292,6 +398,8 @@ impl DriveServer {
         validate(&req).map_err(|e| drive_error(&e))?;
         let r: Result<Response, DriveError> = match req {
             Request::DiskInfo => d.disk_info().await.map(Response::DiskInfo),
+            Request::ReadFormat => d.read_format().await.map(Response::Format),
+            Request::WriteFormat { format } => d.write_format(&format).await.map(unit),
             Request::MakeVolume { bucket } => d.make_volume(&bucket).await.map(unit),
             Request::ListVolumes => d.list_volumes().await.map(Response::Volumes),
             Request::StatVolume { bucket } => d.stat_volume(&bucket).await.map(Response::Volume),
@@ -395,7 +503,10 @@ impl DriveServer {
                 .list_uploads(bucket.as_deref())
                 .await
                 .map(Response::Uploads),
-            // Answered above; never reaches a drive call.
+            // Answered above or by `read_data`; never reaches a drive call here.
+            Request::ReadShardData { .. } => {
+                return Err(remote(codes::BAD_REQUEST, "misrouted data-plane read"))
+            }
             Request::ShardOpen { .. }
             | Request::ShardAppend { .. }
             | Request::ShardFinish { .. }
@@ -418,6 +529,8 @@ fn validate(req: &Request) -> Result<(), DriveError> {
     let config = |b: &str, n: &str| validate_bucket(b).and_then(|_| validate_config_name(n));
     match req {
         Request::DiskInfo
+        | Request::ReadFormat
+        | Request::WriteFormat { .. }
         | Request::ListVolumes
         | Request::DeleteTmp { .. }
         | Request::ShardOpen { .. }
@@ -431,6 +544,7 @@ fn validate(req: &Request) -> Result<(), DriveError> {
         Request::ReadMeta { bucket, key }
         | Request::WriteMeta { bucket, key, .. }
         | Request::ReadShard { bucket, key, .. }
+        | Request::ReadShardData { bucket, key, .. }
         | Request::StatShard { bucket, key, .. }
         | Request::RenameData { bucket, key, .. }
         | Request::DeleteObject { bucket, key } => bk(bucket, key),
@@ -471,10 +585,20 @@ fn validate(req: &Request) -> Result<(), DriveError> {
 
 impl Handler for DriveServer {
     async fn handle(&self, method: u16, payload: Bytes) -> Result<Bytes, RpcError> {
+        #[cfg(feature = "verbs")]
+        if crate::verbs_dataplane::VerbsResponder::handles(method) {
+            return match &self.verbs {
+                Some(v) => v.handle(method, payload, &self.drives).await,
+                None => Err(RpcError::unknown_method(method)),
+            };
+        }
         let (drive, req) = drive_proto::decode_request(method, payload).map_err(|e| match e {
             ProtoError::UnknownMethod(m) => RpcError::unknown_method(m),
             e => remote(codes::BAD_REQUEST, e.to_string()),
         })?;
+        if matches!(req, Request::ReadShardData { .. }) {
+            return self.read_data(drive, req).await;
+        }
         let resp = self.dispatch(drive, req).await?;
         Ok(drive_proto::encode_response(&resp))
     }

@@ -10,14 +10,17 @@
 //!   [`Handler`], bounded connections and requests);
 //! - [`bufpool`]: the [`BufPool`] of aligned buffers carved from a few slabs, shared by the data
 //!   plane, the decoder and HTTP bodies (DESIGN.md, "Buffers");
-//! - [`data`]: bulk transfers over TCP straight into and out of pooled buffers;
+//! - [`data`]: bulk frames over TCP, read straight into and written out of pooled buffers;
+//! - [`dataplane`]: the [`DataPlane`] trait through which shard bytes move between nodes, and its
+//!   TCP backend [`TcpDataPlane`]; [`verbs_dataplane`] (feature `verbs`, on by default) is the
+//!   RDMA backend for GET reads, [`rdma`] the `QUARRY_RDMA` settings and start-up probe;
 //! - the `Drive` trait's remote side: [`drive_proto`] (its messages, pure encode/decode),
 //!   [`RemoteDrive`] (the trait over [`RpcClient`]) and [`DriveServer`] (the [`Handler`] that serves
 //!   a node's own drives to its peers).
 //!
 //! What it is not: it knows nothing of objects, erasure sets or S3; of drives it knows only the
-//! `Drive` trait of `quarry-disk`. The `DataPlane` trait and its verbs backend come later (RDMA
-//! lives in `crates/verbs`, the only crate with `unsafe`).
+//! `Drive` trait of `quarry-disk`. The FFI of the verbs backend lives in `crates/verbs`, the only
+//! crate with `unsafe`.
 //! There is no TLS: frames are authenticated, not encrypted, so internode traffic belongs on a trusted
 //! network.
 #![forbid(unsafe_code)]
@@ -25,14 +28,24 @@
 pub mod auth;
 pub mod bufpool;
 pub mod data;
+pub mod dataplane;
 pub mod drive_proto;
 pub mod drive_server;
+pub mod rdma;
 pub mod remote_drive;
 pub mod rpc;
+#[cfg(feature = "verbs")]
+pub mod verbs_dataplane;
 pub mod wire;
 
 pub use auth::{ClusterSecret, Identity};
 pub use bufpool::{BufPool, BufPoolConfig, PooledBuf};
+pub use dataplane::{
+    DataPlane, DataPlaneError, DataPlaneStats, ShardData, ShardRange, TcpDataPlane,
+    TcpDataPlaneConfig,
+};
 pub use drive_server::{DriveServer, DriveServerConfig};
 pub use remote_drive::{RemoteDrive, RemoteDriveConfig};
 pub use rpc::{Handler, RpcClient, RpcConfig, RpcError, RpcServer};
+#[cfg(feature = "verbs")]
+pub use verbs_dataplane::{VerbsConfig, VerbsDataPlane, VerbsDevice, VerbsResponder};

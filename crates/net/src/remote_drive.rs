@@ -18,9 +18,13 @@
 //! effort; a peer also drops writers that idle) and leaves the tmp data to `delete_tmp` or the
 //! peer's start-up sweep.
 //!
-//! Shard bytes travel inside control frames for now; the `DataPlane` seam (TCP bulk transfers
-//! into pooled buffers, then RDMA) replaces that for `read_shard` and the writer appends without
-//! changing this type's interface.
+//! [`Drive::read_shard`] goes through the [`DataPlane`] given at construction (by default the
+//! client's [`TcpDataPlane`](crate::TcpDataPlane), see [`RpcClient::data_plane`]): the bytes land in
+//! a pooled buffer and are handed to the caller as that buffer ([`ShardData::into_bytes`]), without
+//! a copy when the range fits one buffer, which a shard chunk of one block always does. Errors of
+//! the data plane map as above: the peer's drive errors keep their variant, an unreachable peer or a
+//! transfer that broke is `Unusable`. Writer appends go through it too
+//! ([`DataPlane::append_shard`]); opening, finishing and aborting a writer are control calls.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,12 +32,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use quarry_disk::{
-    DiskInfo, Drive, DriveError, ObjectMeta, PartMeta, ShardWriter, UploadMeta, VolInfo, WalkEntry,
-    WalkOptions,
+    DiskInfo, Drive, DriveError, FormatV1, ObjectMeta, PartMeta, ShardWriter, UploadMeta, VolInfo,
+    WalkEntry, WalkOptions,
 };
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
+use crate::dataplane::{DataPlane, DataPlaneError, ShardData, ShardRange};
 use crate::drive_proto::{self, codes, Request, Response};
 use crate::rpc::{RpcClient, RpcError};
 
@@ -53,8 +58,6 @@ pub struct RemoteDriveConfig {
     pub appends_in_flight: usize,
     /// Entries asked for per walk call; a longer walk is paged by marker.
     pub walk_page: usize,
-    /// Bytes asked for per read call; a longer read is split.
-    pub max_read: usize,
 }
 
 impl RemoteDriveConfig {
@@ -69,7 +72,6 @@ impl RemoteDriveConfig {
             append_chunk: frame.min(1 << 20),
             appends_in_flight: 4,
             walk_page: 250,
-            max_read: frame,
         }
     }
 }
@@ -88,6 +90,8 @@ struct Inner {
     drive: u16,
     endpoint: String,
     config: RemoteDriveConfig,
+    /// Where shard reads go.
+    data: Arc<dyn DataPlane>,
 }
 
 impl std::fmt::Debug for RemoteDrive {
@@ -96,6 +100,7 @@ impl std::fmt::Debug for RemoteDrive {
             .field("endpoint", &self.inner.endpoint)
             .field("peer", &self.inner.peer)
             .field("drive", &self.inner.drive)
+            .field("data_plane", &self.inner.data.name())
             .finish()
     }
 }
@@ -113,12 +118,27 @@ impl RemoteDrive {
         RemoteDrive::with_config(client, peer, drive, endpoint, config)
     }
 
+    /// With explicit settings, and the client's data plane ([`RpcClient::data_plane`]).
     pub fn with_config(
         client: RpcClient,
         peer: impl Into<String>,
         drive: u16,
         endpoint: impl Into<String>,
         config: RemoteDriveConfig,
+    ) -> RemoteDrive {
+        let data = client.data_plane();
+        RemoteDrive::with_data_plane(client, peer, drive, endpoint, config, data)
+    }
+
+    /// With explicit settings and the data plane its shard reads go through (e.g. a verbs backend,
+    /// or a TCP one shaped differently from the client's default).
+    pub fn with_data_plane(
+        client: RpcClient,
+        peer: impl Into<String>,
+        drive: u16,
+        endpoint: impl Into<String>,
+        config: RemoteDriveConfig,
+        data: Arc<dyn DataPlane>,
     ) -> RemoteDrive {
         RemoteDrive {
             inner: Arc::new(Inner {
@@ -127,8 +147,14 @@ impl RemoteDrive {
                 drive,
                 endpoint: endpoint.into(),
                 config,
+                data,
             }),
         }
+    }
+
+    /// The data plane this drive's shard reads go through.
+    pub fn data_plane(&self) -> &Arc<dyn DataPlane> {
+        &self.inner.data
     }
 
     pub fn peer(&self) -> &str {
@@ -152,35 +178,6 @@ impl RemoteDrive {
     async fn unit(&self, req: Request) -> Result<()> {
         match self.call(req).await? {
             Response::Unit => Ok(()),
-            other => Err(self.inner.unexpected(&other)),
-        }
-    }
-
-    async fn read_piece(
-        &self,
-        bucket: &str,
-        key: &str,
-        data_dir: Uuid,
-        part: u32,
-        offset: u64,
-        len: usize,
-    ) -> Result<Bytes> {
-        let resp = self
-            .call(Request::ReadShard {
-                bucket: bucket.to_owned(),
-                key: key.to_owned(),
-                data_dir,
-                part,
-                offset,
-                len: len as u64,
-            })
-            .await?;
-        match resp {
-            Response::Data(b) if b.len() == len => Ok(b),
-            Response::Data(b) => Err(self.inner.io(format!(
-                "asked for {len} bytes of a shard, the peer sent {}",
-                b.len()
-            ))),
             other => Err(self.inner.unexpected(&other)),
         }
     }
@@ -237,6 +234,22 @@ impl Inner {
             e => unusable(&e),
         }
     }
+
+    /// Maps a failed data-plane transfer like [`Inner::rpc_error`] maps a failed call.
+    fn data_error(&self, e: DataPlaneError) -> DriveError {
+        match e {
+            DataPlaneError::Remote { code, message, .. } => {
+                self.rpc_error(RpcError::Remote { code, message })
+            }
+            e if e.is_unreachable() => DriveError::Unusable(format!(
+                "{} (via {}, data plane {}): {e}",
+                self.endpoint,
+                self.peer,
+                self.data.name()
+            )),
+            e => self.io(format!("data plane {}: {e}", self.data.name())),
+        }
+    }
 }
 
 #[async_trait]
@@ -253,6 +266,20 @@ impl Drive for RemoteDrive {
             }
             other => Err(self.inner.unexpected(&other)),
         }
+    }
+
+    async fn read_format(&self) -> Result<Option<FormatV1>> {
+        match self.call(Request::ReadFormat).await? {
+            Response::Format(f) => Ok(f),
+            other => Err(self.inner.unexpected(&other)),
+        }
+    }
+
+    async fn write_format(&self, format: &FormatV1) -> Result<()> {
+        self.unit(Request::WriteFormat {
+            format: format.clone(),
+        })
+        .await
     }
 
     async fn make_volume(&self, bucket: &str) -> Result<()> {
@@ -346,30 +373,40 @@ impl Drive for RemoteDrive {
         offset: u64,
         len: usize,
     ) -> Result<Bytes> {
-        let max = self.inner.config.max_read.max(1);
-        if len <= max {
-            return self
-                .read_piece(bucket, key, data_dir, part, offset, len)
-                .await;
-        }
-        // Longer than one frame: in pieces, reported as one read.
-        let mut out = BytesMut::with_capacity(len);
-        while out.len() < len {
-            let n = (len - out.len()).min(max);
-            let at = offset + out.len() as u64;
-            match self.read_piece(bucket, key, data_dir, part, at, n).await {
-                Ok(b) => out.extend_from_slice(&b),
-                Err(DriveError::Truncated { len: file_len, .. }) => {
-                    return Err(DriveError::Truncated {
-                        offset,
-                        wanted: len,
-                        len: file_len,
-                    })
+        let range = ShardRange {
+            bucket,
+            key,
+            data_dir,
+            part,
+            offset,
+            len,
+        };
+        match self
+            .inner
+            .data
+            .read_shard(&self.inner.peer, self.inner.drive, &range)
+            .await
+        {
+            Ok(data) if data.len() == len => Ok(ShardData::into_bytes(data)),
+            Ok(data) => Err(self.inner.io(format!(
+                "asked for {len} bytes of a shard, the data plane delivered {}",
+                data.len()
+            ))),
+            // A range read in pieces reports the piece that ran past the end: report the range.
+            Err(DataPlaneError::Remote { code, message, .. }) if code == codes::TRUNCATED => {
+                match drive_proto::decode_drive_error(code, &message) {
+                    Some(DriveError::Truncated { len: file_len, .. }) => {
+                        Err(DriveError::Truncated {
+                            offset,
+                            wanted: len,
+                            len: file_len,
+                        })
+                    }
+                    _ => Err(self.inner.rpc_error(RpcError::Remote { code, message })),
                 }
-                Err(e) => return Err(e),
             }
+            Err(e) => Err(self.inner.data_error(e)),
         }
-        Ok(out.freeze())
     }
 
     async fn stat_shard(&self, bucket: &str, key: &str, data_dir: Uuid, part: u32) -> Result<u64> {
@@ -601,18 +638,14 @@ impl RemoteShardWriter {
         while self.in_flight.len() >= max {
             self.reap_one().await?;
         }
-        let req = Request::ShardAppend {
-            writer: self.id,
-            seq: self.seq,
-            data,
-        };
+        let (inner, writer, seq) = (self.inner.clone(), self.id, self.seq);
         self.seq += 1;
-        let inner = self.inner.clone();
         self.in_flight.spawn(async move {
-            match inner.call(req, inner.config.call_timeout).await? {
-                Response::Unit => Ok(()),
-                other => Err(inner.unexpected(&other)),
-            }
+            inner
+                .data
+                .append_shard(&inner.peer, inner.drive, writer, seq, data)
+                .await
+                .map_err(|e| inner.data_error(e))
         });
         Ok(())
     }

@@ -7,7 +7,7 @@
 //!      0    4  magic "QRPC"
 //!      4    1  protocol version (1)
 //!      5    1  frame kind (FrameKind)
-//!      6    2  flags (u16 BE; no flag is defined in version 1, any set bit is refused)
+//!      6    2  flags (u16 BE; [`FLAG_BULK`] and [`FLAG_BULK_BODY`], any other set bit is refused)
 //!      8    8  request id (u64 BE; a response carries the id of its request)
 //!     16    2  method (u16 BE; the request's method, echoed in its response)
 //!     18    4  payload length (u32 BE; checked against the configured maximum before anything is read)
@@ -33,8 +33,16 @@ pub const VERSION: u8 = 1;
 pub const HEADER_LEN: usize = 22;
 /// Bytes of the trailing authentication tag.
 pub const TAG_LEN: usize = 32;
-/// Flag bits defined by this version (none): any other bit is an error, never ignored.
-pub const KNOWN_FLAGS: u16 = 0;
+/// On a request: "send the answer's bytes as a bulk frame" ([`crate::data`]). On a response: the
+/// payload is the answer's length (u64 BE) and a bulk frame carrying the answer follows at once
+/// on the same connection (the data plane's TCP backend, [`crate::dataplane`]).
+pub const FLAG_BULK: u16 = 0x0100;
+/// On a request: a bulk frame ([`crate::data`]) with the request id as transfer id follows at once
+/// on the same connection and carries the rest of the request's payload, which the server reads
+/// straight into a pooled buffer (the data plane's shard appends).
+pub const FLAG_BULK_BODY: u16 = 0x0200;
+/// Flag bits defined by this version: any other bit is an error, never ignored.
+pub const KNOWN_FLAGS: u16 = FLAG_BULK | FLAG_BULK_BODY;
 /// Default bound on one frame's payload: the control plane carries metadata, not shard data.
 pub const DEFAULT_MAX_PAYLOAD: u32 = 4 << 20;
 /// Longest error message carried by an error frame; longer messages are cut at a char boundary.

@@ -24,8 +24,9 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
-use super::{read_frame, write_loop, RpcConfig, RpcError};
+use super::{read_frame, write_loop, Outgoing, RpcConfig, RpcError};
 use crate::auth::{self, AuthError, Identity};
+use crate::dataplane::{DataPlane, TcpDataPlane, TcpDataPlaneConfig};
 use crate::wire::{self, Frame, FrameKind};
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -82,6 +83,9 @@ struct Shared {
     config: RpcConfig,
     peers: Mutex<HashMap<String, Arc<Peer>>>,
     counters: Arc<Counters>,
+    /// The TCP data plane of this client's identity, built on first use and shared by every
+    /// [`crate::RemoteDrive`] made from this client (one pool, one set of data connections).
+    data_plane: std::sync::OnceLock<Arc<dyn DataPlane>>,
 }
 
 impl RpcClient {
@@ -92,12 +96,40 @@ impl RpcClient {
                 config,
                 peers: Mutex::new(HashMap::new()),
                 counters: Arc::new(Counters::default()),
+                data_plane: std::sync::OnceLock::new(),
             }),
         }
     }
 
     pub fn config(&self) -> &RpcConfig {
         &self.shared.config
+    }
+
+    /// This node's identity, as proved in every handshake.
+    pub fn identity(&self) -> &Identity {
+        &self.shared.identity
+    }
+
+    /// Makes `plane` the data plane of this client (e.g. the verbs backend), for every
+    /// [`crate::RemoteDrive`] made from it afterwards. Only before the first
+    /// [`RpcClient::data_plane`] call; `Err(plane)` after it.
+    pub fn set_data_plane(&self, plane: Arc<dyn DataPlane>) -> Result<(), Arc<dyn DataPlane>> {
+        self.shared.data_plane.set(plane)
+    }
+
+    /// The data plane that goes with this client: a [`TcpDataPlane`] with the client's identity,
+    /// timeouts and back-off ([`TcpDataPlaneConfig::from_rpc`]), built on first use and shared by
+    /// all clones of this client.
+    pub fn data_plane(&self) -> Arc<dyn DataPlane> {
+        self.shared
+            .data_plane
+            .get_or_init(|| {
+                let config = TcpDataPlaneConfig::from_rpc(&self.shared.config);
+                let plane = TcpDataPlane::new(self.shared.identity.clone(), config)
+                    .expect("the default data-plane pool shape is valid");
+                Arc::new(plane)
+            })
+            .clone()
     }
 
     /// Calls `method` on `peer` (`host:port`) with the configured timeout.
@@ -374,6 +406,7 @@ async fn connect(addr: &str, client: &Shared) -> Result<Conn, RpcError> {
     };
     tracing::debug!(peer = %addr, node = %session.peer_node_id, "internode connection established");
     let sealer = session.sealer(config.max_frame);
+    let bulk = session.bulk_sender();
     let mut opener = session.opener(config.max_frame);
     let (mut rd, wr) = stream.into_split();
     let shared = Arc::new(ConnShared {
@@ -390,7 +423,7 @@ async fn connect(addr: &str, client: &Shared) -> Result<Conn, RpcError> {
     let (tx, rx) = mpsc::channel(256);
     let w_shared = shared.clone();
     let writer = tokio::spawn(async move {
-        if let Err(e) = write_loop(wr, sealer, rx).await {
+        if let Err(e) = write_loop(wr, sealer, bulk, rx).await {
             w_shared.close(format!("write failed: {e}"));
         }
     });
@@ -405,6 +438,10 @@ async fn connect(addr: &str, client: &Shared) -> Result<Conn, RpcError> {
             };
             let since_open = r_shared.opened.elapsed().as_millis() as u64;
             r_shared.last_rx_ms.store(since_open + 1, Ordering::Relaxed);
+            if frame.flags & wire::FLAG_BULK != 0 {
+                // This client never asks for bulk answers (the data plane has its own connections).
+                break "the peer sent a bulk answer on a control connection".to_owned();
+            }
             let result = match frame.kind {
                 FrameKind::Response | FrameKind::Pong => Ok(frame.payload),
                 FrameKind::Error => match wire::decode_error(&frame.payload) {
@@ -440,7 +477,7 @@ async fn connect(addr: &str, client: &Shared) -> Result<Conn, RpcError> {
 /// One authenticated connection to a peer.
 struct Conn {
     shared: Arc<ConnShared>,
-    tx: mpsc::Sender<Frame>,
+    tx: mpsc::Sender<Outgoing>,
     tasks: [JoinHandle<()>; 2],
 }
 
@@ -551,7 +588,7 @@ impl Conn {
             method,
             payload,
         };
-        if self.tx.send(frame).await.is_err() {
+        if self.tx.send(Outgoing::Frame(frame)).await.is_err() {
             return Err(self.shared.closed_error("writer stopped"));
         }
         match rx.await {

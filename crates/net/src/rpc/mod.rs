@@ -7,6 +7,13 @@
 //!
 //! Error codes that travel in error frames are in [`codes`]; an application (e.g. the remote side of
 //! `Drive`) uses codes from [`codes::APPLICATION_BASE`] up and maps them to its own errors.
+//!
+//! Bulk bytes: a request flagged [`wire::FLAG_BULK`] is answered with a short header frame and the
+//! handler's bytes as a bulk frame ([`crate::data`]); a request flagged [`wire::FLAG_BULK_BODY`] is
+//! followed by a bulk frame carrying the rest of its payload, which the server reads into a pooled
+//! buffer before calling the handler. The handler sees neither: it gets a payload and returns
+//! bytes as always. [`RpcClient`] never uses them; the data plane ([`crate::dataplane`]) does, on
+//! its own connections to the same server.
 
 mod client;
 mod server;
@@ -18,10 +25,12 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
 
+pub(crate) use client::backoff;
 pub use client::{ClientStats, PeerStatus, RpcClient};
 pub use server::{RpcServer, ServerStats};
 
 use crate::auth::AuthError;
+use crate::data::BulkSender;
 use crate::wire::{self, Decoded, Frame, Opener, Sealer, WireError};
 
 /// Error codes carried by error frames.
@@ -63,6 +72,12 @@ pub struct RpcConfig {
     pub max_in_flight_per_connection: usize,
     /// Connections a server accepts at once; beyond that new ones are closed at once.
     pub max_connections: usize,
+    /// Buffers of the pool a server reads request bodies sent as bulk frames into
+    /// ([`wire::FLAG_BULK_BODY`]: the data plane's shard appends).
+    pub bulk_buffers: usize,
+    /// Bytes of each of those buffers (a multiple of 4096); also the largest such body accepted
+    /// (or `max_frame`, if larger).
+    pub bulk_buf_size: usize,
 }
 
 impl Default for RpcConfig {
@@ -78,6 +93,8 @@ impl Default for RpcConfig {
             backoff_max: Duration::from_secs(10),
             max_in_flight_per_connection: 64,
             max_connections: 256,
+            bulk_buffers: 64,
+            bulk_buf_size: crate::dataplane::DEFAULT_BUF_SIZE,
         }
     }
 }
@@ -192,22 +209,55 @@ async fn read_frame<R: AsyncRead + Unpin>(
     }
 }
 
+/// What a connection's writer sends.
+pub(crate) enum Outgoing {
+    Frame(Frame),
+    /// A response header frame (flag [`wire::FLAG_BULK`]) immediately followed by a bulk frame
+    /// carrying `payload`, with the header's request id as transfer id.
+    Bulk {
+        head: Frame,
+        payload: Bytes,
+    },
+}
+
 /// Seals and writes frames from `rx` until it closes or a write fails, batching whatever is queued
-/// into one flush.
+/// into one flush. Bulk payloads are written from their own buffer (a write larger than the
+/// `BufWriter` goes straight to the socket), never copied into a frame.
 async fn write_loop<W: AsyncWrite + Unpin>(
     w: W,
     mut sealer: Sealer,
-    mut rx: mpsc::Receiver<Frame>,
+    mut bulk: BulkSender,
+    mut rx: mpsc::Receiver<Outgoing>,
 ) -> std::io::Result<()> {
     let mut w = BufWriter::with_capacity(64 << 10, w);
-    while let Some(frame) = rx.recv().await {
-        write_sealed(&mut w, &mut sealer, &frame).await?;
-        while let Ok(frame) = rx.try_recv() {
-            write_sealed(&mut w, &mut sealer, &frame).await?;
+    while let Some(out) = rx.recv().await {
+        write_out(&mut w, &mut sealer, &mut bulk, &out).await?;
+        while let Ok(out) = rx.try_recv() {
+            write_out(&mut w, &mut sealer, &mut bulk, &out).await?;
         }
         w.flush().await?;
     }
     w.shutdown().await
+}
+
+async fn write_out<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    sealer: &mut Sealer,
+    bulk: &mut BulkSender,
+    out: &Outgoing,
+) -> std::io::Result<()> {
+    match out {
+        Outgoing::Frame(frame) => write_sealed(w, sealer, frame).await,
+        Outgoing::Bulk { head, payload } => {
+            let (header, tag) = bulk
+                .seal(head.request_id, payload)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+            write_sealed(w, sealer, head).await?;
+            w.write_all(&header).await?;
+            w.write_all(payload).await?;
+            w.write_all(&tag).await
+        }
+    }
 }
 
 async fn write_sealed<W: AsyncWrite + Unpin>(

@@ -17,9 +17,10 @@ use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::{codes, read_frame, write_loop, Handler, RpcConfig, RpcError};
+use super::{codes, read_frame, write_loop, Handler, Outgoing, RpcConfig, RpcError};
 use crate::auth::{self, Identity};
-use crate::wire::{Frame, FrameKind};
+use crate::bufpool::{BufPool, BufPoolConfig};
+use crate::wire::{Frame, FrameKind, FLAG_BULK, FLAG_BULK_BODY};
 
 /// Counters of a server.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -61,20 +62,57 @@ impl RpcServer {
     ) -> std::io::Result<RpcServer> {
         let listener = TcpListener::bind(addr).await?;
         let local_addr = listener.local_addr()?;
+        Ok(Self::start(
+            Incoming::Listener(listener),
+            local_addr,
+            identity,
+            config,
+            handler,
+        ))
+    }
+
+    /// Serves `handler` on connections accepted elsewhere and handed over on `incoming`: a node
+    /// that shares one port between S3 and the internode RPC accepts there, recognises an
+    /// internode connection by its first bytes (the handshake magic, still unread), and passes
+    /// it here. `local_addr` is the address those connections were accepted on.
+    pub fn serve_incoming<H: Handler>(
+        incoming: mpsc::Receiver<(TcpStream, SocketAddr)>,
+        local_addr: SocketAddr,
+        identity: Identity,
+        config: RpcConfig,
+        handler: Arc<H>,
+    ) -> RpcServer {
+        Self::start(
+            Incoming::Channel(incoming),
+            local_addr,
+            identity,
+            config,
+            handler,
+        )
+    }
+
+    fn start<H: Handler>(
+        listener: Incoming,
+        local_addr: SocketAddr,
+        identity: Identity,
+        config: RpcConfig,
+        handler: Arc<H>,
+    ) -> RpcServer {
         let counters = Arc::new(Counters::default());
         let ctx = Arc::new(Ctx {
             identity,
             config,
             counters: counters.clone(),
+            bulk_pool: std::sync::OnceLock::new(),
         });
         let (stop, stopped) = oneshot::channel();
         let accept = tokio::spawn(accept_loop(listener, ctx, handler, stopped));
-        Ok(RpcServer {
+        RpcServer {
             local_addr,
             accept: Some(accept),
             stop: Some(stop),
             counters,
-        })
+        }
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -115,10 +153,48 @@ struct Ctx {
     identity: Identity,
     config: RpcConfig,
     counters: Arc<Counters>,
+    /// Where bulk request bodies land; made on first use (most servers never see one).
+    bulk_pool: std::sync::OnceLock<Option<BufPool>>,
+}
+
+impl Ctx {
+    fn bulk_pool(&self) -> Option<&BufPool> {
+        self.bulk_pool
+            .get_or_init(|| {
+                let c = &self.config;
+                match BufPool::new(BufPoolConfig::new(c.bulk_buf_size, c.bulk_buffers)) {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "internode server: no buffer pool for bulk request bodies; using plain allocations");
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
+}
+
+/// Where a server's connections come from.
+enum Incoming {
+    Listener(TcpListener),
+    Channel(mpsc::Receiver<(TcpStream, SocketAddr)>),
+}
+
+impl Incoming {
+    async fn accept(&mut self) -> std::io::Result<(TcpStream, SocketAddr)> {
+        match self {
+            Incoming::Listener(l) => l.accept().await,
+            Incoming::Channel(rx) => match rx.recv().await {
+                Some(c) => Ok(c),
+                // The acceptor is gone: no connection will come again.
+                None => std::future::pending().await,
+            },
+        }
+    }
 }
 
 async fn accept_loop<H: Handler>(
-    listener: TcpListener,
+    mut listener: Incoming,
     ctx: Arc<Ctx>,
     handler: Arc<H>,
     mut stop: oneshot::Receiver<()>,
@@ -184,19 +260,22 @@ async fn serve<H: Handler>(
     let node = session.peer_node_id.clone();
     tracing::debug!(%peer, %node, "internode connection authenticated");
     let sealer = session.sealer(config.max_frame);
+    let bulk = session.bulk_sender();
+    let mut bulk_rx = session.bulk_receiver();
+    let max_body = config.bulk_buf_size.max(config.max_frame as usize);
     let mut opener = session.opener(config.max_frame);
     let (mut rd, wr) = stream.into_split();
-    let (tx, rx) = mpsc::channel::<Frame>(256);
+    let (tx, rx) = mpsc::channel::<Outgoing>(256);
     // Handlers and the writer live in this set: they end with the connection.
     let mut tasks = JoinSet::new();
     tasks.spawn(async move {
-        let _ = write_loop(wr, sealer, rx).await;
+        let _ = write_loop(wr, sealer, bulk, rx).await;
     });
     let in_flight = Arc::new(Semaphore::new(config.max_in_flight_per_connection.max(1)));
     let max_frame = config.max_frame;
     let mut buf = BytesMut::with_capacity(16 << 10);
     loop {
-        let frame = match read_frame(&mut rd, &mut opener, &mut buf).await {
+        let mut frame = match read_frame(&mut rd, &mut opener, &mut buf).await {
             Ok(Some(f)) => f,
             Ok(None) => break,
             Err(e) => {
@@ -207,6 +286,35 @@ async fn serve<H: Handler>(
                 break;
             }
         };
+        if frame.kind == FrameKind::Request && frame.flags & FLAG_BULK_BODY != 0 {
+            // The rest of the payload follows as a bulk frame: part of it may already be in
+            // `buf` (read ahead), the rest is read from the socket straight into the body's buffer.
+            let ahead = buf.split().freeze();
+            let mut rest: &[u8] = &ahead;
+            let body = {
+                let mut src = tokio::io::AsyncReadExt::chain(&mut rest, &mut rd);
+                bulk_rx
+                    .recv_body(
+                        &mut src,
+                        frame.request_id,
+                        max_body,
+                        &frame.payload,
+                        ctx.bulk_pool(),
+                    )
+                    .await
+            };
+            buf.extend_from_slice(rest);
+            match body {
+                Ok(b) => frame.payload = b,
+                Err(e) => {
+                    if !matches!(e, crate::data::DataError::Io(_)) {
+                        ctx.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
+                    }
+                    tracing::warn!(%peer, %node, error = %e, "internode connection closed: bad request body");
+                    break;
+                }
+            }
+        }
         match frame.kind {
             FrameKind::Request => {
                 ctx.counters.requests.fetch_add(1, Ordering::Relaxed);
@@ -216,6 +324,7 @@ async fn serve<H: Handler>(
                 };
                 let handler = handler.clone();
                 let tx = tx.clone();
+                let bulk = frame.flags & FLAG_BULK != 0;
                 tasks.spawn(async move {
                     let reply = answer(
                         &*handler,
@@ -223,6 +332,7 @@ async fn serve<H: Handler>(
                         frame.method,
                         frame.payload,
                         max_frame,
+                        bulk,
                     )
                     .await;
                     let _ = tx.send(reply).await;
@@ -230,7 +340,11 @@ async fn serve<H: Handler>(
                 });
             }
             FrameKind::Ping => {
-                if tx.send(Frame::pong(frame.request_id)).await.is_err() {
+                if tx
+                    .send(Outgoing::Frame(Frame::pong(frame.request_id)))
+                    .await
+                    .is_err()
+                {
                     break;
                 }
             }
@@ -246,27 +360,54 @@ async fn serve<H: Handler>(
     // Dropping `tasks` cancels handlers still running and the writer.
 }
 
+/// Runs the handler on one request. A request flagged [`FLAG_BULK`] is answered, on success, with a
+/// response header (flag set, payload: the answer's length) and the answer as a bulk frame, so the
+/// client can read it straight into a pooled buffer; failures are error frames either way.
 async fn answer<H: Handler>(
     handler: &H,
     id: u64,
     method: u16,
     payload: Bytes,
     max_frame: u32,
-) -> Frame {
+    bulk: bool,
+) -> Outgoing {
     // A panicking handler must not leave its caller waiting for the timeout.
     let result = AssertUnwindSafe(handler.handle(method, payload))
         .catch_unwind()
         .await;
-    match result {
-        Ok(Ok(body)) if body.len() as u64 <= max_frame as u64 => Frame::response(id, method, body),
+    let frame = match result {
+        Ok(Ok(body)) if bulk && body.len() as u64 <= u32::MAX as u64 => {
+            let head = Frame {
+                kind: FrameKind::Response,
+                flags: FLAG_BULK,
+                request_id: id,
+                method,
+                payload: Bytes::copy_from_slice(&(body.len() as u64).to_be_bytes()),
+            };
+            return Outgoing::Bulk {
+                head,
+                payload: body,
+            };
+        }
+        Ok(Ok(body)) if !bulk && body.len() as u64 <= max_frame as u64 => {
+            Frame::response(id, method, body)
+        }
         Ok(Ok(body)) => Frame::error(
             id,
             method,
             codes::RESPONSE_TOO_LARGE,
-            &format!(
-                "response of {} bytes exceeds the maximum frame payload of {max_frame} bytes",
-                body.len()
-            ),
+            &if bulk {
+                format!(
+                    "response of {} bytes exceeds the maximum bulk payload of {} bytes",
+                    body.len(),
+                    u32::MAX
+                )
+            } else {
+                format!(
+                    "response of {} bytes exceeds the maximum frame payload of {max_frame} bytes",
+                    body.len()
+                )
+            },
         ),
         Ok(Err(RpcError::Remote { code, message })) => Frame::error(id, method, code, &message),
         Ok(Err(other)) => Frame::error(id, method, codes::INTERNAL, &other.to_string()),
@@ -279,5 +420,6 @@ async fn answer<H: Handler>(
                 &format!("handler of method {method} panicked"),
             )
         }
-    }
+    };
+    Outgoing::Frame(frame)
 }

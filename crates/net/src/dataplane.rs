@@ -1,0 +1,1180 @@
+//! The data plane: how shard bytes move between nodes, behind one trait ([`DataPlane`]) with a TCP
+//! backend ([`TcpDataPlane`]) now and a verbs (RDMA) backend later (DESIGN.md, "Data plane").
+//!
+//! The control plane ([`crate::rpc`]) carries small messages, in frames that are read into a
+//! connection's own buffer and authenticated with HMAC-SHA256. Shard bytes must not go that way:
+//! they land in pooled buffers ([`BufPool`]) that the decoder and then the HTTP body use in place, so
+//! the healthy inter-node GET copies nothing. A [`DataPlane`] reads a shard range of a peer's drive
+//! into such buffers.
+//!
+//! # The TCP backend, and why it is built this way
+//!
+//! A [`TcpDataPlane`] keeps a few **dedicated data connections** per peer
+//! ([`TcpDataPlaneConfig::connections_per_peer`]), separate from the control connections of the
+//! [`crate::RpcClient`]. Each is an ordinary internode connection: same port, same handshake magic
+//! and handshake ([`crate::auth`]), same [`crate::RpcServer`] and [`crate::Handler`] on the peer,
+//! so a node that shares one port between S3 and the internode RPC needs no new wiring, and nothing
+//! is read from a data connection before it is authenticated. What makes it a data connection is
+//! only how it is used:
+//!
+//! - one transfer at a time per connection, so a connection's bytes after a request are exactly
+//!   that request's answers, and the reader can read them with exact reads, straight into the
+//!   destination buffer (no read-ahead buffer, so no intermediate copy);
+//! - a request is an ordinary control frame (method [`drive_proto::Method::ReadShardData`])
+//!   carrying the flag [`wire::FLAG_BULK`]; the server's handler ([`crate::DriveServer`]) answers
+//!   the raw shard bytes and the RPC server sends them as a short response header (flag set,
+//!   payload: the length) followed by a bulk frame ([`crate::data`]: header, payload, keyed-BLAKE3
+//!   tag with a key derived from the session). The client checks the header (request id, length
+//!   against what it asked for and against the buffer) before it reads a payload byte into the
+//!   pooled buffer, then the tag; an error answer is an ordinary error frame.
+//!
+//! Dedicated connections rather than bulk answers multiplexed on the control connections: on a
+//! multiplexed connection the reader must read ahead to find frame boundaries, so the start of a
+//! payload would land in the reader's buffer and need a copy, and a 1 MiB shard would hold up every
+//! small control answer queued behind it (lock refreshes, metadata reads). Dedicated connections
+//! keep control latency independent of bulk traffic, bound the transfers in flight per peer by
+//! their number, and mirror the verbs backend, whose queue pairs are also separate from the control
+//! channel.
+//!
+//! A range larger than one buffer is asked for in pieces of one buffer each, written in windows of
+//! up to 16 on one connection (pipelined); the peer answers them as they complete, each into its
+//! own buffer.
+//!
+//! Every transfer is bounded by [`TcpDataPlaneConfig::transfer_timeout`], from waiting for buffers
+//! and a connection to the last byte. A connection is returned to the idle set only after a
+//! transfer that ended cleanly (including a clean error answer); a timeout, a dropped future, or a
+//! broken stream drops it, so a half-read answer can never be mistaken for the next one. A
+//! transfer that fails on a reused idle connection before any byte of the answer arrived (the peer
+//! restarted since) is retried once on a fresh connection. When connecting fails the peer is
+//! marked down for a jittered, doubling back-off, and transfers fail at once in that window.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use bytes::{Bytes, BytesMut};
+use rand::Rng;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
+use uuid::Uuid;
+
+use crate::auth::{self, AuthError, Identity};
+use crate::bufpool::{BufPool, BufPoolConfig, BufPoolError, PooledBuf, ALIGN};
+use crate::data::{BulkReceiver, BulkSender, DataError};
+use crate::drive_proto::{self, Request};
+use crate::rpc::RpcConfig;
+use crate::wire::{self, Frame, FrameKind, Header, Opener, Sealer, WireError};
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A range of one shard file on a peer's drive: `len` bytes at `offset` of
+/// `<bucket>/<key>/<data_dir>/part.<part>`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShardRange<'a> {
+    pub bucket: &'a str,
+    pub key: &'a str,
+    pub data_dir: Uuid,
+    pub part: u32,
+    pub offset: u64,
+    pub len: usize,
+}
+
+/// Shard bytes that landed in pooled buffers, in order: every buffer is full except the last.
+/// From the verbs backend they are in registered memory outside the pool instead
+/// ([`ShardData::buffers`] is then empty; [`ShardData::into_bytes`] is the way to them).
+#[derive(Debug)]
+pub struct ShardData {
+    bufs: Vec<PooledBuf>,
+    /// Pieces in registered memory (verbs backend), in order; empty for pooled buffers.
+    pieces: Vec<Bytes>,
+    len: usize,
+}
+
+impl ShardData {
+    /// Shard bytes already in `Bytes` pieces (registered memory of the verbs backend), in order.
+    pub fn from_bytes(pieces: Vec<Bytes>, len: usize) -> ShardData {
+        ShardData {
+            bufs: Vec::new(),
+            pieces,
+            len,
+        }
+    }
+
+    /// Bytes in all buffers.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The buffers, in order.
+    pub fn buffers(&self) -> &[PooledBuf] {
+        &self.bufs
+    }
+
+    pub fn into_buffers(self) -> Vec<PooledBuf> {
+        self.bufs
+    }
+
+    /// Whether [`ShardData::into_bytes`] is free (no copy): the bytes are in at most one buffer.
+    pub fn is_contiguous(&self) -> bool {
+        self.bufs.len() + self.pieces.len() <= 1
+    }
+
+    /// The bytes as one `Bytes`. In one buffer (the normal case: a shard chunk fits a buffer) this is
+    /// the buffer itself ([`PooledBuf::into_bytes`]), which returns to the pool when the last clone is
+    /// dropped: no copy. Spread over several buffers, they are copied into one allocation.
+    pub fn into_bytes(mut self) -> Bytes {
+        if !self.pieces.is_empty() {
+            return match self.pieces.len() {
+                1 => self.pieces.pop().unwrap_or_default(),
+                _ => {
+                    let mut out = BytesMut::with_capacity(self.len);
+                    for p in &self.pieces {
+                        out.extend_from_slice(p);
+                    }
+                    out.freeze()
+                }
+            };
+        }
+        match self.bufs.len() {
+            0 => Bytes::new(),
+            1 if self.len == 0 => Bytes::new(),
+            1 => self
+                .bufs
+                .pop()
+                .map(PooledBuf::into_bytes)
+                .unwrap_or_default(),
+            _ => {
+                let mut out = BytesMut::with_capacity(self.len);
+                for b in &self.bufs {
+                    out.extend_from_slice(b);
+                }
+                out.freeze()
+            }
+        }
+    }
+}
+
+/// Every way a data-plane transfer can fail.
+#[derive(Debug, thiserror::Error)]
+pub enum DataPlaneError {
+    #[error("data-plane transfer with {peer} timed out after {after:?}")]
+    Timeout { peer: String, after: Duration },
+    #[error("peer {peer} is marked down on the data plane (next attempt in {retry_in:?}); last error: {last_error}")]
+    PeerDown {
+        peer: String,
+        retry_in: Duration,
+        last_error: String,
+    },
+    #[error("cannot open a data connection to {peer}: {source}")]
+    Connect {
+        peer: String,
+        source: std::io::Error,
+    },
+    #[error("data-connection handshake with {peer} failed: {source}")]
+    Handshake { peer: String, source: AuthError },
+    /// The connection broke or closed mid-transfer (e.g. the peer died).
+    #[error("data connection to {peer} broke: {source}")]
+    ConnectionLost {
+        peer: String,
+        source: std::io::Error,
+    },
+    /// A control frame on the data connection was invalid (bad MAC, unknown kind, ...).
+    #[error("data connection to {peer}: bad frame: {source}")]
+    Wire { peer: String, source: WireError },
+    /// A bulk frame was invalid (bad tag, wrong length or transfer id).
+    #[error("data connection to {peer}: bad bulk frame: {source}")]
+    Bulk { peer: String, source: DataError },
+    #[error("data connection to {peer}: protocol error: {reason}")]
+    Protocol { peer: String, reason: String },
+    /// The peer answered with an error (e.g. the drive's `FileNotFound`), code per
+    /// [`crate::rpc::codes`] and [`drive_proto::codes`].
+    #[error("peer {peer} refused the transfer ({code}): {message}")]
+    Remote {
+        peer: String,
+        code: u16,
+        message: String,
+    },
+    #[error("a transfer of {len} bytes cannot be done: {reason}")]
+    TooLarge { len: usize, reason: String },
+    /// The verbs (RDMA) path to the peer failed: a completion error, a QP in error (its reads in
+    /// flight fail with this), a failed connection set-up.
+    #[error("RDMA transfer with {peer} failed: {reason}")]
+    Verbs { peer: String, reason: String },
+}
+
+impl DataPlaneError {
+    /// Whether the peer could not be reached or the transfer could not complete on the way (as
+    /// opposed to the peer answering with an error or sending garbage).
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            DataPlaneError::Timeout { .. }
+                | DataPlaneError::PeerDown { .. }
+                | DataPlaneError::Connect { .. }
+                | DataPlaneError::Handshake { .. }
+                | DataPlaneError::ConnectionLost { .. }
+        )
+    }
+
+    /// A short name of the kind of error, for metrics.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            DataPlaneError::Timeout { .. } => "timeout",
+            DataPlaneError::PeerDown { .. } => "peer_down",
+            DataPlaneError::Connect { .. } => "connect",
+            DataPlaneError::Handshake { .. } => "handshake",
+            DataPlaneError::ConnectionLost { .. } => "connection_lost",
+            DataPlaneError::Wire { .. } => "wire",
+            DataPlaneError::Bulk { .. } => "bulk",
+            DataPlaneError::Protocol { .. } => "protocol",
+            DataPlaneError::Remote { .. } => "remote",
+            DataPlaneError::TooLarge { .. } => "too_large",
+            DataPlaneError::Verbs { .. } => "verbs",
+        }
+    }
+}
+
+/// Counters of one data-plane backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DataPlaneStats {
+    /// Transfers attempted.
+    pub transfers: u64,
+    /// Payload bytes received into pooled buffers.
+    pub bytes_in: u64,
+    /// Payload bytes sent.
+    pub bytes_out: u64,
+    /// Transfers that failed, for any reason (timeouts included).
+    pub errors: u64,
+    pub timeouts: u64,
+    /// Data connections established (handshake done).
+    pub connects: u64,
+    pub connect_failures: u64,
+    /// Transfers refused at once because their peer was marked down.
+    pub fast_failures: u64,
+    /// Transfers retried on a fresh connection after a reused one turned out dead.
+    pub retries: u64,
+}
+
+/// Moves shard bytes between nodes. Object-safe: used as `Arc<dyn DataPlane>`.
+///
+/// # Contract
+///
+/// A read lands the bytes of a [`ShardRange`] of drive `drive` of `peer` in pooled buffers, in
+/// order, each buffer filled to its capacity except the last; errors of the peer's drive come back
+/// as [`DataPlaneError::Remote`] with the drive protocol's codes, so the caller can rebuild the
+/// exact [`quarry_disk::DriveError`]. Every transfer is bounded in time and the transfers in flight
+/// to one peer are bounded in number; a future that is dropped leaves no transfer behind that can
+/// still write into a buffer that went back to the pool.
+///
+/// # How the verbs backend maps onto it
+///
+/// (What [`crate::verbs_dataplane`] implements now: GET reads land in buffers of its own
+/// registered region, handed over as `Bytes` ([`ShardData::from_bytes`]), because the pool's
+/// slabs cannot be registered without `unsafe` outside `crates/verbs`; `read_shard_into` and
+/// `append_shard` use the TCP backend. The plan below is the full design.)
+///
+/// - [`DataPlane::pool`] is the pool whose slabs the verbs backend registers once as memory
+///   regions ([`BufPool::slabs`]); every buffer then has an lkey/rkey and an address
+///   ([`PooledBuf::slab`], [`PooledBuf::offset`], [`PooledBuf::addr`]).
+/// - [`DataPlane::read_shard_into`] is the server-push GET of DESIGN.md: the requester provides the
+///   destination buffers (registered), sends the holder, over the control channel or a SEND on the
+///   QP, `(address, rkey, length)` of each and the shard range; the holder reads the range from its
+///   drive into its own registered buffer and RDMA-WRITEs it to that address with immediate data
+///   (the request id); the completion of the WRITE-with-immediate on the requester's receive queue
+///   completes the transfer. RC ordering makes the bytes visible before the completion. A stripe
+///   buffer shared by the holders of one block is a set of `dst` buffers, one per holder.
+/// - Cancellation: when the future is dropped or times out while a holder may still write, the
+///   verbs backend must not let the buffers return to the pool: it moves the QP to error and drains
+///   it first (or keeps the buffers until the QP is drained). The TCP backend has no such hazard:
+///   its bytes only ever land through the future's own reads.
+/// - [`DataPlane::read_shard`] takes the buffers from [`DataPlane::pool`] itself.
+/// - [`DataPlane::append_shard`] is the PUT side: the writer is opened over the control RPC
+///   (`ShardOpen`), then each chunk is moved by the backend (TCP: an append request whose bytes
+///   follow as a bulk frame that the peer reads into a pooled buffer; verbs: the chunk sits in a
+///   registered pooled buffer and the holder RDMA-READs it, or it is SENT into receives the holder
+///   pre-posted, with credits), and the peer writes it to the shard writer in sequence order.
+#[async_trait]
+pub trait DataPlane: Send + Sync + fmt::Debug {
+    /// The backend's name for logs and metrics (`"tcp"`, `"verbs"`).
+    fn name(&self) -> &'static str;
+
+    /// The pool the backend reads into (registered with the device, for verbs).
+    fn pool(&self) -> &BufPool;
+
+    fn stats(&self) -> DataPlaneStats;
+
+    /// Reads `range` of drive `drive` of `peer` (`host:port`) into buffers taken from
+    /// [`DataPlane::pool`].
+    async fn read_shard(
+        &self,
+        peer: &str,
+        drive: u16,
+        range: &ShardRange<'_>,
+    ) -> Result<ShardData, DataPlaneError>;
+
+    /// Like [`DataPlane::read_shard`], into the caller's buffers, which must hold `range.len`
+    /// bytes in all (buffers beyond those needed are returned to their pool). For the verbs
+    /// backend they must come from [`DataPlane::pool`].
+    async fn read_shard_into(
+        &self,
+        peer: &str,
+        drive: u16,
+        range: &ShardRange<'_>,
+        dst: Vec<PooledBuf>,
+    ) -> Result<ShardData, DataPlaneError>;
+
+    /// Appends `data` as append number `seq` of shard writer `writer`, opened on drive `drive` of
+    /// `peer` over the control RPC. Appends may be in flight at once and arrive in any order; the
+    /// peer writes them in `seq` order (within its window).
+    async fn append_shard(
+        &self,
+        peer: &str,
+        drive: u16,
+        writer: Uuid,
+        seq: u64,
+        data: Bytes,
+    ) -> Result<(), DataPlaneError>;
+}
+
+/// Settings of a [`TcpDataPlane`].
+#[derive(Debug, Clone)]
+pub struct TcpDataPlaneConfig {
+    /// Data connections kept to each peer, which is also the bound on transfers in flight to it.
+    pub connections_per_peer: usize,
+    /// Bound on each transfer: waiting for buffers and a connection, connecting, the answer.
+    pub transfer_timeout: Duration,
+    pub connect_timeout: Duration,
+    pub handshake_timeout: Duration,
+    pub max_clock_skew: Duration,
+    /// Largest control frame accepted on a data connection (error answers).
+    pub max_frame: u32,
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
+    /// Bytes of each pooled buffer (a multiple of 4096).
+    pub buf_size: usize,
+    /// Buffers in the pool.
+    pub buffers: usize,
+}
+
+/// Default buffer size: a block's framed shard chunk (1 MiB of data at one data shard, plus its
+/// 32-byte bitrot hash) fits one buffer, so a shard read lands in one buffer and reaches the
+/// decoder without a copy whatever the set's shape.
+pub const DEFAULT_BUF_SIZE: usize = (1 << 20) + ALIGN;
+
+impl TcpDataPlaneConfig {
+    /// Timeouts, back-off and frame size of `rpc`; four connections per peer; a pool of 256
+    /// buffers of [`DEFAULT_BUF_SIZE`] (its memory becomes resident only as buffers are used).
+    pub fn from_rpc(rpc: &RpcConfig) -> TcpDataPlaneConfig {
+        TcpDataPlaneConfig {
+            connections_per_peer: 4,
+            transfer_timeout: rpc.call_timeout,
+            connect_timeout: rpc.connect_timeout,
+            handshake_timeout: rpc.handshake_timeout,
+            max_clock_skew: rpc.max_clock_skew,
+            max_frame: rpc.max_frame,
+            backoff_initial: rpc.backoff_initial,
+            backoff_max: rpc.backoff_max,
+            buf_size: DEFAULT_BUF_SIZE,
+            buffers: 256,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Counters {
+    transfers: AtomicU64,
+    bytes_in: AtomicU64,
+    bytes_out: AtomicU64,
+    errors: AtomicU64,
+    timeouts: AtomicU64,
+    connects: AtomicU64,
+    connect_failures: AtomicU64,
+    fast_failures: AtomicU64,
+    retries: AtomicU64,
+}
+
+/// The TCP backend of the data plane (see the module docs). Share it as `Arc<dyn DataPlane>`.
+pub struct TcpDataPlane {
+    identity: Identity,
+    config: TcpDataPlaneConfig,
+    pool: BufPool,
+    /// Serialises taking several buffers for one transfer, so two large transfers cannot each hold
+    /// part of the pool while waiting for the rest.
+    multi_get: tokio::sync::Mutex<()>,
+    peers: Mutex<HashMap<String, Arc<PeerConns>>>,
+    counters: Counters,
+}
+
+impl fmt::Debug for TcpDataPlane {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("TcpDataPlane")
+            .field("node", &self.identity.node_id)
+            .field("pool", &self.pool)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+#[derive(Default)]
+struct Health {
+    failures: u32,
+    down_until: Option<Instant>,
+    last_error: String,
+}
+
+/// The data connections to one peer.
+struct PeerConns {
+    /// One permit per connection: the bound on transfers in flight to this peer.
+    permits: Semaphore,
+    idle: Mutex<Vec<DataConn>>,
+    health: Mutex<Health>,
+}
+
+impl TcpDataPlane {
+    /// A data plane with its own pool, shaped by `config`.
+    pub fn new(
+        identity: Identity,
+        config: TcpDataPlaneConfig,
+    ) -> Result<TcpDataPlane, BufPoolError> {
+        let pool = BufPool::new(BufPoolConfig::new(config.buf_size, config.buffers))?;
+        Ok(TcpDataPlane::with_pool(identity, config, pool))
+    }
+
+    /// A data plane reading into `pool` (`config.buf_size` and `config.buffers` are ignored).
+    pub fn with_pool(
+        identity: Identity,
+        config: TcpDataPlaneConfig,
+        pool: BufPool,
+    ) -> TcpDataPlane {
+        TcpDataPlane {
+            identity,
+            config,
+            pool,
+            multi_get: tokio::sync::Mutex::new(()),
+            peers: Mutex::new(HashMap::new()),
+            counters: Counters::default(),
+        }
+    }
+
+    pub fn config(&self) -> &TcpDataPlaneConfig {
+        &self.config
+    }
+
+    /// Data connections to `peer` open and idle now.
+    pub fn idle_connections(&self, peer: &str) -> usize {
+        lock(&self.peers)
+            .get(peer)
+            .map_or(0, |p| lock(&p.idle).len())
+    }
+
+    fn peer(&self, addr: &str) -> Arc<PeerConns> {
+        let mut peers = lock(&self.peers);
+        if let Some(p) = peers.get(addr) {
+            return p.clone();
+        }
+        let p = Arc::new(PeerConns {
+            permits: Semaphore::new(self.config.connections_per_peer.max(1)),
+            idle: Mutex::new(Vec::new()),
+            health: Mutex::new(Health::default()),
+        });
+        peers.insert(addr.to_owned(), p.clone());
+        p
+    }
+
+    /// Buffers for `len` bytes from the pool (at least one, for a 0-byte read).
+    async fn buffers_for(&self, len: usize) -> Result<Vec<PooledBuf>, DataPlaneError> {
+        let size = self.pool.buf_size();
+        let n = len.div_ceil(size).max(1);
+        let capacity = self.pool.stats().capacity;
+        if n > capacity {
+            return Err(DataPlaneError::TooLarge {
+                len,
+                reason: format!("it needs {n} buffers of {size} bytes and the pool has {capacity}"),
+            });
+        }
+        if n == 1 {
+            return Ok(vec![self.pool.get().await]);
+        }
+        let _one_at_a_time = self.multi_get.lock().await;
+        let mut bufs = Vec::with_capacity(n);
+        for _ in 0..n {
+            bufs.push(self.pool.get().await);
+        }
+        Ok(bufs)
+    }
+
+    async fn transfer(
+        &self,
+        peer: &str,
+        drive: u16,
+        range: &ShardRange<'_>,
+        dst: Option<Vec<PooledBuf>>,
+    ) -> Result<ShardData, DataPlaneError> {
+        let mut dst = match dst {
+            Some(d) => d,
+            None => self.buffers_for(range.len).await?,
+        };
+        // The pieces: one per buffer, in order, as many as the range needs (at least one).
+        let mut pieces: Vec<(u64, usize)> = Vec::with_capacity(dst.len());
+        let mut at = 0usize;
+        for b in &dst {
+            if at == range.len && !pieces.is_empty() {
+                break;
+            }
+            let n = (range.len - at).min(b.capacity());
+            if n == 0 && range.len > 0 {
+                return Err(DataPlaneError::TooLarge {
+                    len: range.len,
+                    reason: "a destination buffer has no capacity".into(),
+                });
+            }
+            let offset =
+                range
+                    .offset
+                    .checked_add(at as u64)
+                    .ok_or_else(|| DataPlaneError::TooLarge {
+                        len: range.len,
+                        reason: format!("the range at offset {} overflows", range.offset),
+                    })?;
+            pieces.push((offset, n));
+            at += n;
+        }
+        if at < range.len || pieces.is_empty() {
+            return Err(DataPlaneError::TooLarge {
+                len: range.len,
+                reason: format!("the destination buffers hold only {at} bytes"),
+            });
+        }
+        // Buffers beyond those needed go back to the pool now.
+        dst.truncate(pieces.len());
+
+        self.on_connection(
+            peer,
+            Op::Read {
+                drive,
+                range,
+                pieces: &pieces,
+                dst: &mut dst,
+            },
+        )
+        .await?;
+        Ok(ShardData {
+            bufs: dst,
+            pieces: Vec::new(),
+            len: range.len,
+        })
+    }
+
+    /// Runs `op` on a data connection to `peer`: an idle one or a new one, at most
+    /// `connections_per_peer` at once. A connection goes back to the idle set only when the
+    /// exchange ended cleanly; one that fails on a reused connection before any answer byte
+    /// arrived is retried once on a fresh connection.
+    async fn on_connection(&self, peer: &str, mut op: Op<'_>) -> Result<(), DataPlaneError> {
+        let p = self.peer(peer);
+        // The semaphore is never closed.
+        let _permit = p
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| DataPlaneError::Protocol {
+                peer: peer.to_owned(),
+                reason: "data plane shut down".into(),
+            })?;
+        let mut retried = false;
+        loop {
+            let reused = lock(&p.idle).pop();
+            let (mut conn, was_reused) = match reused {
+                Some(c) => (c, true),
+                None => (self.connect(peer, &p).await?, false),
+            };
+            let r = match &mut op {
+                Op::Read {
+                    drive,
+                    range,
+                    pieces,
+                    dst,
+                } => conn.read(peer, *drive, range, pieces, dst).await,
+                Op::Append {
+                    drive,
+                    writer,
+                    seq,
+                    data,
+                } => conn.append(peer, *drive, *writer, *seq, data).await,
+            };
+            match r {
+                Ok(()) => {
+                    lock(&p.idle).push(conn);
+                    return Ok(());
+                }
+                Err(ConnFailure { error, clean }) => {
+                    if clean {
+                        // The answer was read to its end: the connection is in step.
+                        lock(&p.idle).push(conn);
+                    } else if was_reused && !conn.received_any && !retried {
+                        // An idle connection that died while unused (e.g. the peer restarted):
+                        // nothing came back, so try once more on a fresh one. (An append the peer
+                        // did apply before it went silent is refused as a duplicate by its
+                        // sequence number.)
+                        retried = true;
+                        self.counters.retries.fetch_add(1, Ordering::Relaxed);
+                        tracing::debug!(%peer, error = %error, "stale data connection; reconnecting");
+                        continue;
+                    }
+                    return Err(error);
+                }
+            }
+        }
+    }
+
+    /// Opens and authenticates a data connection, or fails fast while the peer is marked down.
+    async fn connect(&self, addr: &str, p: &PeerConns) -> Result<DataConn, DataPlaneError> {
+        {
+            let h = lock(&p.health);
+            if let Some(until) = h.down_until {
+                let now = Instant::now();
+                if until > now {
+                    self.counters.fast_failures.fetch_add(1, Ordering::Relaxed);
+                    return Err(DataPlaneError::PeerDown {
+                        peer: addr.to_owned(),
+                        retry_in: until - now,
+                        last_error: h.last_error.clone(),
+                    });
+                }
+            }
+        }
+        match self.open(addr).await {
+            Ok(c) => {
+                self.counters.connects.fetch_add(1, Ordering::Relaxed);
+                *lock(&p.health) = Health::default();
+                Ok(c)
+            }
+            Err(e) => {
+                self.counters
+                    .connect_failures
+                    .fetch_add(1, Ordering::Relaxed);
+                let mut h = lock(&p.health);
+                h.failures = h.failures.saturating_add(1);
+                let delay = crate::rpc::backoff(
+                    self.config.backoff_initial,
+                    self.config.backoff_max,
+                    h.failures,
+                    rand::thread_rng().gen_range(0.5..=1.0),
+                );
+                h.down_until = Some(Instant::now() + delay);
+                h.last_error = e.to_string();
+                tracing::warn!(peer = %addr, failures = h.failures, retry_in = ?delay, error = %e, "data plane: peer unreachable");
+                Err(e)
+            }
+        }
+    }
+
+    async fn open(&self, addr: &str) -> Result<DataConn, DataPlaneError> {
+        let c = &self.config;
+        let peer = || addr.to_owned();
+        let mut stream =
+            match tokio::time::timeout(c.connect_timeout, TcpStream::connect(addr)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(source)) => {
+                    return Err(DataPlaneError::Connect {
+                        peer: peer(),
+                        source,
+                    })
+                }
+                Err(_) => {
+                    return Err(DataPlaneError::Connect {
+                        peer: peer(),
+                        source: std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!("no connection within {:?}", c.connect_timeout),
+                        ),
+                    })
+                }
+            };
+        stream
+            .set_nodelay(true)
+            .map_err(|source| DataPlaneError::Connect {
+                peer: peer(),
+                source,
+            })?;
+        let handshake = auth::client_handshake(&mut stream, &self.identity, c.max_clock_skew);
+        let session = match tokio::time::timeout(c.handshake_timeout, handshake).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(source)) => {
+                return Err(DataPlaneError::Handshake {
+                    peer: peer(),
+                    source,
+                })
+            }
+            Err(_) => {
+                return Err(DataPlaneError::Handshake {
+                    peer: peer(),
+                    source: AuthError::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no handshake within {:?}", c.handshake_timeout),
+                    )),
+                })
+            }
+        };
+        tracing::debug!(peer = %addr, node = %session.peer_node_id, "data connection established");
+        Ok(DataConn {
+            sealer: session.sealer(c.max_frame),
+            opener: session.opener(c.max_frame),
+            bulk: session.bulk_receiver(),
+            bulk_tx: session.bulk_sender(),
+            stream,
+            next_id: 1,
+            max_frame: c.max_frame,
+            received_any: false,
+        })
+    }
+
+    async fn timed(
+        &self,
+        peer: &str,
+        drive: u16,
+        range: &ShardRange<'_>,
+        dst: Option<Vec<PooledBuf>>,
+    ) -> Result<ShardData, DataPlaneError> {
+        self.counters.transfers.fetch_add(1, Ordering::Relaxed);
+        let after = self.config.transfer_timeout;
+        let result = match tokio::time::timeout(after, self.transfer(peer, drive, range, dst)).await
+        {
+            Ok(r) => r,
+            Err(_) => {
+                self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+                Err(DataPlaneError::Timeout {
+                    peer: peer.to_owned(),
+                    after,
+                })
+            }
+        };
+        match &result {
+            Ok(d) => {
+                self.counters
+                    .bytes_in
+                    .fetch_add(d.len() as u64, Ordering::Relaxed);
+            }
+            Err(_) => {
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl DataPlane for TcpDataPlane {
+    fn name(&self) -> &'static str {
+        "tcp"
+    }
+
+    fn pool(&self) -> &BufPool {
+        &self.pool
+    }
+
+    fn stats(&self) -> DataPlaneStats {
+        let c = &self.counters;
+        DataPlaneStats {
+            transfers: c.transfers.load(Ordering::Relaxed),
+            bytes_in: c.bytes_in.load(Ordering::Relaxed),
+            bytes_out: c.bytes_out.load(Ordering::Relaxed),
+            errors: c.errors.load(Ordering::Relaxed),
+            timeouts: c.timeouts.load(Ordering::Relaxed),
+            connects: c.connects.load(Ordering::Relaxed),
+            connect_failures: c.connect_failures.load(Ordering::Relaxed),
+            fast_failures: c.fast_failures.load(Ordering::Relaxed),
+            retries: c.retries.load(Ordering::Relaxed),
+        }
+    }
+
+    async fn read_shard(
+        &self,
+        peer: &str,
+        drive: u16,
+        range: &ShardRange<'_>,
+    ) -> Result<ShardData, DataPlaneError> {
+        self.timed(peer, drive, range, None).await
+    }
+
+    async fn read_shard_into(
+        &self,
+        peer: &str,
+        drive: u16,
+        range: &ShardRange<'_>,
+        dst: Vec<PooledBuf>,
+    ) -> Result<ShardData, DataPlaneError> {
+        self.timed(peer, drive, range, Some(dst)).await
+    }
+
+    async fn append_shard(
+        &self,
+        peer: &str,
+        drive: u16,
+        writer: Uuid,
+        seq: u64,
+        data: Bytes,
+    ) -> Result<(), DataPlaneError> {
+        self.counters.transfers.fetch_add(1, Ordering::Relaxed);
+        let after = self.config.transfer_timeout;
+        let len = data.len();
+        let op = Op::Append {
+            drive,
+            writer,
+            seq,
+            data,
+        };
+        let result = match tokio::time::timeout(after, self.on_connection(peer, op)).await {
+            Ok(r) => r,
+            Err(_) => {
+                self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+                Err(DataPlaneError::Timeout {
+                    peer: peer.to_owned(),
+                    after,
+                })
+            }
+        };
+        match &result {
+            Ok(()) => {
+                self.counters
+                    .bytes_out
+                    .fetch_add(len as u64, Ordering::Relaxed);
+            }
+            Err(_) => {
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        result
+    }
+}
+
+/// One exchange on a data connection.
+enum Op<'a> {
+    Read {
+        drive: u16,
+        range: &'a ShardRange<'a>,
+        pieces: &'a [(u64, usize)],
+        dst: &'a mut [PooledBuf],
+    },
+    Append {
+        drive: u16,
+        writer: Uuid,
+        seq: u64,
+        data: Bytes,
+    },
+}
+
+/// A failed transfer on one connection; `clean` when the connection is still in step (every
+/// answer was read to its end), so it can be reused.
+struct ConnFailure {
+    error: DataPlaneError,
+    clean: bool,
+}
+
+impl ConnFailure {
+    fn broken(error: DataPlaneError) -> ConnFailure {
+        ConnFailure {
+            error,
+            clean: false,
+        }
+    }
+}
+
+/// Requests of one read written at once on a data connection before their answers are read.
+const PIPELINE: usize = 16;
+
+/// One authenticated data connection, used by one transfer at a time.
+struct DataConn {
+    stream: TcpStream,
+    sealer: Sealer,
+    opener: Opener,
+    bulk: BulkReceiver,
+    bulk_tx: BulkSender,
+    next_id: u64,
+    max_frame: u32,
+    /// Whether any byte of an answer arrived during the current transfer.
+    received_any: bool,
+}
+
+impl DataConn {
+    /// Asks for every piece at once, then reads the answers (in whatever order the peer sends them)
+    /// straight into `dst[i]` for piece `i`.
+    async fn read(
+        &mut self,
+        peer: &str,
+        drive: u16,
+        range: &ShardRange<'_>,
+        pieces: &[(u64, usize)],
+        dst: &mut [PooledBuf],
+    ) -> Result<(), ConnFailure> {
+        self.received_any = false;
+        // A bounded window of requests at a time: the peer stops reading a connection while its
+        // requests in flight are at their bound, and its answers wait for us to read them, so an
+        // unbounded burst of requests could fill both directions' socket buffers at once.
+        for (p, d) in pieces.chunks(PIPELINE).zip(dst.chunks_mut(PIPELINE)) {
+            self.read_batch(peer, drive, range, p, d).await?;
+        }
+        Ok(())
+    }
+
+    async fn read_batch(
+        &mut self,
+        peer: &str,
+        drive: u16,
+        range: &ShardRange<'_>,
+        pieces: &[(u64, usize)],
+        dst: &mut [PooledBuf],
+    ) -> Result<(), ConnFailure> {
+        let lost = |source| {
+            ConnFailure::broken(DataPlaneError::ConnectionLost {
+                peer: peer.to_owned(),
+                source,
+            })
+        };
+        let protocol = |reason: String| {
+            ConnFailure::broken(DataPlaneError::Protocol {
+                peer: peer.to_owned(),
+                reason,
+            })
+        };
+        let first = self.next_id;
+        self.next_id += pieces.len() as u64;
+        let mut out = BytesMut::with_capacity(pieces.len() * 160);
+        for (i, &(offset, len)) in pieces.iter().enumerate() {
+            let req = Request::ReadShardData {
+                bucket: range.bucket.to_owned(),
+                key: range.key.to_owned(),
+                data_dir: range.data_dir,
+                part: range.part,
+                offset,
+                len: len as u64,
+            };
+            let (method, payload) = drive_proto::encode_request(drive, &req);
+            let frame = Frame {
+                kind: FrameKind::Request,
+                flags: wire::FLAG_BULK,
+                request_id: first + i as u64,
+                method,
+                payload,
+            };
+            self.sealer.seal_into(&frame, &mut out).map_err(|source| {
+                ConnFailure::broken(DataPlaneError::Wire {
+                    peer: peer.to_owned(),
+                    source,
+                })
+            })?;
+        }
+        self.stream.write_all(&out).await.map_err(lost)?;
+
+        let mut done = vec![false; pieces.len()];
+        let mut first_error: Option<DataPlaneError> = None;
+        for _ in 0..pieces.len() {
+            let frame = self.read_control(peer).await?;
+            let i = frame
+                .request_id
+                .checked_sub(first)
+                .map(|i| i as usize)
+                .filter(|&i| i < pieces.len() && !done[i])
+                .ok_or_else(|| {
+                    protocol(format!(
+                        "answer to request {} which is not outstanding",
+                        frame.request_id
+                    ))
+                })?;
+            done[i] = true;
+            match frame.kind {
+                FrameKind::Error => {
+                    let (code, message) = wire::decode_error(&frame.payload).map_err(|source| {
+                        ConnFailure::broken(DataPlaneError::Wire {
+                            peer: peer.to_owned(),
+                            source,
+                        })
+                    })?;
+                    first_error.get_or_insert(DataPlaneError::Remote {
+                        peer: peer.to_owned(),
+                        code,
+                        message,
+                    });
+                }
+                FrameKind::Response if frame.flags & wire::FLAG_BULK != 0 => {
+                    let announced = <[u8; 8]>::try_from(&frame.payload[..])
+                        .map(u64::from_be_bytes)
+                        .map_err(|_| protocol("bulk answer header is not 8 bytes".into()))?;
+                    let want = pieces[i].1;
+                    if announced != want as u64 {
+                        return Err(protocol(format!(
+                            "asked for {want} bytes, the peer announces {announced}"
+                        )));
+                    }
+                    self.bulk
+                        .recv_into(&mut self.stream, frame.request_id, want, &mut dst[i])
+                        .await
+                        .map_err(|e| match e {
+                            DataError::Io(source) => lost(source),
+                            source => ConnFailure::broken(DataPlaneError::Bulk {
+                                peer: peer.to_owned(),
+                                source,
+                            }),
+                        })?;
+                }
+                other => {
+                    return Err(protocol(format!(
+                        "unexpected {other:?} frame (flags {:#06x}) on a data connection",
+                        frame.flags
+                    )))
+                }
+            }
+        }
+        match first_error {
+            None => Ok(()),
+            Some(error) => Err(ConnFailure { error, clean: true }),
+        }
+    }
+
+    /// Sends one append: the request (flag [`wire::FLAG_BULK_BODY`], payload: the append's
+    /// prefix) and the bytes as a bulk frame written from `data` itself, then reads the answer.
+    async fn append(
+        &mut self,
+        peer: &str,
+        drive: u16,
+        writer: Uuid,
+        seq: u64,
+        data: &Bytes,
+    ) -> Result<(), ConnFailure> {
+        self.received_any = false;
+        let broken = |error| ConnFailure::broken(error);
+        let len = u32::try_from(data.len()).map_err(|_| {
+            broken(DataPlaneError::TooLarge {
+                len: data.len(),
+                reason: "an append is at most 4 GiB".into(),
+            })
+        })?;
+        let id = self.next_id;
+        self.next_id += 1;
+        let (method, payload) = drive_proto::encode_shard_append_prefix(drive, writer, seq, len);
+        let frame = Frame {
+            kind: FrameKind::Request,
+            flags: wire::FLAG_BULK_BODY,
+            request_id: id,
+            method,
+            payload,
+        };
+        let mut out = BytesMut::with_capacity(160);
+        self.sealer.seal_into(&frame, &mut out).map_err(|source| {
+            broken(DataPlaneError::Wire {
+                peer: peer.to_owned(),
+                source,
+            })
+        })?;
+        let (header, tag) = self.bulk_tx.seal(id, data).map_err(|source| {
+            broken(DataPlaneError::Bulk {
+                peer: peer.to_owned(),
+                source,
+            })
+        })?;
+        out.extend_from_slice(&header);
+        let lost = |source| {
+            broken(DataPlaneError::ConnectionLost {
+                peer: peer.to_owned(),
+                source,
+            })
+        };
+        self.stream.write_all(&out).await.map_err(lost)?;
+        self.stream.write_all(data).await.map_err(lost)?;
+        self.stream.write_all(&tag).await.map_err(lost)?;
+        let answer = self.read_control(peer).await?;
+        if answer.request_id != id {
+            return Err(broken(DataPlaneError::Protocol {
+                peer: peer.to_owned(),
+                reason: format!("answer to request {} instead of {id}", answer.request_id),
+            }));
+        }
+        match answer.kind {
+            FrameKind::Error => {
+                let (code, message) = wire::decode_error(&answer.payload).map_err(|source| {
+                    broken(DataPlaneError::Wire {
+                        peer: peer.to_owned(),
+                        source,
+                    })
+                })?;
+                Err(ConnFailure {
+                    error: DataPlaneError::Remote {
+                        peer: peer.to_owned(),
+                        code,
+                        message,
+                    },
+                    clean: true,
+                })
+            }
+            FrameKind::Response if answer.flags == 0 => {
+                match drive_proto::decode_response(answer.payload) {
+                    Ok(drive_proto::Response::Unit) => Ok(()),
+                    Ok(other) => Err(ConnFailure {
+                        error: DataPlaneError::Protocol {
+                            peer: peer.to_owned(),
+                            reason: format!("unexpected answer to an append: {other:?}")
+                                .chars()
+                                .take(120)
+                                .collect(),
+                        },
+                        clean: true,
+                    }),
+                    Err(e) => Err(ConnFailure {
+                        error: DataPlaneError::Protocol {
+                            peer: peer.to_owned(),
+                            reason: format!("malformed answer to an append: {e}"),
+                        },
+                        clean: true,
+                    }),
+                }
+            }
+            other => Err(broken(DataPlaneError::Protocol {
+                peer: peer.to_owned(),
+                reason: format!(
+                    "unexpected {other:?} frame (flags {:#06x}) on a data connection",
+                    answer.flags
+                ),
+            })),
+        }
+    }
+
+    /// Reads exactly one control frame (no read-ahead: the bytes after it stay in the socket).
+    async fn read_control(&mut self, peer: &str) -> Result<Frame, ConnFailure> {
+        let wire_err = |source| {
+            ConnFailure::broken(DataPlaneError::Wire {
+                peer: peer.to_owned(),
+                source,
+            })
+        };
+        let mut head = [0u8; wire::HEADER_LEN];
+        self.stream.read_exact(&mut head).await.map_err(|source| {
+            ConnFailure::broken(DataPlaneError::ConnectionLost {
+                peer: peer.to_owned(),
+                source,
+            })
+        })?;
+        self.received_any = true;
+        let h = Header::decode(&head, self.max_frame).map_err(wire_err)?;
+        let mut buf = vec![0u8; h.frame_len()];
+        buf[..wire::HEADER_LEN].copy_from_slice(&head);
+        self.stream
+            .read_exact(&mut buf[wire::HEADER_LEN..])
+            .await
+            .map_err(|source| {
+                ConnFailure::broken(DataPlaneError::ConnectionLost {
+                    peer: peer.to_owned(),
+                    source,
+                })
+            })?;
+        self.opener.open_exact(&buf).map_err(wire_err)
+    }
+}
