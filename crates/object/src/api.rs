@@ -27,7 +27,7 @@ pub struct BucketInfo {
     pub created_ns: i64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ObjectInfo {
     pub bucket: String,
     pub key: String,
@@ -347,5 +347,23 @@ pub trait ObjectLayer: Send + Sync + 'static {
     /// The drives' state now and the layer's counters, for metrics. The default knows nothing.
     async fn stats(&self) -> crate::stats::LayerStats {
         crate::stats::LayerStats::default()
+    }
+
+    /// The deployment as this node sees it now (nodes, sets, drives with their space, internode
+    /// counters), for the admin API. The default answers `NotImplemented`.
+    async fn info(&self) -> Result<crate::info::ClusterInfo> {
+        Err(crate::Error::NotImplemented("cluster info"))
+    }
+
+    /// Heals every object of `bucket` (or of every bucket) whose key starts with `prefix`: reads
+    /// and verifies every shard, rewrites the copies that are missing, outdated or corrupt, and
+    /// reports what it did and what it could not. `BucketNotFound` when `bucket` does not exist.
+    /// The default answers `NotImplemented` (layers without drives to heal).
+    async fn heal(
+        &self,
+        _bucket: Option<&str>,
+        _prefix: &str,
+    ) -> Result<crate::scanner::HealReport> {
+        Err(crate::Error::NotImplemented("heal"))
     }
 }

@@ -5,6 +5,17 @@ use std::time::Duration;
 /// How long an unfinished multipart upload is kept by default.
 pub const DEFAULT_MULTIPART_EXPIRY: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// Default pause between two passes of the background scanner.
+pub const DEFAULT_SCAN_INTERVAL: Duration = Duration::from_secs(60 * 60);
+
+/// Default scanner speed, in objects per second.
+pub const DEFAULT_SCAN_RATE: u32 = 50;
+
+/// The scanner's first pass starts at most this long after start-up (a node that restarts more
+/// often than `scan_interval` is still scanned), and not sooner: a node that just started has
+/// better things to do.
+pub const SCAN_FIRST_DELAY: Duration = Duration::from_secs(5 * 60);
+
 /// How objects are laid out on an erasure set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectConfig {
@@ -20,6 +31,25 @@ pub struct ObjectConfig {
     pub multipart_expiry: Duration,
     /// How often that task looks for stale uploads (it also runs once at start-up).
     pub multipart_cleanup_interval: Duration,
+    /// Pause between two passes of the background scanner, which reads every object and heals
+    /// missing or corrupt shards; `None` (or zero) turns the scanner off. The first pass starts
+    /// after this pause too, but at most [`SCAN_FIRST_DELAY`] after start-up.
+    pub scan_interval: Option<Duration>,
+    /// Objects the scanner checks per second, at most (each check reads the whole object).
+    /// Zero means no limit.
+    pub scan_rate: u32,
+    /// In a cluster every node serves every set, and one scanner per set is enough: with
+    /// `Some((i, n))` this node scans only the sets whose index modulo `n` is `i` (e.g. its
+    /// position among `n` nodes). `None` scans every set.
+    pub scan_share: Option<(usize, usize)>,
+    /// First wait before a heal that could not reach every drive is tried again; it doubles
+    /// with each failed attempt up to [`ObjectConfig::heal_retry_max`].
+    pub heal_retry_min: Duration,
+    /// Longest wait between two attempts of a heal that keeps failing.
+    pub heal_retry_max: Duration,
+    /// Heals waiting for a retry, at most; beyond this new ones are dropped (and counted), and
+    /// the scanner finds their objects on its next pass.
+    pub heal_retry_limit: usize,
 }
 
 impl Default for ObjectConfig {
@@ -30,6 +60,12 @@ impl Default for ObjectConfig {
             inline_limit: 128 * 1024,
             multipart_expiry: DEFAULT_MULTIPART_EXPIRY,
             multipart_cleanup_interval: Duration::from_secs(5 * 60),
+            scan_interval: Some(DEFAULT_SCAN_INTERVAL),
+            scan_rate: DEFAULT_SCAN_RATE,
+            scan_share: None,
+            heal_retry_min: Duration::from_secs(1),
+            heal_retry_max: Duration::from_secs(60),
+            heal_retry_limit: 10_000,
         }
     }
 }

@@ -112,7 +112,7 @@ impl ErasureSet {
         opts: &CopyOptions,
         metadata: &ReplaceMetadata,
     ) -> Result<Option<ObjectInfo>> {
-        let _guard = self.locks.lock(format!("{bucket}/{key}")).await;
+        let _guard = self.locks.lock(&format!("{bucket}/{key}")).await?;
         let (current, metas, _) = self.read_meta_quorum(bucket, key).await?;
         check_source_version(
             &object_info(bucket, key, &current),

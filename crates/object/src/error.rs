@@ -63,6 +63,22 @@ pub enum Error {
     /// A part number outside the object's parts (1..=parts) or outside 1..=10000.
     #[error("part number {part} is not valid (the object has {parts} parts)")]
     InvalidPartNumber { part: u32, parts: usize },
+    /// The lock on an object (or upload, or part) was not granted in time: another request
+    /// holds it, or fewer than `need` of the set's `nodes` answered.
+    #[error(
+        "could not lock {resource} within {waited:?}: the last attempt got {granted} of the {need} \
+         grants needed from {nodes} nodes ({unreachable} unreachable)"
+    )]
+    LockTimeout {
+        resource: String,
+        waited: std::time::Duration,
+        /// Grants of the last attempt.
+        granted: usize,
+        need: usize,
+        nodes: usize,
+        /// Nodes that did not answer the last attempt (down, or timed out).
+        unreachable: usize,
+    },
     /// The operation is not implemented by this object layer.
     #[error("{0} is not implemented")]
     NotImplemented(&'static str),

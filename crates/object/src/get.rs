@@ -132,7 +132,7 @@ impl ShardReader {
         part: &PartInfo,
         block: u64,
         shard: usize,
-    ) -> Option<Vec<u8>> {
+    ) -> Option<Bytes> {
         let pos = self.holder[shard]?;
         let block_len = self.erasure.block_len(part.size, block);
         let framed_len = self.erasure.framed_len(block_len);
@@ -179,7 +179,8 @@ impl ShardReader {
             }
         };
         match bitrot::verify(&framed) {
-            Ok(chunk) => Some(chunk.to_vec()),
+            // The chunk is a slice of the buffer it was read into: no copy.
+            Ok(chunk) => Some(framed.slice_ref(chunk)),
             Err(e) => {
                 warn!(drive = self.set.drives[pos].endpoint(), bucket = %self.bucket, key = %self.key, block, shard, error = %e, "bitrot detected");
                 self.note_damage();
@@ -188,12 +189,15 @@ impl ShardReader {
         }
     }
 
-    /// Reads block `block` of `part` and returns its data (all of it).
-    pub(crate) async fn read_block(&self, part: &PartInfo, block: u64) -> Result<Vec<u8>> {
+    /// Reads block `block` of `part` and returns its data (all of it) as pieces in order. When
+    /// the data chunks are all healthy, the pieces are the chunks themselves, slices of the
+    /// buffers the shard reads landed in: nothing is copied. Only a degraded block (a data chunk
+    /// missing or corrupt) is decoded into a new buffer, and that copy is counted.
+    pub(crate) async fn read_block(&self, part: &PartInfo, block: u64) -> Result<Vec<Bytes>> {
         let k = self.erasure.data_shards();
         let n = self.erasure.total_shards();
         let block_len = self.erasure.block_len(part.size, block);
-        let mut shards: Vec<Option<Vec<u8>>> = vec![None; n];
+        let mut shards: Vec<Option<Bytes>> = vec![None; n];
         // Data shards first: when they are all good no decoding is needed.
         let mut next = 0usize;
         let read = |s: usize| async move { (s, self.read_chunk(part, block, s).await) };
@@ -206,7 +210,7 @@ impl ShardReader {
         while let Some((shard, chunk)) = inflight.next().await {
             match chunk {
                 Some(c) => {
-                    self.count_copied(shard, c.len());
+                    self.count_inline_copy(shard, c.len());
                     shards[shard] = Some(c);
                     good += 1;
                 }
@@ -228,29 +232,73 @@ impl ShardReader {
                 self.bucket, self.key, part.number
             )));
         }
-        if shards[..k].iter().any(|s| s.is_none()) {
-            self.erasure
-                .reconstruct_data(&mut shards)
-                .map_err(|e| Error::Corrupt(e.to_string()))?;
+        if shards[..k].iter().all(|s| s.is_some()) {
+            // Healthy: the block is the data chunks in order, cut to the block's length (the
+            // last chunk carries padding).
+            let mut left = block_len;
+            let mut out = Vec::with_capacity(k);
+            for c in shards.into_iter().take(k).flatten() {
+                if left == 0 {
+                    break;
+                }
+                let take = c.len().min(left);
+                left -= take;
+                out.push(c.slice(..take));
+            }
+            if left != 0 {
+                return Err(Error::Corrupt(format!(
+                    "{}/{}: block {block} of part {} has short chunks",
+                    self.bucket, self.key, part.number
+                )));
+            }
+            return Ok(out);
         }
+        // Degraded: decode into owned chunks, then join into one new buffer.
+        let mut owned: Vec<Option<Vec<u8>>> =
+            shards.into_iter().map(|c| c.map(|b| b.to_vec())).collect();
+        let copied: usize = owned.iter().flatten().map(|c| c.len()).sum();
+        self.erasure
+            .reconstruct_data(&mut owned)
+            .map_err(|e| Error::Corrupt(e.to_string()))?;
         let mut out = Vec::with_capacity(block_len);
         self.erasure
-            .join(&shards, block_len, &mut out)
+            .join(&owned, block_len, &mut out)
             .map_err(|e| Error::Corrupt(e.to_string()))?;
-        SetCounters::add(&self.set.counters.get_copied_bytes, out.len() as u64);
-        Ok(out)
+        SetCounters::add(
+            &self.set.counters.get_copied_bytes,
+            (copied + out.len()) as u64,
+        );
+        Ok(vec![Bytes::from(out)])
     }
 
-    /// Counts the copies [`Self::read_chunk`] made of a chunk of `len` bytes for a GET: the
-    /// verified chunk out of its framed read, and before that the framed chunk out of the
-    /// metadata when the shard is inline.
-    fn count_copied(&self, shard: usize, len: usize) {
+    /// Counts the copy [`Self::read_chunk`] makes of an inline shard's framed chunk (out of the
+    /// object's metadata). Shards read from drives are not copied.
+    fn count_inline_copy(&self, shard: usize, len: usize) {
         let inline = self.holder[shard]
             .and_then(|pos| self.metas[pos].as_ref())
             .is_some_and(|m| m.inline.is_some());
-        let framed = if inline { len + bitrot::HASH_LEN } else { 0 };
-        SetCounters::add(&self.set.counters.get_copied_bytes, (len + framed) as u64);
+        if inline {
+            SetCounters::add(
+                &self.set.counters.get_copied_bytes,
+                (len + bitrot::HASH_LEN) as u64,
+            );
+        }
     }
+}
+
+/// The bytes `[start, end)` of a block given as pieces, as slices of those pieces (no copy).
+fn slice_pieces(pieces: Vec<Bytes>, start: usize, end: usize) -> Vec<Bytes> {
+    let mut out = Vec::with_capacity(pieces.len());
+    let mut at = 0usize;
+    for p in pieces {
+        let (ps, pe) = (at, at + p.len());
+        at = pe;
+        let (s, e) = (start.max(ps), end.min(pe));
+        if s < e {
+            out.push(p.slice(s - ps..e - ps));
+        }
+    }
+    out
 }
 
 /// One block to send: which part and block, and which bytes of it.
@@ -328,7 +376,7 @@ impl ErasureSet {
             });
         };
         let first_data = match reader.read_block(&first.part, first.block).await {
-            Ok(d) => Bytes::from(d).slice(first.start..first.end),
+            Ok(d) => slice_pieces(d, first.start, first.end),
             Err(e) => {
                 finish();
                 return Err(e);
@@ -348,12 +396,16 @@ impl ErasureSet {
                     if i + 1 == last || data.is_err() {
                         finish();
                     }
-                    Ok(Bytes::from(data?).slice(b.start..b.end))
+                    Ok::<_, Error>(slice_pieces(data?, b.start, b.end))
                 }
             })
-            .buffered(READ_AHEAD);
+            .buffered(READ_AHEAD)
+            .flat_map(|r| match r {
+                Ok(pieces) => futures::stream::iter(pieces.into_iter().map(Ok).collect::<Vec<_>>()),
+                Err(e) => futures::stream::iter(vec![Err(e)]),
+            });
         let body: ObjectStream =
-            Box::pin(futures::stream::once(async move { Ok(first_data) }).chain(tail));
+            Box::pin(futures::stream::iter(first_data.into_iter().map(Ok::<_, Error>)).chain(tail));
         Ok(GetObjectReader {
             info,
             range: (offset, len),

@@ -25,7 +25,7 @@ pub struct HealResult {
 impl ErasureSet {
     /// Heals `bucket/key` in place. An object that no longer exists is nothing to heal.
     pub async fn heal_object(self: &Arc<Self>, bucket: &str, key: &str) -> Result<HealResult> {
-        let _guard = self.locks.lock(format!("{bucket}/{key}")).await;
+        let _guard = self.locks.lock(&format!("{bucket}/{key}")).await?;
         let answers = crate::quorum::on_all(&self.drives, |d| {
             let (b, k) = (bucket.to_string(), key.to_string());
             async move { d.read_meta(&b, &k).await }
@@ -138,7 +138,7 @@ impl ErasureSet {
                         break;
                     }
                     if let Some(c) = source.read_chunk(part, block, shard).await {
-                        *slot = Some(c);
+                        *slot = Some(c.to_vec());
                         good += 1;
                     }
                 }

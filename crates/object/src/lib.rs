@@ -7,32 +7,45 @@
 
 mod api;
 mod bucket_config;
+pub mod cluster;
 mod config;
 mod copy;
+pub mod dsync;
 mod error;
 mod get;
 mod heal;
+mod heal_queue;
+pub mod info;
 mod list;
+mod merge;
 mod multipart;
 mod names;
 mod nslock;
 mod put;
 mod quorum;
+mod scanner;
 mod server;
 mod set;
 mod stats;
+pub mod topology;
 
 pub use api::*;
 pub use bucket_config::{ConfigEnvelope, CONFIG_FORMAT_VERSION};
-pub use config::{ObjectConfig, DEFAULT_MULTIPART_EXPIRY};
+pub use config::{
+    ObjectConfig, DEFAULT_MULTIPART_EXPIRY, DEFAULT_SCAN_INTERVAL, DEFAULT_SCAN_RATE,
+    SCAN_FIRST_DELAY,
+};
 pub use error::{Error, Result};
 pub use heal::HealResult;
+pub use info::{ClusterInfo, ClusterView, DataPlaneInfo, DriveInfo, NodeInfo, RpcInfo, SetInfo};
 pub use multipart::{
     ChecksumHashers, CompleteOptions, CompletePart, ListPartsOptions, ListPartsResult,
     ListUploadsOptions, ListUploadsResult, NewUploadOptions, PartHasher, PartOptions, UploadInfo,
     UploadedPart, MAX_PARTS, MAX_PART_SIZE, MIN_PART_SIZE,
 };
 pub use names::{check_bucket_name, check_key, MAX_KEY_LEN};
+pub use nslock::{LockGuard, Locker, NsGuard, NsLock};
+pub use scanner::{FailedObject, HealReport, HealedObject, REPORT_DETAILS};
 pub use server::{ErasureServer, Layout, Readiness};
 pub use set::ErasureSet;
-pub use stats::{DriveState, LayerStats};
+pub use stats::{DataPlaneFigures, DriveState, LayerStats, ScanStats};

@@ -532,8 +532,8 @@ impl ErasureSet {
         };
         let _guard = self
             .locks
-            .lock(Self::part_lock(bucket, key, upload_id, number))
-            .await;
+            .lock(&Self::part_lock(bucket, key, upload_id, number))
+            .await?;
         let answers = join_all(self.drives.iter().enumerate().map(|(pos, d)| {
             let written = written[pos];
             let has_upload = uploads[pos].is_some();
@@ -612,8 +612,8 @@ impl ErasureSet {
         }
         let _upload_guard = self
             .locks
-            .lock(Self::upload_lock(bucket, key, upload_id))
-            .await;
+            .lock(&Self::upload_lock(bucket, key, upload_id))
+            .await?;
         let q = self.parts_quorum(bucket, key, upload_id).await?;
         let mut chosen: Vec<(&PartMeta, &Vec<bool>)> = Vec::with_capacity(parts.len());
         for (i, want) in parts.iter().enumerate() {
@@ -818,8 +818,8 @@ impl ErasureSet {
     ) -> Result<()> {
         let _guard = self
             .locks
-            .lock(Self::upload_lock(bucket, key, upload_id))
-            .await;
+            .lock(&Self::upload_lock(bucket, key, upload_id))
+            .await?;
         match self.delete_upload_everywhere(bucket, key, upload_id).await {
             Err(Error::NoSuchUpload) => {
                 self.require_bucket(bucket).await?;

@@ -526,7 +526,7 @@ impl ErasureSet {
         metas: &[Option<ObjectMeta>],
         precondition: Option<&WritePrecondition>,
     ) -> Result<Vec<std::result::Result<(), DriveError>>> {
-        let _guard = self.locks.lock(format!("{bucket}/{key}")).await;
+        let _guard = self.locks.lock(&format!("{bucket}/{key}")).await?;
         if let Some(p) = precondition {
             self.check_precondition(bucket, key, p).await?;
         }

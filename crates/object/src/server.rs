@@ -14,13 +14,15 @@ use uuid::Uuid;
 use crate::api::*;
 use crate::config::ObjectConfig;
 use crate::error::{Error, Result};
+use crate::heal_queue::spawn_heal_worker;
 use crate::multipart::{
     CompleteOptions, CompletePart, ListPartsOptions, ListPartsResult, ListUploadsOptions,
     ListUploadsResult, NewUploadOptions, PartOptions, UploadInfo, UploadedPart,
 };
 use crate::names::{check_bucket_name, check_key};
-use crate::set::{ErasureSet, HealRequest};
-use crate::stats::{DriveState, LayerStats, SetCounters};
+use crate::scanner::{heal_sets, spawn_scanner, HealReport};
+use crate::set::ErasureSet;
+use crate::stats::{DriveState, LayerStats, ScanCounters};
 
 /// Objects waiting for the heal worker; beyond this, heal requests are dropped (the next read of
 /// a damaged object queues it again).
@@ -45,9 +47,17 @@ pub struct Layout {
     pub parity: usize,
 }
 
+/// One erasure set to open: its drives in set order, and its per-object locker (`None`: this
+/// process's own lock table).
+pub type SetSpec = (Vec<Arc<dyn Drive>>, Option<Arc<dyn crate::nslock::Locker>>);
+
 pub struct ErasureServer {
     sets: Vec<Arc<ErasureSet>>,
     deployment_id: Uuid,
+    /// The background scanner's counters; `None` when it is off.
+    scan: Option<Arc<ScanCounters>>,
+    /// The cluster this server is a node of (set once by `open_cluster`); unset: a single node.
+    cluster: std::sync::OnceLock<crate::info::ClusterView>,
 }
 
 impl std::fmt::Debug for ErasureServer {
@@ -117,20 +127,61 @@ impl ErasureServer {
         drives: Vec<Arc<dyn Drive>>,
         cfg: ObjectConfig,
     ) -> Result<Arc<ErasureServer>> {
-        let (heal_tx, heal_rx) = mpsc::channel(HEAL_QUEUE);
-        let set = Arc::new(ErasureSet::new(drives, cfg, deployment_id, heal_tx)?);
-        spawn_heal_worker(set.clone(), heal_rx);
-        spawn_upload_cleaner(&set);
+        Self::open_sets(deployment_id, vec![(drives, None)], cfg)
+    }
+
+    /// Serves several erasure sets (a cluster's): each with its drives in set order and its
+    /// per-object locker (`None`: this process's own lock table, right when no other process
+    /// writes to the set). Objects go to a set by the keyed placement hash.
+    pub fn open_sets(
+        deployment_id: Uuid,
+        sets: Vec<SetSpec>,
+        cfg: ObjectConfig,
+    ) -> Result<Arc<ErasureServer>> {
+        if sets.is_empty() {
+            return Err(Error::Internal("no erasure sets".into()));
+        }
+        let mut out = Vec::with_capacity(sets.len());
+        for (drives, locker) in sets {
+            let (heal_tx, heal_rx) = mpsc::channel(HEAL_QUEUE);
+            let mut set = ErasureSet::new(drives, cfg.clone(), deployment_id, heal_tx)?;
+            if let Some(l) = locker {
+                set = set.with_locker(l);
+            }
+            let set = Arc::new(set);
+            spawn_heal_worker(&set, heal_rx);
+            spawn_upload_cleaner(&set);
+            out.push(set);
+        }
+        let sets = out;
+        let scan = cfg.scan_interval.filter(|i| !i.is_zero()).map(|interval| {
+            let counters = Arc::new(ScanCounters::default());
+            let mine: Vec<Arc<ErasureSet>> = sets
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| match cfg.scan_share {
+                    Some((me, n)) if n > 0 => i % n == me % n,
+                    _ => true,
+                })
+                .map(|(_, s)| s.clone())
+                .collect();
+            spawn_scanner(&mine, counters.clone(), interval, cfg.scan_rate);
+            counters
+        });
+        let first = &sets[0];
         info!(
             %deployment_id,
-            drives = set.drive_count(),
-            data = set.data(),
-            parity = set.parity(),
+            sets = sets.len(),
+            drives_per_set = first.drive_count(),
+            data = first.data(),
+            parity = first.parity(),
             "object layer ready"
         );
         Ok(Arc::new(ErasureServer {
-            sets: vec![set],
+            sets,
             deployment_id,
+            scan,
+            cluster: std::sync::OnceLock::new(),
         }))
     }
 
@@ -227,6 +278,12 @@ impl ErasureServer {
         }
     }
 
+    /// Records the cluster this server is a node of, for [`ObjectLayer::info`]. Only the first
+    /// call counts.
+    pub fn set_cluster_view(&self, view: crate::info::ClusterView) {
+        let _ = self.cluster.set(view);
+    }
+
     pub async fn readiness(&self) -> Readiness {
         let mut r = Readiness {
             drives_online: 0,
@@ -246,6 +303,15 @@ impl ErasureServer {
         r
     }
 
+    /// Heals every object of `bucket` (or of every bucket) whose key starts with `prefix`, now
+    /// and at full speed, and says what was done and what could not be.
+    pub async fn heal(&self, bucket: Option<&str>, prefix: &str) -> Result<HealReport> {
+        if let Some(b) = bucket {
+            check_bucket_name(b).map_err(|_| Error::BucketNotFound)?;
+        }
+        heal_sets(&self.sets, bucket, prefix).await
+    }
+
     /// Heals one object now and says what was done.
     pub async fn heal_object(&self, bucket: &str, key: &str) -> Result<crate::heal::HealResult> {
         check_key(key)?;
@@ -263,35 +329,6 @@ impl ErasureServer {
     fn only_set(&self) -> &Arc<ErasureSet> {
         &self.sets[0]
     }
-}
-
-fn spawn_heal_worker(set: Arc<ErasureSet>, mut rx: mpsc::Receiver<HealRequest>) {
-    tokio::spawn(async move {
-        while let Some(req) = rx.recv().await {
-            // Taken off the pending set first: damage found while this heal runs queues the
-            // object again rather than being lost.
-            set.heal_done(&req);
-            let (bucket, key) = &req;
-            let counters = &set.counters;
-            match set.heal_object(bucket, key).await {
-                Ok(r) => {
-                    if !r.healed.is_empty() {
-                        SetCounters::add(&counters.healed_objects, 1);
-                    }
-                    if !r.failed.is_empty() {
-                        SetCounters::add(&counters.heal_failed, 1);
-                    }
-                    for (drive, why) in &r.failed {
-                        warn!(bucket, key, drive, why, "could not heal a drive");
-                    }
-                }
-                Err(e) => {
-                    SetCounters::add(&counters.heal_failed, 1);
-                    warn!(bucket, key, error = %e, "heal failed");
-                }
-            }
-        }
-    });
 }
 
 /// Removes stale multipart uploads at start-up and then every `multipart_cleanup_interval`.
@@ -329,7 +366,30 @@ impl ObjectLayer for ErasureServer {
             stats.heal_queue_len += set.heal_queue_len() as u64;
             set.counters.add_to(&mut stats);
         }
+        if let Some(scan) = &self.scan {
+            stats.scan = scan.snapshot();
+        }
+        if let Some(view) = self.cluster.get() {
+            let plane = view.rpc.data_plane();
+            let d = plane.stats();
+            stats.data_planes.push(crate::stats::DataPlaneFigures {
+                backend: plane.name().to_string(),
+                transfers: d.transfers,
+                bytes_in: d.bytes_in,
+                bytes_out: d.bytes_out,
+                errors: d.errors,
+                timeouts: d.timeouts,
+            });
+        }
         stats
+    }
+
+    async fn heal(&self, bucket: Option<&str>, prefix: &str) -> Result<HealReport> {
+        ErasureServer::heal(self, bucket, prefix).await
+    }
+
+    async fn info(&self) -> Result<crate::info::ClusterInfo> {
+        Ok(crate::info::gather(&self.sets, self.deployment_id, self.cluster.get()).await)
     }
 
     async fn make_bucket(&self, bucket: &str) -> Result<()> {
@@ -430,8 +490,19 @@ impl ObjectLayer for ErasureServer {
     }
 
     async fn list_objects(&self, bucket: &str, opts: ListOptions) -> Result<ListResult> {
-        // One set per node for now; merging the pages of several sets comes with the cluster.
-        self.only_set().list_objects(bucket, opts).await
+        if self.sets.len() == 1 {
+            return self.only_set().list_objects(bucket, opts).await;
+        }
+        let max_keys = opts.max_keys;
+        let pages = futures::future::join_all(
+            self.sets
+                .iter()
+                .map(|s| s.list_objects(bucket, opts.clone())),
+        )
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?;
+        Ok(crate::merge::merge_list_pages(pages, max_keys))
     }
 
     async fn new_multipart_upload(
@@ -500,8 +571,19 @@ impl ObjectLayer for ErasureServer {
         bucket: &str,
         opts: ListUploadsOptions,
     ) -> Result<ListUploadsResult> {
-        // One set per node for now, as for list_objects.
-        self.only_set().list_multipart_uploads(bucket, opts).await
+        if self.sets.len() == 1 {
+            return self.only_set().list_multipart_uploads(bucket, opts).await;
+        }
+        let max = opts.max_uploads;
+        let pages = futures::future::join_all(
+            self.sets
+                .iter()
+                .map(|s| s.list_multipart_uploads(bucket, opts.clone())),
+        )
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?;
+        Ok(crate::merge::merge_upload_pages(pages, max))
     }
 
     async fn get_object_part(

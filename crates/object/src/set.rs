@@ -12,7 +12,7 @@ use tracing::{debug, warn};
 use crate::api::{BucketInfo, ObjectInfo};
 use crate::config::ObjectConfig;
 use crate::error::{Error, Result};
-use crate::nslock::NsLock;
+use crate::nslock::{Locker, NsLock};
 use crate::quorum::{count_ok, on_all, pick_meta, read_quorum, write_quorum, MetaQuorum};
 
 /// An object to heal: bucket and key.
@@ -23,7 +23,9 @@ pub struct ErasureSet {
     pub(crate) cfg: ObjectConfig,
     /// Key of the placement hash: derived from the deployment id, identical on every node.
     hash_key: [u8; 32],
-    pub(crate) locks: Arc<NsLock>,
+    /// Per-object locks: in-process by default, granted by a quorum of the set's nodes in a
+    /// cluster (see [`ErasureSet::with_locker`]).
+    pub(crate) locks: Arc<dyn Locker>,
     heal_tx: mpsc::Sender<HealRequest>,
     /// Objects queued for heal and not yet taken: a burst of reads of one damaged object queues it once.
     heal_pending: Mutex<HashSet<HealRequest>>,
@@ -68,13 +70,20 @@ impl ErasureSet {
             drives,
             cfg,
             hash_key: blake3::derive_key("quarry placement v1", deployment_id.as_bytes()),
-            locks: Arc::new(NsLock::default()),
+            locks: Arc::new(NsLock::default()) as Arc<dyn Locker>,
             heal_tx,
             heal_pending: Mutex::new(HashSet::new()),
             counters: Default::default(),
         };
         set.new_erasure()?; // validates the parity setting against the set size
         Ok(set)
+    }
+
+    /// The same set, taking its per-object locks from `locker` (e.g. a
+    /// [`crate::dsync::DistLocker`] over the set's nodes) instead of the in-process table.
+    pub fn with_locker(mut self, locker: Arc<dyn Locker>) -> Self {
+        self.locks = locker;
+        self
     }
 
     pub fn drive_count(&self) -> usize {
@@ -346,7 +355,7 @@ impl ErasureSet {
     }
 
     pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<()> {
-        let _guard = self.locks.lock(format!("{bucket}/{key}")).await;
+        let _guard = self.locks.lock(&format!("{bucket}/{key}")).await?;
         let answers = on_all(&self.drives, |d| {
             let (b, k) = (bucket.to_string(), key.to_string());
             async move { d.delete_object(&b, &k).await }

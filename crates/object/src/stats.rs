@@ -2,7 +2,7 @@
 //! and the bytes the GET path copies. Plain atomics, bumped where the work happens; read with
 //! [`crate::ObjectLayer::stats`].
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 
 /// Counters of one erasure set.
 #[derive(Debug, Default)]
@@ -12,6 +12,14 @@ pub(crate) struct SetCounters {
     pub healed_objects: AtomicU64,
     pub heal_failed: AtomicU64,
     pub get_copied_bytes: AtomicU64,
+    /// Heals put on the retry list (each failed attempt counts once).
+    pub heal_retried: AtomicU64,
+    /// Heals dropped because the retry list was full.
+    pub heal_retry_dropped: AtomicU64,
+    /// Heals given up after their last attempt (damage that no retry can mend).
+    pub heal_given_up: AtomicU64,
+    /// Heals on the retry list now (a gauge, set by the heal worker).
+    pub heal_retry_len: AtomicU64,
 }
 
 impl SetCounters {
@@ -30,7 +38,65 @@ impl SetCounters {
         stats.healed_objects_total += Self::get(&self.healed_objects);
         stats.heal_failed_total += Self::get(&self.heal_failed);
         stats.get_copied_bytes_total += Self::get(&self.get_copied_bytes);
+        stats.heal_retried_total += Self::get(&self.heal_retried);
+        stats.heal_retry_dropped_total += Self::get(&self.heal_retry_dropped);
+        stats.heal_given_up_total += Self::get(&self.heal_given_up);
+        stats.heal_retry_len += Self::get(&self.heal_retry_len);
     }
+
+    pub fn set(counter: &AtomicU64, n: u64) {
+        counter.store(n, Ordering::Relaxed);
+    }
+}
+
+/// Counters of the background scanner of one server (all its sets).
+#[derive(Debug, Default)]
+pub(crate) struct ScanCounters {
+    pub objects: AtomicU64,
+    pub healed: AtomicU64,
+    pub failed: AtomicU64,
+    pub passes: AtomicU64,
+    /// Start and end of the last pass, ns since the Unix epoch; 0 when none yet.
+    pub last_start_ns: AtomicI64,
+    pub last_end_ns: AtomicI64,
+    pub running: AtomicBool,
+}
+
+impl ScanCounters {
+    pub fn snapshot(&self) -> ScanStats {
+        let ns = |a: &AtomicI64| Some(a.load(Ordering::Relaxed)).filter(|n| *n != 0);
+        ScanStats {
+            enabled: true,
+            running: self.running.load(Ordering::Relaxed),
+            objects_total: self.objects.load(Ordering::Relaxed),
+            healed_total: self.healed.load(Ordering::Relaxed),
+            failed_total: self.failed.load(Ordering::Relaxed),
+            passes_total: self.passes.load(Ordering::Relaxed),
+            last_pass_start_ns: ns(&self.last_start_ns),
+            last_pass_end_ns: ns(&self.last_end_ns),
+        }
+    }
+}
+
+/// What the background scanner has done since start-up.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ScanStats {
+    /// Whether the scanner runs at all (`scan_interval` set).
+    pub enabled: bool,
+    /// Whether a pass is running now.
+    pub running: bool,
+    /// Objects checked.
+    pub objects_total: u64,
+    /// Objects rewritten on at least one drive.
+    pub healed_total: u64,
+    /// Objects that could not be checked or healed on every drive.
+    pub failed_total: u64,
+    /// Passes completed.
+    pub passes_total: u64,
+    /// Start of the last (or current) pass, ns since the Unix epoch.
+    pub last_pass_start_ns: Option<i64>,
+    /// End of the last completed pass, ns since the Unix epoch.
+    pub last_pass_end_ns: Option<i64>,
 }
 
 /// One drive as the object layer sees it now.
@@ -60,4 +126,28 @@ pub struct LayerStats {
     /// reads, inline shards out of the metadata, data chunks joined into a block). Bytes decoded
     /// from parity are computed, not copied, and are not counted.
     pub get_copied_bytes_total: u64,
+    /// Heals waiting on the retry list (their drives were offline), now.
+    pub heal_retry_len: u64,
+    /// Failed heal attempts put on the retry list.
+    pub heal_retried_total: u64,
+    /// Heals dropped because the retry list was full (the scanner finds them later).
+    pub heal_retry_dropped_total: u64,
+    /// Heals given up after their last attempt.
+    pub heal_given_up_total: u64,
+    /// The background scanner.
+    pub scan: ScanStats,
+    /// Shard traffic per data-plane backend of this node (empty on a single node).
+    pub data_planes: Vec<DataPlaneFigures>,
+}
+
+/// What one data-plane backend moved, for the metrics.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DataPlaneFigures {
+    /// `tcp` or `verbs`.
+    pub backend: String,
+    pub transfers: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub errors: u64,
+    pub timeouts: u64,
 }

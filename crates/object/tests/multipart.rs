@@ -18,6 +18,7 @@ fn cfg(expiry: Duration) -> ObjectConfig {
         inline_limit: 4 * 1024,
         multipart_expiry: expiry,
         multipart_cleanup_interval: Duration::from_millis(100),
+        ..Default::default()
     }
 }
 

@@ -427,6 +427,17 @@ impl Drive for FaultyDrive {
         Ok(info)
     }
 
+    async fn read_format(&self) -> Result<Option<quarry_disk::FormatV1>, DriveError> {
+        self.before(Kind::Read, "read_format").await?;
+        self.inner.read_format().await
+    }
+
+    async fn write_format(&self, format: &quarry_disk::FormatV1) -> Result<(), DriveError> {
+        let d = self.before(Kind::Write, "write_format").await?;
+        let r = self.inner.write_format(format).await;
+        self.after(&d, r)
+    }
+
     async fn make_volume(&self, bucket: &str) -> Result<(), DriveError> {
         let d = self
             .before(Kind::Write, &format!("make_volume {}", bucket))

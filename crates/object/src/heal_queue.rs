@@ -1,0 +1,291 @@
+//! The heal worker of one erasure set, and its retry list.
+//!
+//! The worker takes objects off the heal queue (writes that missed a drive, reads that found
+//! damage) and heals them one at a time. A heal that could not reach every drive (a drive or node
+//! offline, no quorum, a lock not granted) is not dropped: it goes on a [`RetryList`] and is tried
+//! again after a back-off that doubles from `heal_retry_min` to `heal_retry_max`, for as long as it
+//! takes, so a drive that comes back is brought in line. Damage that no drive coming back can mend
+//! (fewer than k good shards) is tried a few times and then given up. The list is bounded
+//! (`heal_retry_limit`): beyond it new failures are dropped and counted, and the scanner finds
+//! their objects on its next pass.
+//!
+//! The worker holds its set weakly: it ends when the set is dropped.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::{debug, info, warn};
+
+use crate::error::{Error, Result};
+use crate::heal::HealResult;
+use crate::set::{ErasureSet, HealRequest};
+use crate::stats::SetCounters;
+
+/// Attempts of a heal that failed for a reason other than an unreachable drive (e.g. too few
+/// good shards left), before it is given up.
+const LIMITED_ATTEMPTS: u32 = 4;
+
+/// What one heal attempt means for the object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Verdict {
+    /// Healed, or nothing to heal (healthy, or gone).
+    Done,
+    /// Some drive could not be reached or written: try again until it can.
+    RetryOffline,
+    /// Failed in a way a returning drive may or may not mend: try a few times.
+    RetryLimited,
+}
+
+/// Whether a heal attempt needs another one.
+pub(crate) fn verdict(r: &Result<HealResult>) -> Verdict {
+    match r {
+        Ok(r) if r.failed.is_empty() => Verdict::Done,
+        Ok(_) => Verdict::RetryOffline,
+        Err(
+            Error::ObjectNotFound
+            | Error::BucketNotFound
+            | Error::InvalidBucketName(_)
+            | Error::InvalidKey(_)
+            | Error::KeyTooLong
+            | Error::NotImplemented(_),
+        ) => Verdict::Done,
+        Err(Error::Corrupt(_) | Error::Internal(_)) => Verdict::RetryLimited,
+        // Quorum, drive and lock errors: drives that did not answer.
+        Err(_) => Verdict::RetryOffline,
+    }
+}
+
+/// Heals waiting for another attempt, ordered by when it is due. Pure: the caller passes the time.
+#[derive(Debug)]
+pub(crate) struct RetryList {
+    min: Duration,
+    max: Duration,
+    limit: usize,
+    /// (due, sequence) -> request; the sequence keeps equal due times apart.
+    by_due: BTreeMap<(Instant, u64), HealRequest>,
+    /// request -> (failed attempts so far, its key in `by_due`).
+    entries: HashMap<HealRequest, (u32, (Instant, u64))>,
+    seq: u64,
+}
+
+impl RetryList {
+    pub fn new(min: Duration, max: Duration, limit: usize) -> Self {
+        RetryList {
+            min: min.max(Duration::from_millis(1)),
+            max: max.max(min),
+            limit,
+            by_due: BTreeMap::new(),
+            entries: HashMap::new(),
+            seq: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The wait after the `attempts`-th failed attempt (1-based): `min` doubling up to `max`.
+    pub fn backoff(&self, attempts: u32) -> Duration {
+        let shift = attempts.saturating_sub(1).min(30);
+        self.min.saturating_mul(1 << shift).min(self.max)
+    }
+
+    /// Schedules `req` after its `attempts`-th failed attempt. `false` when the list is full
+    /// (and `req` not already on it): the request is dropped.
+    pub fn schedule(&mut self, req: HealRequest, attempts: u32, now: Instant) -> bool {
+        if let Some((_, due)) = self.entries.remove(&req) {
+            self.by_due.remove(&due);
+        } else if self.entries.len() >= self.limit {
+            return false;
+        }
+        self.seq += 1;
+        let due = (now + self.backoff(attempts), self.seq);
+        self.by_due.insert(due, req.clone());
+        self.entries.insert(req, (attempts, due));
+        true
+    }
+
+    /// Takes `req` off the list (it is being healed now); returns its failed attempts so far.
+    pub fn take(&mut self, req: &HealRequest) -> Option<u32> {
+        let (attempts, due) = self.entries.remove(req)?;
+        self.by_due.remove(&due);
+        Some(attempts)
+    }
+
+    /// When the next request is due.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.by_due.keys().next().map(|(t, _)| *t)
+    }
+
+    /// Takes the first request due at `now`, with its failed attempts so far.
+    pub fn pop_due(&mut self, now: Instant) -> Option<(HealRequest, u32)> {
+        let key = *self.by_due.keys().next()?;
+        if key.0 > now {
+            return None;
+        }
+        let req = self.by_due.remove(&key)?;
+        let attempts = self.entries.remove(&req).map_or(0, |(a, _)| a);
+        Some((req, attempts))
+    }
+}
+
+/// Starts the heal worker of `set` on the queue `rx`. It holds the set weakly and ends when the
+/// set is dropped (which closes the queue).
+pub(crate) fn spawn_heal_worker(set: &Arc<ErasureSet>, mut rx: mpsc::Receiver<HealRequest>) {
+    let weak = Arc::downgrade(set);
+    let mut retry = RetryList::new(
+        set.cfg.heal_retry_min,
+        set.cfg.heal_retry_max,
+        set.cfg.heal_retry_limit,
+    );
+    tokio::spawn(async move {
+        loop {
+            let next_due = retry.next_due();
+            let (req, prior, queued) = tokio::select! {
+                r = rx.recv() => match r {
+                    Some(req) => {
+                        let prior = retry.take(&req).unwrap_or(0);
+                        (req, prior, true)
+                    }
+                    None => return,
+                },
+                () = sleep_until(next_due) => match retry.pop_due(Instant::now()) {
+                    Some((req, prior)) => (req, prior, false),
+                    None => continue,
+                },
+            };
+            let Some(set) = weak.upgrade() else { return };
+            if queued {
+                // Taken off the pending set first: damage found while this heal runs queues the
+                // object again rather than being lost.
+                set.heal_done(&req);
+            }
+            heal_one(&set, &mut retry, req, prior).await;
+            SetCounters::set(&set.counters.heal_retry_len, retry.len() as u64);
+        }
+    });
+}
+
+async fn sleep_until(due: Option<Instant>) {
+    match due {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// One attempt at healing `req`, which failed `prior` times before; schedules a retry if needed.
+async fn heal_one(set: &Arc<ErasureSet>, retry: &mut RetryList, req: HealRequest, prior: u32) {
+    let (bucket, key) = (&req.0, &req.1);
+    let counters = &set.counters;
+    let result = set.heal_object(bucket, key).await;
+    if let Ok(r) = &result {
+        if !r.healed.is_empty() {
+            SetCounters::add(&counters.healed_objects, 1);
+            if prior > 0 {
+                info!(bucket, key, attempts = prior + 1, healed = ?r.healed, "healed on retry");
+            }
+        }
+    }
+    let v = verdict(&result);
+    if v == Verdict::Done {
+        return;
+    }
+    SetCounters::add(&counters.heal_failed, 1);
+    let attempts = prior.saturating_add(1);
+    let why = match &result {
+        Ok(r) => r
+            .failed
+            .iter()
+            .map(|(d, e)| format!("{d}: {e}"))
+            .collect::<Vec<_>>()
+            .join("; "),
+        Err(e) => e.to_string(),
+    };
+    if v == Verdict::RetryLimited && attempts >= LIMITED_ATTEMPTS {
+        SetCounters::add(&counters.heal_given_up, 1);
+        warn!(bucket, key, attempts, why, "heal failed; giving up");
+        return;
+    }
+    // The first failure is worth a warning; the retries of an object whose drive is down for
+    // hours are not.
+    if attempts == 1 {
+        warn!(bucket, key, why, "heal incomplete; will retry");
+    } else {
+        debug!(bucket, key, attempts, why, "heal incomplete; will retry");
+    }
+    if retry.schedule(req.clone(), attempts, Instant::now()) {
+        SetCounters::add(&counters.heal_retried, 1);
+    } else {
+        SetCounters::add(&counters.heal_retry_dropped, 1);
+        warn!(
+            bucket,
+            key,
+            limit = retry.limit,
+            "heal retry list full; the scanner will find the object later"
+        );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(k: &str) -> HealRequest {
+        ("b".to_string(), k.to_string())
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_cap() {
+        let l = RetryList::new(Duration::from_secs(1), Duration::from_secs(60), 10);
+        let waits: Vec<u64> = (1..=9).map(|a| l.backoff(a).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 60, 60, 60]);
+        assert_eq!(l.backoff(u32::MAX), Duration::from_secs(60));
+    }
+
+    #[test]
+    fn due_order_take_and_bounded_size() {
+        let t0 = Instant::now();
+        let mut l = RetryList::new(Duration::from_secs(1), Duration::from_secs(60), 2);
+        assert!(l.schedule(req("a"), 3, t0)); // due t0 + 4s
+        assert!(l.schedule(req("b"), 1, t0)); // due t0 + 1s
+        assert!(!l.schedule(req("c"), 1, t0), "full");
+        assert_eq!(l.len(), 2);
+        // Rescheduling an entry already on the list is always possible.
+        assert!(l.schedule(req("a"), 4, t0)); // due t0 + 8s
+        assert_eq!(l.len(), 2);
+        assert_eq!(l.next_due(), Some(t0 + Duration::from_secs(1)));
+        assert_eq!(l.pop_due(t0), None, "nothing due yet");
+        assert_eq!(l.pop_due(t0 + Duration::from_secs(1)), Some((req("b"), 1)));
+        assert_eq!(l.pop_due(t0 + Duration::from_secs(7)), None);
+        assert_eq!(l.take(&req("a")), Some(4));
+        assert_eq!(l.take(&req("a")), None);
+        assert_eq!(l.len(), 0);
+        assert_eq!(l.next_due(), None);
+    }
+
+    #[test]
+    fn verdicts() {
+        let ok = |failed: usize| -> Result<HealResult> {
+            Ok(HealResult {
+                healed: vec![],
+                failed: (0..failed)
+                    .map(|i| (format!("d{i}"), "down".into()))
+                    .collect(),
+            })
+        };
+        assert_eq!(verdict(&ok(0)), Verdict::Done);
+        assert_eq!(verdict(&ok(1)), Verdict::RetryOffline);
+        assert_eq!(verdict(&Err(Error::ObjectNotFound)), Verdict::Done);
+        assert_eq!(
+            verdict(&Err(Error::ReadQuorum { have: 1, need: 2 })),
+            Verdict::RetryOffline
+        );
+        assert_eq!(
+            verdict(&Err(Error::Corrupt("x".into()))),
+            Verdict::RetryLimited
+        );
+    }
+}

@@ -1,0 +1,401 @@
+//! Healing beyond one object: the heal worker's retry list (a write that missed an offline drive
+//! is healed once the drive is back), the background scanner (finds a lost shard file and a
+//! flipped byte, at its rate), and the on-demand heal of a bucket or prefix with its report.
+
+mod faults;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use faults::{FaultConfig, FaultStats, FaultyDrive};
+use quarry_disk::Drive;
+use quarry_object::*;
+
+const BLOCK: usize = 16 * 1024;
+const BUCKET: &str = "bkt";
+const WAIT: Duration = Duration::from_secs(20);
+
+fn cfg() -> ObjectConfig {
+    ObjectConfig {
+        parity: None,
+        block_size: BLOCK,
+        inline_limit: 2 * 1024,
+        scan_interval: None,
+        heal_retry_min: Duration::from_millis(50),
+        heal_retry_max: Duration::from_millis(200),
+        ..Default::default()
+    }
+}
+
+fn temp_dir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        if let Ok(d) = tempfile::tempdir_in(shm) {
+            return d;
+        }
+    }
+    tempfile::tempdir().unwrap()
+}
+
+fn drive_dirs(dir: &tempfile::TempDir, n: usize) -> Vec<PathBuf> {
+    (0..n)
+        .map(|i| {
+            let p = dir.path().join(format!("d{i}"));
+            std::fs::create_dir_all(&p).unwrap();
+            p
+        })
+        .collect()
+}
+
+fn pattern(n: usize, seed: u8) -> Vec<u8> {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+async fn put(layer: &ErasureServer, key: &str, data: &[u8]) {
+    let body: ByteStream = Box::pin(futures::stream::iter(vec![Ok(Bytes::copy_from_slice(
+        data,
+    ))]));
+    layer
+        .put_object(BUCKET, key, body, PutOptions::default())
+        .await
+        .unwrap_or_else(|e| panic!("PUT {key}: {e}"));
+}
+
+async fn get(layer: &ErasureServer, key: &str) -> Vec<u8> {
+    use futures::StreamExt;
+    let mut r = layer.get_object(BUCKET, key, None).await.unwrap();
+    let mut out = Vec::new();
+    while let Some(c) = r.body.next().await {
+        out.extend_from_slice(&c.unwrap());
+    }
+    out
+}
+
+fn meta_path(drive: &Path, key: &str) -> PathBuf {
+    drive.join(BUCKET).join(key).join("quarry.meta")
+}
+
+/// `<drive>/<bucket>/<key>/<data-dir>/part.1`.
+fn part_path(drive: &Path, key: &str) -> PathBuf {
+    let obj = drive.join(BUCKET).join(key);
+    let data_dir = std::fs::read_dir(&obj)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .find(|e| e.file_type().unwrap().is_dir())
+        .unwrap_or_else(|| panic!("no data dir in {}", obj.display()));
+    data_dir.path().join("part.1")
+}
+
+async fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn wait_stats(
+    layer: &ErasureServer,
+    what: &str,
+    cond: impl Fn(&LayerStats) -> bool,
+) -> LayerStats {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let s = layer.stats().await;
+        if cond(&s) {
+            return s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {what}: {s:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Four drives behind fault injectors, so one can go offline and come back.
+async fn faulty_server(dir: &tempfile::TempDir) -> (Arc<ErasureServer>, Vec<FaultyDrive>) {
+    let (layer, drives, _) = faulty_server_with(dir, cfg()).await;
+    (layer, drives)
+}
+
+async fn faulty_server_with(
+    dir: &tempfile::TempDir,
+    cfg: ObjectConfig,
+) -> (Arc<ErasureServer>, Vec<FaultyDrive>, Arc<FaultStats>) {
+    let (deployment, locals) = ErasureServer::format_local(drive_dirs(dir, 4))
+        .await
+        .unwrap();
+    let stats = Arc::new(FaultStats::default());
+    let faulty: Vec<FaultyDrive> = locals
+        .into_iter()
+        .enumerate()
+        .map(|(i, d)| FaultyDrive::new(Arc::new(d), 1, i as u64, stats.clone()))
+        .collect();
+    let dyns = faulty
+        .iter()
+        .map(|d| Arc::new(d.clone()) as Arc<dyn Drive>)
+        .collect();
+    let layer = ErasureServer::open(deployment, dyns, cfg).unwrap();
+    layer.make_bucket(BUCKET).await.unwrap();
+    (layer, faulty, stats)
+}
+
+#[tokio::test]
+async fn writes_that_missed_an_offline_drive_are_healed_when_it_returns() {
+    let dir = temp_dir();
+    let (layer, drives) = faulty_server(&dir).await;
+    let down = PathBuf::from(drives[3].endpoint());
+    drives[3].set_faults(Some(FaultConfig::dead()));
+
+    let big = pattern(3 * BLOCK + 123, 1);
+    let small = pattern(500, 2);
+    put(&layer, "big", &big).await;
+    put(&layer, "dir/small", &small).await;
+    assert!(!meta_path(&down, "big").exists());
+
+    // The worker tried, could not reach the drive, and keeps the heals for later.
+    let s = wait_stats(&layer, "heals on the retry list", |s| {
+        s.heal_retry_len == 2 && s.heal_retried_total >= 2
+    })
+    .await;
+    assert_eq!(s.heal_retry_dropped_total, 0);
+    // They are retried with back-off while the drive stays down, and still not dropped.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let s = layer.stats().await;
+    assert_eq!(s.heal_retry_len, 2, "{s:?}");
+    assert!(s.heal_retried_total >= 4, "retried with back-off: {s:?}");
+
+    // On-demand heal reports what it could not do, and why.
+    let report = layer.heal(Some(BUCKET), "").await.unwrap();
+    assert_eq!((report.scanned, report.healed, report.failed), (2, 0, 2));
+    assert!(
+        report.failed_objects[0].reason.contains("offline"),
+        "{report:?}"
+    );
+
+    // The drive returns: the retry list brings it back in line.
+    drives[3].set_faults(None);
+    wait_stats(&layer, "retry list to drain", |s| s.heal_retry_len == 0).await;
+    wait_for("the missed writes on the returned drive", || {
+        meta_path(&down, "big").exists() && meta_path(&down, "dir/small").exists()
+    })
+    .await;
+    let s = layer.stats().await;
+    assert!(s.healed_objects_total >= 2, "{s:?}");
+    for key in ["big", "dir/small"] {
+        let r = layer.heal_object(BUCKET, key).await.unwrap();
+        assert!(r.healed.is_empty() && r.failed.is_empty(), "{key}: {r:?}");
+    }
+    // Readable from the healed drive plus one other.
+    drives[0].set_faults(Some(FaultConfig::dead()));
+    drives[1].set_faults(Some(FaultConfig::dead()));
+    assert_eq!(get(&layer, "big").await, big);
+    assert_eq!(get(&layer, "dir/small").await, small);
+}
+
+#[tokio::test]
+async fn the_scanner_heals_lost_and_corrupt_shards_at_its_rate() {
+    const N: usize = 8;
+    const RATE: u32 = 20;
+    let dir = temp_dir();
+    let paths = drive_dirs(&dir, 4);
+    let layer = ErasureServer::open_local(
+        paths.clone(),
+        ObjectConfig {
+            scan_interval: Some(Duration::from_millis(300)),
+            scan_rate: RATE,
+            ..cfg()
+        },
+    )
+    .await
+    .unwrap();
+    layer.make_bucket(BUCKET).await.unwrap();
+    for i in 0..N {
+        put(&layer, &format!("k{i}"), &pattern(2 * BLOCK + i, i as u8)).await;
+    }
+    // Damage while nothing reads: only the scanner can find it.
+    let lost = part_path(&paths[0], "k0");
+    let lost_bytes = std::fs::read(&lost).unwrap();
+    std::fs::remove_file(&lost).unwrap();
+    let flipped = part_path(&paths[1], "k5");
+    let good = std::fs::read(&flipped).unwrap();
+    let mut bad = good.clone();
+    let at = bad.len() / 2;
+    bad[at] ^= 0x40;
+    std::fs::write(&flipped, &bad).unwrap();
+
+    wait_for("the scanner to restore both shards", || {
+        std::fs::read(&lost).is_ok_and(|b| b == lost_bytes)
+            && std::fs::read(&flipped).is_ok_and(|b| b == good)
+    })
+    .await;
+    // A whole pass after the damage, to check its pace: N objects take (N-1)/RATE at least.
+    let passes = layer.stats().await.scan.passes_total;
+    let s = wait_stats(&layer, "a full pass", |s| s.scan.passes_total > passes).await;
+    let scan = s.scan.clone();
+    assert!(scan.enabled);
+    assert!(scan.healed_total >= 2, "{scan:?}");
+    assert_eq!(scan.failed_total, 0, "{scan:?}");
+    assert!(scan.objects_total >= N as u64, "{scan:?}");
+    let (start, end) = (
+        scan.last_pass_start_ns.unwrap(),
+        scan.last_pass_end_ns.unwrap(),
+    );
+    let took = Duration::from_nanos((end - start).max(0) as u64);
+    let least = Duration::from_secs(N as u64 - 1) / RATE;
+    assert!(
+        took >= least,
+        "a pass of {N} objects took {took:?}, less than {least:?}"
+    );
+    // No read ever queued a heal: the scanner did the work.
+    assert_eq!(s.heal_queued_total, 0, "{s:?}");
+    for i in 0..N {
+        assert_eq!(
+            get(&layer, &format!("k{i}")).await,
+            pattern(2 * BLOCK + i, i as u8)
+        );
+    }
+}
+
+#[tokio::test]
+async fn background_tasks_stop_when_the_server_is_dropped() {
+    let dir = temp_dir();
+    let scanning = ObjectConfig {
+        scan_interval: Some(Duration::from_millis(10)),
+        scan_rate: 0,
+        ..cfg()
+    };
+    let (layer, drives, stats) = faulty_server_with(&dir, scanning).await;
+    put(&layer, "k", &pattern(100, 1)).await;
+    // A heal that keeps failing stays on the retry list.
+    drives[3].set_faults(Some(FaultConfig::dead()));
+    put(&layer, "k2", &pattern(100, 2)).await;
+    wait_stats(&layer, "a pass and a retry", |s| {
+        s.scan.passes_total >= 2 && s.heal_retry_len == 1
+    })
+    .await;
+    let calls = || stats.calls.load(std::sync::atomic::Ordering::Relaxed);
+    let before = calls();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(calls() > before, "the scanner and the worker are busy");
+    drop(layer);
+    // Work in flight finishes; then nothing more reaches the drives.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = calls();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(calls(), after, "a background task outlived its server");
+}
+
+#[tokio::test]
+async fn heal_of_a_prefix_reports_what_it_did() {
+    let dir = temp_dir();
+    let paths = drive_dirs(&dir, 4);
+    let layer = ErasureServer::open_local(paths.clone(), cfg())
+        .await
+        .unwrap();
+    layer.make_bucket(BUCKET).await.unwrap();
+    layer.make_bucket("other").await.unwrap();
+    for key in ["a/1", "a/2", "a/3", "b/1"] {
+        put(&layer, key, &pattern(3 * BLOCK, 7)).await;
+    }
+    put(&layer, "a/inline", &pattern(100, 8)).await;
+
+    // Lost: a whole object on one drive, a shard file on another, an inline object's metadata.
+    std::fs::remove_dir_all(paths[0].join(BUCKET).join("a/1")).unwrap();
+    std::fs::remove_file(part_path(&paths[1], "a/2")).unwrap();
+    std::fs::remove_file(meta_path(&paths[2], "a/inline")).unwrap();
+    std::fs::remove_file(part_path(&paths[3], "b/1")).unwrap();
+
+    let r = layer.heal(Some(BUCKET), "a/").await.unwrap();
+    assert_eq!(r.buckets, 1);
+    assert_eq!(r.scanned, 4, "{r:?}");
+    assert_eq!((r.healed, r.healed_drives, r.failed), (3, 3, 0), "{r:?}");
+    assert!(!r.truncated);
+    let mut healed: Vec<(&str, &str)> = r
+        .healed_objects
+        .iter()
+        .map(|h| (h.key.as_str(), h.drives[0].as_str()))
+        .collect();
+    healed.sort();
+    let d = |i: usize| paths[i].to_str().unwrap().to_string();
+    assert_eq!(
+        healed,
+        [
+            ("a/1", d(0).as_str()),
+            ("a/2", d(1).as_str()),
+            ("a/inline", d(2).as_str())
+        ]
+    );
+    assert!(meta_path(&paths[0], "a/1").exists());
+    assert!(part_path(&paths[1], "a/2").exists());
+    assert!(!part_path(&paths[3], "b/1").exists(), "outside the prefix");
+
+    // Everything: b/1 now, nothing else to do.
+    let r = layer.heal(None, "").await.unwrap();
+    assert_eq!(
+        (r.buckets, r.scanned, r.healed, r.failed),
+        (2, 5, 1, 0),
+        "{r:?}"
+    );
+    assert!(part_path(&paths[3], "b/1").exists());
+    let r = layer.heal(None, "").await.unwrap();
+    assert_eq!((r.scanned, r.healed, r.failed), (5, 0, 0), "{r:?}");
+
+    assert!(matches!(
+        layer.heal(Some("absent"), "").await,
+        Err(Error::BucketNotFound)
+    ));
+    assert!(matches!(
+        layer.heal(Some("Not A Bucket"), "").await,
+        Err(Error::BucketNotFound)
+    ));
+}
+
+#[tokio::test]
+async fn a_node_scans_only_its_share_of_the_sets() {
+    let dir = temp_dir();
+    let paths = drive_dirs(&dir, 8);
+    let (deployment, a) = ErasureServer::format_local(paths[..4].to_vec())
+        .await
+        .unwrap();
+    let (_, b) = ErasureServer::format_local(paths[4..].to_vec())
+        .await
+        .unwrap();
+    let dyns = |v: Vec<quarry_disk::LocalDrive>| -> Vec<Arc<dyn Drive>> {
+        v.into_iter()
+            .map(|d| Arc::new(d) as Arc<dyn Drive>)
+            .collect()
+    };
+    let layer = ErasureServer::open_sets(
+        deployment,
+        vec![(dyns(a), None), (dyns(b), None)],
+        ObjectConfig {
+            scan_interval: Some(Duration::from_secs(1)),
+            scan_rate: 0,
+            scan_share: Some((1, 2)),
+            ..cfg()
+        },
+    )
+    .unwrap();
+    layer.make_bucket(BUCKET).await.unwrap();
+    let keys: Vec<String> = (0..20).map(|i| format!("k{i}")).collect();
+    for k in &keys {
+        put(&layer, k, &pattern(100, 3)).await;
+    }
+    let in_second_set = keys
+        .iter()
+        .filter(|k| meta_path(&paths[4], k).exists())
+        .count() as u64;
+    assert!(
+        in_second_set > 0 && in_second_set < 20,
+        "placement spreads keys: {in_second_set}"
+    );
+    let s = wait_stats(&layer, "one pass", |s| s.scan.passes_total >= 1).await;
+    assert_eq!(s.scan.passes_total, 1, "{s:?}");
+    assert_eq!(s.scan.objects_total, in_second_set, "{s:?}");
+}
