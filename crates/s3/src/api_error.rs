@@ -134,6 +134,33 @@ pub fn object_error(e: ObjectError) -> ApiError {
                 C::InvalidPartNumber.default_message()
             ),
         ),
+        ObjectError::LockTimeout {
+            resource,
+            waited,
+            granted,
+            need,
+            nodes,
+            unreachable,
+        } => {
+            tracing::warn!(%resource, ?waited, granted, need, nodes, unreachable, "lock not granted");
+            if nodes - unreachable.min(nodes) < need {
+                ApiError::new(
+                    C::ServiceUnavailable,
+                    format!(
+                        "Too few nodes answer to lock this object ({} of the {need} needed); retry later.",
+                        nodes - unreachable.min(nodes)
+                    ),
+                )
+            } else {
+                ApiError::new(
+                    C::SlowDown,
+                    format!(
+                        "The object is locked by another request (waited {}s for it); retry later.",
+                        waited.as_secs()
+                    ),
+                )
+            }
+        }
         ObjectError::NotImplemented(what) => ApiError::new(
             C::NotImplemented,
             format!("{what} is not implemented by this server."),
@@ -224,6 +251,28 @@ mod tests {
             (
                 ObjectError::InvalidPartNumber { part: 3, parts: 2 },
                 C::InvalidPartNumber,
+            ),
+            (
+                ObjectError::LockTimeout {
+                    resource: "b/k".into(),
+                    waited: std::time::Duration::from_secs(30),
+                    granted: 1,
+                    need: 2,
+                    nodes: 3,
+                    unreachable: 0,
+                },
+                C::SlowDown,
+            ),
+            (
+                ObjectError::LockTimeout {
+                    resource: "b/k".into(),
+                    waited: std::time::Duration::from_secs(30),
+                    granted: 1,
+                    need: 2,
+                    nodes: 3,
+                    unreachable: 2,
+                },
+                C::ServiceUnavailable,
             ),
             (ObjectError::NotImplemented("x"), C::NotImplemented),
             (ObjectError::Internal("x".into()), C::InternalError),

@@ -7,11 +7,14 @@
 //! - `bucket`, `list`, `put`, `get`, `delete`, `multipart`, `acl`: one file per family of operations.
 //! - `cors`: bucket CORS configuration, the unauthenticated preflight, CORS response headers.
 //! - `post_object`: browser form uploads, authenticated by their signed POST policy.
+//! - [`admin`]: the admin API under `/quarry/admin/v1/` (heal, heal status, info, drives), root
+//!   user only, JSON.
 //! - `metrics`: request counters and latency histograms, served as `/metrics` (Prometheus text).
 //! - [`xml`]: the documents S3 sends and receives; [`error`]: S3 error codes and the error document.
 //! - [`signature`]: SigV4 (headers, presigned URLs, streaming chunks, checksums).
 
 mod acl;
+pub mod admin;
 mod api_error;
 mod body;
 mod bucket;
@@ -30,6 +33,8 @@ pub mod server;
 pub mod signature;
 pub mod xml;
 
+#[cfg(test)]
+mod fuzz_tests;
 #[cfg(test)]
 mod tests;
 

@@ -20,6 +20,14 @@ use http::header::{HeaderValue, CONTENT_TYPE};
 use http::StatusCode;
 use quarry_object::LayerStats;
 
+/// A data-plane series: name, type, help, and how to read it from a backend's figures.
+type Series = (
+    &'static str,
+    &'static str,
+    &'static str,
+    fn(&quarry_object::DataPlaneFigures) -> u64,
+);
+
 /// Distinct operation names tracked; later ones are counted as `Other`.
 const MAX_OPS: usize = 96;
 
@@ -260,6 +268,52 @@ impl Metrics {
             );
         }
 
+        if !layer.data_planes.is_empty() {
+            let series: [Series; 5] = [
+                (
+                    "quarry_dataplane_transfers_total",
+                    "counter",
+                    "Shard transfers this node started, by data-plane backend.",
+                    |d| d.transfers,
+                ),
+                (
+                    "quarry_dataplane_received_bytes_total",
+                    "counter",
+                    "Shard bytes received into pooled buffers, by backend.",
+                    |d| d.bytes_in,
+                ),
+                (
+                    "quarry_dataplane_sent_bytes_total",
+                    "counter",
+                    "Shard bytes sent, by backend.",
+                    |d| d.bytes_out,
+                ),
+                (
+                    "quarry_dataplane_errors_total",
+                    "counter",
+                    "Shard transfers that failed (timeouts included), by backend.",
+                    |d| d.errors,
+                ),
+                (
+                    "quarry_dataplane_timeouts_total",
+                    "counter",
+                    "Shard transfers that timed out, by backend.",
+                    |d| d.timeouts,
+                ),
+            ];
+            for (name, kind, help, get) in series {
+                header(&mut out, name, kind, help);
+                for d in &layer.data_planes {
+                    let _ = writeln!(
+                        out,
+                        "{name}{{backend=\"{}\"}} {}",
+                        escape(&d.backend),
+                        get(d)
+                    );
+                }
+            }
+        }
+
         let online = layer.drives.iter().filter(|d| d.online).count();
         header(
             &mut out,
@@ -287,7 +341,7 @@ impl Metrics {
                 u8::from(d.online)
             );
         }
-        let gauges: [(&str, &str, &str, u64); 6] = [
+        let gauges: [(&str, &str, &str, u64); 14] = [
             (
                 "quarry_heal_queue_length",
                 "gauge",
@@ -317,6 +371,54 @@ impl Metrics {
                 "counter",
                 "Heals that failed or left a drive unhealed.",
                 layer.heal_failed_total,
+            ),
+            (
+                "quarry_heal_retry_length",
+                "gauge",
+                "Heals waiting for a retry because a drive could not be reached.",
+                layer.heal_retry_len,
+            ),
+            (
+                "quarry_heal_retried_total",
+                "counter",
+                "Failed heal attempts put on the retry list.",
+                layer.heal_retried_total,
+            ),
+            (
+                "quarry_heal_retry_dropped_total",
+                "counter",
+                "Heals dropped because the retry list was full (the scanner finds them later).",
+                layer.heal_retry_dropped_total,
+            ),
+            (
+                "quarry_heal_given_up_total",
+                "counter",
+                "Heals given up after their last attempt.",
+                layer.heal_given_up_total,
+            ),
+            (
+                "quarry_scanner_objects_total",
+                "counter",
+                "Objects the background scanner checked.",
+                layer.scan.objects_total,
+            ),
+            (
+                "quarry_scanner_healed_total",
+                "counter",
+                "Objects the background scanner rewrote on at least one drive.",
+                layer.scan.healed_total,
+            ),
+            (
+                "quarry_scanner_failed_total",
+                "counter",
+                "Objects the background scanner could not check or heal on every drive.",
+                layer.scan.failed_total,
+            ),
+            (
+                "quarry_scanner_passes_total",
+                "counter",
+                "Full passes of the background scanner.",
+                layer.scan.passes_total,
             ),
             (
                 "quarry_get_copied_bytes_total",

@@ -143,6 +143,10 @@ pub enum Endpoint {
         bucket: String,
         key: String,
     },
+    /// `/quarry/admin/v1/...`, path style: the admin API (`admin.rs`), root user only.
+    Admin {
+        op: crate::admin::AdminOp,
+    },
     /// A known S3 operation Quarry does not implement; answered with `NotImplemented`.
     Unsupported {
         operation: String,
@@ -170,6 +174,7 @@ impl Endpoint {
             | E::HealthReady
             | E::Metrics
             | E::ListBuckets
+            | E::Admin { .. }
             | E::Unsupported { .. } => None,
             E::CreateBucket { bucket }
             | E::HeadBucket { bucket }
@@ -237,6 +242,7 @@ impl Endpoint {
             Endpoint::PutBucketAcl { .. } => "PutBucketAcl",
             Endpoint::GetObjectAcl { .. } => "GetObjectAcl",
             Endpoint::PutObjectAcl { .. } => "PutObjectAcl",
+            Endpoint::Admin { op } => op.name(),
             Endpoint::Unsupported { operation } => operation,
         }
     }
@@ -386,6 +392,12 @@ pub fn parse(
             "/health/ready" => return Ok(Endpoint::HealthReady),
             "/metrics" => return Ok(Endpoint::Metrics),
             _ => {}
+        }
+    }
+
+    if host_bucket.is_none() {
+        if let Some(op) = crate::admin::parse(method, path) {
+            return Ok(Endpoint::Admin { op });
         }
     }
 

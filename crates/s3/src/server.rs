@@ -79,13 +79,16 @@ impl ReadinessProbe for AlwaysReady {
 /// Serves S3 on `listener` until `shutdown` completes, then stops accepting and waits for the
 /// requests in flight to finish. Accepted sockets get `TCP_NODELAY` (small responses must not
 /// wait for Nagle and delayed ACKs).
-pub async fn serve(
-    listener: tokio::net::TcpListener,
+pub async fn serve<L>(
+    listener: L,
     layer: Arc<dyn ObjectLayer>,
     probe: Arc<dyn ReadinessProbe>,
     cfg: S3Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> io::Result<()> {
+) -> io::Result<()>
+where
+    L: axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr>,
+{
     let listener = listener.tap_io(|socket| {
         if let Err(e) = socket.set_nodelay(true) {
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
@@ -387,6 +390,7 @@ async fn dispatch(
             multipart::abort_multipart_upload(&ctx, &bucket, &key).await
         }
         E::ListParts { bucket, key } => multipart::list_parts(&ctx, &bucket, &key).await,
+        E::Admin { op } => crate::admin::handle(&ctx, op).await,
         E::GetBucketAcl { bucket } => acl::get_bucket_acl(&ctx, &bucket).await,
         E::PutBucketAcl { bucket } => acl::put_bucket_acl(&ctx, &bucket).await,
         E::GetObjectAcl { bucket, key } => acl::get_object_acl(&ctx, &bucket, &key).await,

@@ -291,4 +291,6 @@ pub fn s3_error_of(e: &std::io::Error) -> Option<S3Error> {
 }
 
 #[cfg(test)]
+mod fuzz_tests;
+#[cfg(test)]
 mod tests;

@@ -1,0 +1,899 @@
+//! The admin API, for `quarry admin` and operators' scripts. Path style only, under
+//! `/quarry/admin/v1/`, signed like any S3 request (SigV4 or V2) and answered only for the root
+//! user, the first of [`crate::S3Config::credentials`]; any other key, or no signature, gets
+//! `AccessDenied`. Answers are JSON; errors are S3 XML, as everywhere else.
+//!
+//! - `POST /quarry/admin/v1/heal[?bucket=B[&prefix=P]]`: heals every object of the bucket (or of
+//!   every bucket) under the prefix now, and answers what was done ([`HealReportJson`]).
+//! - `GET /quarry/admin/v1/heal/status`: the heal queue, the retry list and the background
+//!   scanner ([`HealStatusJson`]).
+//! - `GET /quarry/admin/v1/info`: the deployment as this node sees it now: nodes (and whether
+//!   each answers), sets, drives with their space, totals, internode traffic ([`InfoJson`]).
+//! - `GET /quarry/admin/v1/drives`: every drive with its set, node, state and space, and the
+//!   totals ([`DrivesJson`]); the same probe as `info` without the nodes and traffic.
+//!
+//! Because these paths are taken before S3 routing, a bucket named `quarry` cannot be reached
+//! path style under `admin/` (virtual-host style still reaches it).
+
+use axum::body::Body;
+use axum::response::Response;
+use http::header::{HeaderValue, CONTENT_TYPE};
+use http::Method;
+use quarry_object::{ClusterInfo, HealReport, LayerStats};
+use serde::Serialize;
+
+use crate::api_error::{ApiError, ApiResult};
+use crate::error::{S3Error, S3ErrorCode};
+use crate::server::ReqCtx;
+
+/// Every admin path starts with this.
+pub const PREFIX: &str = "/quarry/admin/";
+
+/// The version of the admin API, in its paths.
+pub const V1: &str = "/quarry/admin/v1/";
+
+/// One admin call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AdminOp {
+    /// `POST /quarry/admin/v1/heal`.
+    Heal,
+    /// `GET /quarry/admin/v1/heal/status`.
+    HealStatus,
+    /// `GET /quarry/admin/v1/info`.
+    Info,
+    /// `GET /quarry/admin/v1/drives`.
+    Drives,
+    /// An unknown call, version or method: this error, but only for the root user (others are
+    /// told nothing about the admin API).
+    Invalid { code: S3ErrorCode, message: String },
+}
+
+impl AdminOp {
+    /// The operation's name in logs and metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            AdminOp::Heal => "AdminHeal",
+            AdminOp::HealStatus => "AdminHealStatus",
+            AdminOp::Info => "AdminInfo",
+            AdminOp::Drives => "AdminDrives",
+            AdminOp::Invalid { .. } => "Admin",
+        }
+    }
+}
+
+/// The admin call a path-style request names: `None` when the path is not under [`PREFIX`] (an
+/// S3 request); [`AdminOp::Invalid`] for an unknown call or method.
+pub(crate) fn parse(method: &Method, path: &str) -> Option<AdminOp> {
+    if !path.starts_with(PREFIX) {
+        return None;
+    }
+    Some(
+        parse_call(method, path).unwrap_or_else(|e| AdminOp::Invalid {
+            code: e.code,
+            message: e.message,
+        }),
+    )
+}
+
+fn parse_call(method: &Method, path: &str) -> Result<AdminOp, S3Error> {
+    let Some(call) = path.strip_prefix(V1) else {
+        return Err(S3Error::new(
+            S3ErrorCode::InvalidRequest,
+            format!("Unknown admin API version in {path}; this server speaks {V1}."),
+        ));
+    };
+    let (op, allowed) = match call.trim_end_matches('/') {
+        "heal" => (AdminOp::Heal, Method::POST),
+        "heal/status" => (AdminOp::HealStatus, Method::GET),
+        "info" => (AdminOp::Info, Method::GET),
+        "drives" => (AdminOp::Drives, Method::GET),
+        _ => {
+            return Err(S3Error::new(
+                S3ErrorCode::InvalidRequest,
+                format!("Unknown admin API call {path}."),
+            ))
+        }
+    };
+    if *method != allowed {
+        return Err(S3Error::new(
+            S3ErrorCode::MethodNotAllowed,
+            format!("The method {method} is not allowed against {path}; use {allowed}."),
+        ));
+    }
+    Ok(op)
+}
+
+/// Runs an authenticated admin call.
+pub(crate) async fn handle(ctx: &ReqCtx, op: AdminOp) -> ApiResult<Response> {
+    let root = ctx.state.auth.credentials.first();
+    if root.is_none_or(|c| c.access_key != ctx.auth.access_key) {
+        return Err(ApiError::new(
+            S3ErrorCode::AccessDenied,
+            "Access Denied. The admin API answers the root user only.",
+        ));
+    }
+    match op {
+        AdminOp::Heal => heal(ctx).await,
+        AdminOp::HealStatus => {
+            let stats = ctx.layer().stats().await;
+            json(&HealStatusJson::from(&stats))
+        }
+        AdminOp::Info => {
+            let info = ctx.layer().info().await?;
+            json(&InfoJson::from(&info))
+        }
+        AdminOp::Drives => {
+            let info = ctx.layer().info().await?;
+            json(&DrivesJson::from(&info))
+        }
+        AdminOp::Invalid { code, message } => Err(ApiError::new(code, message)),
+    }
+}
+
+async fn heal(ctx: &ReqCtx) -> ApiResult<Response> {
+    let bucket = ctx.query.get("bucket").filter(|b| !b.is_empty());
+    let prefix = ctx.query.get("prefix").unwrap_or("");
+    if bucket.is_none() && !prefix.is_empty() {
+        return Err(ApiError::new(
+            S3ErrorCode::InvalidArgument,
+            "A heal by prefix needs a bucket (`bucket=`).",
+        ));
+    }
+    tracing::info!(
+        bucket = bucket.unwrap_or("*"),
+        prefix,
+        user = %ctx.auth.access_key,
+        "admin heal"
+    );
+    // In its own task: a client that goes away (or times out) does not stop the heal between
+    // two drives of an object; it runs to the end and is logged.
+    let layer = ctx.state.layer.clone();
+    let (b, p) = (bucket.map(str::to_owned), prefix.to_owned());
+    let task = tokio::spawn(async move { layer.heal(b.as_deref(), &p).await });
+    let report = task.await.map_err(|e| {
+        tracing::error!(error = %e, "the heal task failed");
+        ApiError::from(S3ErrorCode::InternalError)
+    })??;
+    json(&HealReportJson::from(&report))
+}
+
+fn json<T: Serialize>(value: &T) -> ApiResult<Response> {
+    let body = serde_json::to_vec_pretty(value).map_err(|e| {
+        tracing::error!(error = %e, "cannot encode an admin answer");
+        ApiError::from(S3ErrorCode::InternalError)
+    })?;
+    let mut response = Response::new(Body::from(body));
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    Ok(response)
+}
+
+/// The answer to a heal: what [`HealReport`] says, as JSON.
+#[derive(Debug, Serialize)]
+pub struct HealReportJson {
+    pub buckets: u64,
+    pub scanned: u64,
+    pub healed: u64,
+    pub healed_drives: u64,
+    pub failed: u64,
+    /// More objects were healed or failed than are listed.
+    pub truncated: bool,
+    pub healed_objects: Vec<HealedJson>,
+    pub failed_objects: Vec<FailedJson>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct HealedJson {
+    pub bucket: String,
+    pub key: String,
+    pub drives: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FailedJson {
+    pub bucket: String,
+    /// Empty when the bucket's listing failed.
+    pub key: String,
+    pub reason: String,
+}
+
+impl From<&HealReport> for HealReportJson {
+    fn from(r: &HealReport) -> Self {
+        HealReportJson {
+            buckets: r.buckets,
+            scanned: r.scanned,
+            healed: r.healed,
+            healed_drives: r.healed_drives,
+            failed: r.failed,
+            truncated: r.truncated,
+            healed_objects: r
+                .healed_objects
+                .iter()
+                .map(|h| HealedJson {
+                    bucket: h.bucket.clone(),
+                    key: h.key.clone(),
+                    drives: h.drives.clone(),
+                })
+                .collect(),
+            failed_objects: r
+                .failed_objects
+                .iter()
+                .map(|f| FailedJson {
+                    bucket: f.bucket.clone(),
+                    key: f.key.clone(),
+                    reason: f.reason.clone(),
+                })
+                .collect(),
+        }
+    }
+}
+
+/// The answer to `heal/status`.
+#[derive(Debug, Serialize)]
+pub struct HealStatusJson {
+    /// Objects waiting on the heal queue.
+    pub queue_len: u64,
+    /// Heals waiting for a retry (a drive was offline).
+    pub retry_len: u64,
+    pub queued_total: u64,
+    /// Heal requests dropped because the queue was full.
+    pub queue_dropped_total: u64,
+    pub healed_objects_total: u64,
+    pub failed_total: u64,
+    pub retried_total: u64,
+    /// Heals dropped because the retry list was full.
+    pub retry_dropped_total: u64,
+    pub given_up_total: u64,
+    pub drives: Vec<DriveJson>,
+    pub scanner: ScannerJson,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DriveJson {
+    pub endpoint: String,
+    pub online: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ScannerJson {
+    pub enabled: bool,
+    pub running: bool,
+    pub objects_total: u64,
+    pub healed_total: u64,
+    pub failed_total: u64,
+    pub passes_total: u64,
+    /// RFC 3339, UTC; `null` before the first pass.
+    pub last_pass_start: Option<String>,
+    pub last_pass_end: Option<String>,
+}
+
+fn rfc3339(ns: Option<i64>) -> Option<String> {
+    let t = time::OffsetDateTime::from_unix_timestamp_nanos(i128::from(ns?)).ok()?;
+    t.format(&time::format_description::well_known::Rfc3339)
+        .ok()
+}
+
+impl From<&LayerStats> for HealStatusJson {
+    fn from(s: &LayerStats) -> Self {
+        HealStatusJson {
+            queue_len: s.heal_queue_len,
+            retry_len: s.heal_retry_len,
+            queued_total: s.heal_queued_total,
+            queue_dropped_total: s.heal_dropped_total,
+            healed_objects_total: s.healed_objects_total,
+            failed_total: s.heal_failed_total,
+            retried_total: s.heal_retried_total,
+            retry_dropped_total: s.heal_retry_dropped_total,
+            given_up_total: s.heal_given_up_total,
+            drives: s
+                .drives
+                .iter()
+                .map(|d| DriveJson {
+                    endpoint: d.endpoint.clone(),
+                    online: d.online,
+                })
+                .collect(),
+            scanner: ScannerJson {
+                enabled: s.scan.enabled,
+                running: s.scan.running,
+                objects_total: s.scan.objects_total,
+                healed_total: s.scan.healed_total,
+                failed_total: s.scan.failed_total,
+                passes_total: s.scan.passes_total,
+                last_pass_start: rfc3339(s.scan.last_pass_start_ns),
+                last_pass_end: rfc3339(s.scan.last_pass_end_ns),
+            },
+        }
+    }
+}
+
+/// The answer to `info`.
+#[derive(Debug, Serialize)]
+pub struct InfoJson {
+    pub deployment_id: String,
+    /// `single` (one process) or `cluster`.
+    pub mode: &'static str,
+    /// `host:port` of the node that answered; `null` for a single node.
+    pub this_node: Option<String>,
+    pub nodes: Vec<NodeJson>,
+    pub sets: Vec<SetJson>,
+    pub totals: TotalsJson,
+    /// Internode data-plane counters of this node, one entry per backend.
+    pub data_plane: Vec<DataPlaneJson>,
+    /// Counters of this node's control-RPC client; `null` for a single node.
+    pub rpc: Option<RpcJson>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct NodeJson {
+    pub address: String,
+    pub local: bool,
+    pub online: bool,
+    pub rtt_us: Option<u64>,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SetJson {
+    pub index: usize,
+    pub data: usize,
+    pub parity: usize,
+    pub read_quorum: usize,
+    pub write_quorum: usize,
+    pub drives_online: usize,
+    pub drives: Vec<DriveInfoJson>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DriveInfoJson {
+    pub set: usize,
+    pub position: usize,
+    pub endpoint: String,
+    pub node: Option<String>,
+    pub online: bool,
+    pub id: Option<String>,
+    pub total_bytes: u64,
+    pub free_bytes: u64,
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Default, Serialize)]
+pub struct TotalsJson {
+    pub nodes: usize,
+    pub nodes_online: usize,
+    pub nodes_offline: usize,
+    pub sets: usize,
+    /// Sets with a read quorum of drives online, and a write quorum.
+    pub sets_readable: usize,
+    pub sets_writable: usize,
+    pub drives: usize,
+    pub drives_online: usize,
+    pub drives_offline: usize,
+    /// Over the drives online.
+    pub total_bytes: u64,
+    pub free_bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct DataPlaneJson {
+    pub backend: String,
+    pub transfers: u64,
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub errors: u64,
+    pub timeouts: u64,
+    pub connects: u64,
+    pub connect_failures: u64,
+    pub fast_failures: u64,
+    pub retries: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RpcJson {
+    pub calls: u64,
+    pub timeouts: u64,
+    pub connects: u64,
+    pub connect_failures: u64,
+    pub fast_failures: u64,
+}
+
+/// The answer to `drives`.
+#[derive(Debug, Serialize)]
+pub struct DrivesJson {
+    pub drives: Vec<DriveInfoJson>,
+    pub totals: TotalsJson,
+}
+
+fn sets_json(info: &ClusterInfo) -> Vec<SetJson> {
+    info.sets
+        .iter()
+        .map(|s| SetJson {
+            index: s.index,
+            data: s.data,
+            parity: s.parity,
+            read_quorum: s.read_quorum,
+            write_quorum: s.write_quorum,
+            drives_online: s.drives.iter().filter(|d| d.online).count(),
+            drives: s
+                .drives
+                .iter()
+                .map(|d| DriveInfoJson {
+                    set: s.index,
+                    position: d.position,
+                    endpoint: d.endpoint.clone(),
+                    node: d.node.clone(),
+                    online: d.online,
+                    id: d.id.map(|id| id.to_string()),
+                    total_bytes: d.total_bytes,
+                    free_bytes: d.free_bytes,
+                    error: d.error.clone(),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+fn totals(info: &ClusterInfo, sets: &[SetJson]) -> TotalsJson {
+    let nodes_online = info.nodes.iter().filter(|n| n.online).count();
+    let mut t = TotalsJson {
+        nodes: info.nodes.len(),
+        nodes_online,
+        nodes_offline: info.nodes.len() - nodes_online,
+        sets: sets.len(),
+        ..TotalsJson::default()
+    };
+    for s in sets {
+        t.sets_readable += usize::from(s.drives_online >= s.read_quorum);
+        t.sets_writable += usize::from(s.drives_online >= s.write_quorum);
+        for d in s.drives.iter() {
+            t.drives += 1;
+            if d.online {
+                t.drives_online += 1;
+                t.total_bytes += d.total_bytes;
+                t.free_bytes += d.free_bytes;
+            } else {
+                t.drives_offline += 1;
+            }
+        }
+    }
+    t
+}
+
+impl From<&ClusterInfo> for InfoJson {
+    fn from(info: &ClusterInfo) -> Self {
+        let sets = sets_json(info);
+        let totals = totals(info, &sets);
+        InfoJson {
+            deployment_id: info.deployment_id.to_string(),
+            mode: if info.this_node.is_some() {
+                "cluster"
+            } else {
+                "single"
+            },
+            this_node: info.this_node.clone(),
+            nodes: info
+                .nodes
+                .iter()
+                .map(|n| NodeJson {
+                    address: n.address.clone(),
+                    local: n.local,
+                    online: n.online,
+                    rtt_us: n.rtt_us,
+                    error: n.error.clone(),
+                })
+                .collect(),
+            sets,
+            totals,
+            data_plane: info
+                .data_planes
+                .iter()
+                .map(|p| DataPlaneJson {
+                    backend: p.backend.clone(),
+                    transfers: p.stats.transfers,
+                    bytes_in: p.stats.bytes_in,
+                    bytes_out: p.stats.bytes_out,
+                    errors: p.stats.errors,
+                    timeouts: p.stats.timeouts,
+                    connects: p.stats.connects,
+                    connect_failures: p.stats.connect_failures,
+                    fast_failures: p.stats.fast_failures,
+                    retries: p.stats.retries,
+                })
+                .collect(),
+            rpc: info.rpc.map(|r| RpcJson {
+                calls: r.calls,
+                timeouts: r.timeouts,
+                connects: r.connects,
+                connect_failures: r.connect_failures,
+                fast_failures: r.fast_failures,
+            }),
+        }
+    }
+}
+
+impl From<&ClusterInfo> for DrivesJson {
+    fn from(info: &ClusterInfo) -> Self {
+        let sets = sets_json(info);
+        let totals = totals(info, &sets);
+        DrivesJson {
+            drives: sets.into_iter().flat_map(|s| s.drives).collect(),
+            totals,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_and_methods() {
+        let p = |m: Method, path: &str| {
+            parse(&m, path).map(|op| match op {
+                AdminOp::Invalid { code, .. } => Err(code),
+                op => Ok(op),
+            })
+        };
+        assert_eq!(
+            p(Method::POST, "/quarry/admin/v1/heal"),
+            Some(Ok(AdminOp::Heal))
+        );
+        assert_eq!(
+            p(Method::GET, "/quarry/admin/v1/heal/status"),
+            Some(Ok(AdminOp::HealStatus))
+        );
+        assert_eq!(
+            p(Method::GET, "/quarry/admin/v1/heal"),
+            Some(Err(S3ErrorCode::MethodNotAllowed))
+        );
+        assert_eq!(
+            p(Method::GET, "/quarry/admin/v1/info"),
+            Some(Ok(AdminOp::Info))
+        );
+        assert_eq!(
+            p(Method::GET, "/quarry/admin/v1/drives/"),
+            Some(Ok(AdminOp::Drives))
+        );
+        assert_eq!(
+            p(Method::POST, "/quarry/admin/v1/info"),
+            Some(Err(S3ErrorCode::MethodNotAllowed))
+        );
+        assert_eq!(
+            p(Method::POST, "/quarry/admin/v1/nope"),
+            Some(Err(S3ErrorCode::InvalidRequest))
+        );
+        assert_eq!(
+            p(Method::POST, "/quarry/admin/v9/heal"),
+            Some(Err(S3ErrorCode::InvalidRequest))
+        );
+        // S3 requests, including a bucket named `quarry` outside `admin/`.
+        assert_eq!(p(Method::GET, "/quarry/key"), None);
+        assert_eq!(p(Method::GET, "/quarry/adminx"), None);
+        assert_eq!(p(Method::GET, "/bucket/quarry/admin/v1/heal"), None);
+    }
+
+    #[test]
+    fn info_totals_count_what_answered() {
+        use quarry_object::{ClusterInfo, DriveInfo, NodeInfo, SetInfo};
+        let drive = |p: usize, node: &str, online: bool| DriveInfo {
+            endpoint: format!("http://{node}/d{p}"),
+            node: Some(node.to_owned()),
+            position: p,
+            online,
+            id: None,
+            total_bytes: if online { 100 } else { 0 },
+            free_bytes: if online { 40 } else { 0 },
+            error: (!online).then(|| "connection refused".to_owned()),
+        };
+        let node = |a: &str, online: bool| NodeInfo {
+            address: a.to_owned(),
+            local: a == "n1:9000",
+            online,
+            rtt_us: None,
+            error: None,
+        };
+        let info = ClusterInfo {
+            deployment_id: uuid::Uuid::nil(),
+            this_node: Some("n1:9000".into()),
+            nodes: vec![
+                node("n1:9000", true),
+                node("n2:9000", true),
+                node("n3:9000", false),
+                node("n4:9000", false),
+            ],
+            sets: vec![SetInfo {
+                index: 0,
+                data: 2,
+                parity: 2,
+                read_quorum: 2,
+                write_quorum: 3,
+                drives: vec![
+                    drive(0, "n1:9000", true),
+                    drive(1, "n2:9000", true),
+                    drive(2, "n3:9000", false),
+                    drive(3, "n4:9000", false),
+                ],
+            }],
+            data_planes: Vec::new(),
+            rpc: None,
+        };
+        let j = InfoJson::from(&info);
+        assert_eq!(j.mode, "cluster");
+        let t = &j.totals;
+        assert_eq!((t.nodes, t.nodes_online, t.nodes_offline), (4, 2, 2));
+        assert_eq!((t.drives, t.drives_online, t.drives_offline), (4, 2, 2));
+        assert_eq!((t.sets, t.sets_readable, t.sets_writable), (1, 1, 0));
+        assert_eq!((t.total_bytes, t.free_bytes), (200, 80));
+        assert_eq!(j.sets[0].drives_online, 2);
+        let d = DrivesJson::from(&info);
+        assert_eq!(d.drives.len(), 4);
+        assert_eq!(d.drives[3].node.as_deref(), Some("n4:9000"));
+        assert!(!d.drives[3].online);
+    }
+
+    #[test]
+    fn times_are_rfc3339() {
+        assert_eq!(
+            rfc3339(Some(1_700_000_000_123_000_000)).as_deref(),
+            Some("2023-11-14T22:13:20.123Z")
+        );
+        assert_eq!(rfc3339(None), None);
+    }
+
+    /// The admin routes through the whole front end, against a stub layer.
+    mod routes {
+        use std::sync::{Arc, Mutex};
+        use std::time::SystemTime;
+
+        use async_trait::async_trait;
+        use aws_sigv4::http_request::{
+            sign, PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest,
+            SigningSettings, UriPathNormalizationMode,
+        };
+        use axum::body::Body;
+        use bytes::Bytes;
+        use http::{Request, StatusCode};
+        use http_body_util::BodyExt;
+        use quarry_object::{
+            BucketInfo, ByteStream, Error, GetObjectReader, HealReport, HealedObject, HttpRange,
+            LayerStats, ListOptions, ListResult, ObjectInfo, ObjectLayer, PutOptions, Result,
+        };
+        use tower::ServiceExt;
+
+        use crate::server::{app, AlwaysReady, S3Config};
+        use crate::signature::Credentials;
+
+        const ROOT: (&str, &str) = ("rootkey", "root-secret");
+        const USER: (&str, &str) = ("userkey", "user-secret");
+
+        /// Answers heals and stats; everything else is not there.
+        #[derive(Default)]
+        struct Stub {
+            heals: Mutex<Vec<(Option<String>, String)>>,
+        }
+
+        fn none<T>() -> Result<T> {
+            Err(Error::NotImplemented("stub"))
+        }
+
+        #[async_trait]
+        impl ObjectLayer for Stub {
+            async fn make_bucket(&self, _: &str) -> Result<()> {
+                none()
+            }
+            async fn bucket_info(&self, _: &str) -> Result<BucketInfo> {
+                none()
+            }
+            async fn list_buckets(&self) -> Result<Vec<BucketInfo>> {
+                none()
+            }
+            async fn delete_bucket(&self, _: &str) -> Result<()> {
+                none()
+            }
+            async fn put_object(
+                &self,
+                _: &str,
+                _: &str,
+                _: ByteStream,
+                _: PutOptions,
+            ) -> Result<ObjectInfo> {
+                none()
+            }
+            async fn get_object(
+                &self,
+                _: &str,
+                _: &str,
+                _: Option<HttpRange>,
+            ) -> Result<GetObjectReader> {
+                none()
+            }
+            async fn object_info(&self, _: &str, _: &str) -> Result<ObjectInfo> {
+                none()
+            }
+            async fn delete_object(&self, _: &str, _: &str) -> Result<()> {
+                none()
+            }
+            async fn list_objects(&self, _: &str, _: ListOptions) -> Result<ListResult> {
+                none()
+            }
+            async fn get_bucket_config(&self, _: &str, _: &str) -> Result<Option<Bytes>> {
+                none()
+            }
+            async fn put_bucket_config(&self, _: &str, _: &str, _: Bytes) -> Result<()> {
+                none()
+            }
+            async fn delete_bucket_config(&self, _: &str, _: &str) -> Result<()> {
+                none()
+            }
+            async fn stats(&self) -> LayerStats {
+                LayerStats {
+                    heal_queue_len: 3,
+                    heal_retry_len: 2,
+                    ..Default::default()
+                }
+            }
+            async fn heal(&self, bucket: Option<&str>, prefix: &str) -> Result<HealReport> {
+                if bucket == Some("absent") {
+                    return Err(Error::BucketNotFound);
+                }
+                self.heals
+                    .lock()
+                    .unwrap()
+                    .push((bucket.map(str::to_owned), prefix.to_owned()));
+                Ok(HealReport {
+                    buckets: 1,
+                    scanned: 4,
+                    healed: 1,
+                    healed_drives: 2,
+                    healed_objects: vec![HealedObject {
+                        bucket: "b".into(),
+                        key: "k".into(),
+                        drives: vec!["/d1".into(), "/d2".into()],
+                    }],
+                    ..Default::default()
+                })
+            }
+        }
+
+        fn request(method: &str, uri: &str, who: Option<(&str, &str)>) -> Request<Body> {
+            let mut builder = Request::builder()
+                .method(method)
+                .uri(uri)
+                .header("host", "localhost");
+            if let Some((ak, sk)) = who {
+                let identity =
+                    aws_credential_types::Credentials::new(ak, sk, None, None, "t").into();
+                let mut settings = SigningSettings::default();
+                settings.percent_encoding_mode = PercentEncodingMode::Single;
+                settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+                settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+                let params = aws_sigv4::sign::v4::SigningParams::builder()
+                    .identity(&identity)
+                    .region("us-east-1")
+                    .name("s3")
+                    .time(SystemTime::now())
+                    .settings(settings)
+                    .build()
+                    .unwrap()
+                    .into();
+                let url = format!("http://localhost{uri}");
+                let signable = SignableRequest::new(
+                    method,
+                    url,
+                    [("host", "localhost")].into_iter(),
+                    SignableBody::Bytes(b""),
+                )
+                .unwrap();
+                let (instructions, _) = sign(signable, &params).unwrap().into_parts();
+                for (k, v) in instructions.headers() {
+                    builder = builder.header(k, v);
+                }
+            }
+            builder.body(Body::empty()).unwrap()
+        }
+
+        async fn send(layer: Arc<Stub>, req: Request<Body>) -> (StatusCode, String) {
+            let cfg = S3Config {
+                region: "us-east-1".into(),
+                credentials: vec![
+                    Credentials::new(ROOT.0, ROOT.1),
+                    Credentials::new(USER.0, USER.1),
+                ],
+                domains: vec![],
+            };
+            let response = app(layer, Arc::new(AlwaysReady), cfg)
+                .oneshot(req)
+                .await
+                .unwrap();
+            let status = response.status();
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            (status, String::from_utf8_lossy(&body).into_owned())
+        }
+
+        #[tokio::test]
+        async fn root_heals_and_reads_the_status() {
+            let layer = Arc::new(Stub::default());
+            let uri = "/quarry/admin/v1/heal?bucket=b&prefix=a%2Fb%20c";
+            let (status, body) = send(layer.clone(), request("POST", uri, Some(ROOT))).await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(v["scanned"], 4);
+            assert_eq!(v["healed"], 1);
+            assert_eq!(v["healed_objects"][0]["drives"][1], "/d2");
+            assert_eq!(
+                *layer.heals.lock().unwrap(),
+                [(Some("b".to_owned()), "a/b c".to_owned())]
+            );
+
+            let (status, body) = send(
+                layer.clone(),
+                request("POST", "/quarry/admin/v1/heal", Some(ROOT)),
+            )
+            .await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            assert_eq!(layer.heals.lock().unwrap()[1], (None, String::new()));
+
+            let uri = "/quarry/admin/v1/heal/status";
+            let (status, body) = send(layer.clone(), request("GET", uri, Some(ROOT))).await;
+            assert_eq!(status, StatusCode::OK, "{body}");
+            let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+            assert_eq!(
+                (v["queue_len"].as_u64(), v["retry_len"].as_u64()),
+                (Some(3), Some(2))
+            );
+            assert_eq!(v["scanner"]["last_pass_start"], serde_json::Value::Null);
+        }
+
+        #[tokio::test]
+        async fn only_the_root_user_gets_in() {
+            let layer = Arc::new(Stub::default());
+            for (method, uri) in [
+                ("POST", "/quarry/admin/v1/heal"),
+                ("GET", "/quarry/admin/v1/heal/status"),
+                // Routing errors are not revealed before authentication.
+                ("GET", "/quarry/admin/v1/nope"),
+            ] {
+                for who in [None, Some(USER), Some((ROOT.0, "wrong-secret"))] {
+                    let (status, body) = send(layer.clone(), request(method, uri, who)).await;
+                    assert_eq!(
+                        status,
+                        StatusCode::FORBIDDEN,
+                        "{method} {uri} {who:?}: {body}"
+                    );
+                    assert!(body.contains("<Code>"), "S3 XML: {body}");
+                    if who.is_none() || who == Some(USER) {
+                        assert!(body.contains("<Code>AccessDenied</Code>"), "{body}");
+                    }
+                }
+            }
+            assert!(layer.heals.lock().unwrap().is_empty());
+        }
+
+        #[tokio::test]
+        async fn bad_calls_are_s3_errors() {
+            let layer = Arc::new(Stub::default());
+            let cases = [
+                (
+                    "POST",
+                    "/quarry/admin/v1/heal?bucket=absent",
+                    404,
+                    "NoSuchBucket",
+                ),
+                (
+                    "POST",
+                    "/quarry/admin/v1/heal?prefix=x",
+                    400,
+                    "InvalidArgument",
+                ),
+                ("GET", "/quarry/admin/v1/heal", 405, "MethodNotAllowed"),
+                ("GET", "/quarry/admin/v1/nope", 400, "InvalidRequest"),
+            ];
+            for (method, uri, status, code) in cases {
+                let (got, body) = send(layer.clone(), request(method, uri, Some(ROOT))).await;
+                assert_eq!(got.as_u16(), status, "{method} {uri}: {body}");
+                assert!(body.contains(&format!("<Code>{code}</Code>")), "{body}");
+            }
+        }
+    }
+}
