@@ -23,15 +23,30 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve S3 from local drive directories (one erasure set).
+    /// Serve S3: from local drive directories (one node), or as one node of a cluster when the
+    /// drives are given as URLs (`http://HOST:PORT/PATH`, with `{1...4}` ellipses).
     Server(ServerArgs),
+    /// Administer a running server: heal, heal status.
+    Admin(crate::admin::AdminArgs),
 }
 
 #[derive(Debug, Args)]
 pub struct ServerArgs {
-    /// Drive directories, 1 to 16; created if missing. Default: ./data/d1 ... ./data/d4.
-    #[arg(value_name = "DIRS")]
-    pub dirs: Vec<PathBuf>,
+    /// Drive directories, 1 to 16, created if missing (default: ./data/d1 ... ./data/d4); or,
+    /// for a cluster, every drive of every node as http://HOST:PORT/PATH with ellipses, e.g.
+    /// `http://node{1...4}:9000/srv/d{1...4}`, the same on every node.
+    #[arg(value_name = "DRIVES")]
+    pub dirs: Vec<String>,
+
+    /// A TOML file with any of the settings below (see config/*.toml). Flags and QUARRY_*
+    /// variables override it.
+    #[arg(long, env = "QUARRY_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    /// Drives per erasure set in a cluster (2 to 16, dividing the number of drives). Default:
+    /// the largest such size. Must be the same on every node.
+    #[arg(long, env = "QUARRY_SET_SIZE", value_name = "N")]
+    pub set_size: Option<usize>,
 
     /// Address to listen on.
     #[arg(
@@ -94,6 +109,43 @@ pub struct ServerArgs {
         value_name = "DURATION"
     )]
     pub multipart_expiry: Duration,
+
+    /// Time between passes of the background scanner, which finds and heals objects with
+    /// missing or corrupt shards: a duration (e.g. 1h, 30m), or 0 to turn it off.
+    #[arg(
+        long,
+        env = "QUARRY_SCAN_INTERVAL",
+        default_value = "1h",
+        value_parser = parse_interval,
+        value_name = "DURATION"
+    )]
+    pub scan_interval: Duration,
+
+    /// Objects per second the scanner checks at most (0: no limit).
+    #[arg(long, env = "QUARRY_SCAN_RATE", default_value_t = 50, value_name = "N")]
+    pub scan_rate: u32,
+
+    /// RDMA data plane between nodes: off (never touch verbs), on (refuse to start unless verbs
+    /// works) or auto (verbs when a usable device is found, else TCP).
+    #[arg(
+        long,
+        env = "QUARRY_RDMA",
+        default_value = "auto",
+        value_name = "off|on|auto"
+    )]
+    pub rdma: quarry_net::rdma::RdmaMode,
+
+    /// RDMA device to use (default: the first one), e.g. rxe0 or mlx5_0.
+    #[arg(long, env = "QUARRY_RDMA_DEVICE", value_name = "NAME")]
+    pub rdma_device: Option<String>,
+}
+
+/// A duration as [`parse_duration`], or `0` / `off` for none (zero).
+pub fn parse_interval(s: &str) -> Result<Duration, String> {
+    match s.trim() {
+        "0" | "off" => Ok(Duration::ZERO),
+        other => parse_duration(other),
+    }
 }
 
 /// Parses `90`, `90s`, `30m`, `24h`, `7d` into a duration of at least one second.
@@ -127,7 +179,10 @@ pub enum LogFormat {
 /// The server settings after defaults are applied and the arguments are checked.
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// Local drive directories (single node), empty in a cluster.
     pub dirs: Vec<PathBuf>,
+    /// The cluster's topology, when the drives were given as URLs.
+    pub cluster: Option<quarry_object::topology::Topology>,
     pub address: String,
     /// `(access key, secret key)` when given on the command line or in the environment.
     pub root: Option<(String, String)>,
@@ -136,15 +191,144 @@ pub struct Settings {
     pub domains: Vec<String>,
     pub log_format: LogFormat,
     pub multipart_expiry: Duration,
+    pub scan_interval: Option<Duration>,
+    pub scan_rate: u32,
+    pub rdma: quarry_net::rdma::RdmaMode,
+    pub rdma_device: Option<String>,
+}
+
+/// The settings file (`--config`): every field optional, unknown fields refused.
+#[derive(Debug, Default, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// Format version of the file; only 1 exists.
+    pub version: u32,
+    pub address: Option<String>,
+    pub drives: Option<Vec<String>>,
+    pub set_size: Option<usize>,
+    pub region: Option<String>,
+    pub domains: Option<Vec<String>>,
+    pub log_format: Option<String>,
+    pub multipart_expiry: Option<String>,
+    pub root_user: Option<String>,
+    pub root_password: Option<String>,
+    pub scan_interval: Option<String>,
+    pub scan_rate: Option<u32>,
+    pub rdma: Option<String>,
+    pub rdma_device: Option<String>,
+}
+
+/// The settings file format this build reads.
+pub const CONFIG_VERSION: u32 = 1;
+
+/// Reads and checks a settings file.
+pub fn load_config(path: &std::path::Path) -> Result<FileConfig, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+    let f: FileConfig =
+        toml::from_str(&text).map_err(|e| format!("config file {}: {e}", path.display()))?;
+    if f.version != CONFIG_VERSION {
+        return Err(format!(
+            "config file {}: version {} is not supported (this build reads version {CONFIG_VERSION}); add `version = 1`",
+            path.display(),
+            f.version
+        ));
+    }
+    Ok(f)
 }
 
 impl ServerArgs {
+    /// Fills every setting not given by a flag or a QUARRY_* variable from the config file
+    /// (`matches` tells where each value came from).
+    fn apply_config(&mut self, f: FileConfig, matches: Option<&clap::ArgMatches>) {
+        use clap::parser::ValueSource;
+        let unset = |id: &str| {
+            matches.is_none_or(|m| {
+                matches!(m.value_source(id), None | Some(ValueSource::DefaultValue))
+            })
+        };
+        if let Some(v) = f.address.filter(|_| unset("address")) {
+            self.address = v;
+        }
+        if let Some(v) = f.drives.filter(|_| unset("dirs")) {
+            self.dirs = v;
+        }
+        if let Some(v) = f.set_size.filter(|_| unset("set_size")) {
+            self.set_size = Some(v);
+        }
+        if let Some(v) = f.region.filter(|_| unset("region")) {
+            self.region = v;
+        }
+        if let Some(v) = f.domains.filter(|_| unset("domains")) {
+            self.domains = v;
+        }
+        if let Some(v) = f.log_format.filter(|_| unset("log_format")) {
+            self.log_format = match v.as_str() {
+                "text" => LogFormat::Text,
+                "json" => LogFormat::Json,
+                other => usage_error(format!("config: log_format {other:?} is not text or json")),
+            };
+        }
+        if let Some(v) = f.multipart_expiry.filter(|_| unset("multipart_expiry")) {
+            self.multipart_expiry = parse_duration(&v)
+                .unwrap_or_else(|e| usage_error(format!("config: multipart_expiry: {e}")));
+        }
+        if let Some(v) = f.scan_interval.filter(|_| unset("scan_interval")) {
+            self.scan_interval = parse_interval(&v)
+                .unwrap_or_else(|e| usage_error(format!("config: scan_interval: {e}")));
+        }
+        if let Some(v) = f.scan_rate.filter(|_| unset("scan_rate")) {
+            self.scan_rate = v;
+        }
+        if let Some(v) = f.rdma.filter(|_| unset("rdma")) {
+            self.rdma = v
+                .parse()
+                .unwrap_or_else(|e| usage_error(format!("config: rdma: {e}")));
+        }
+        if let Some(v) = f.rdma_device.filter(|_| unset("rdma_device")) {
+            self.rdma_device = Some(v);
+        }
+        if unset("root_user") && unset("root_password") {
+            match (f.root_user, f.root_password) {
+                (Some(u), Some(p)) => {
+                    self.root_user = Some(u);
+                    self.root_password = Some(p);
+                }
+                (None, None) => {}
+                _ => usage_error("config: root_user and root_password go together"),
+            }
+        }
+    }
+
+    /// Applies the config file (if any) and defaults; a bad combination exits with a usage
+    /// error, as clap does. `matches` are the `server` subcommand's, to know which values the
+    /// command line or environment set (they win over the file).
+    pub fn settings_with(mut self, matches: Option<&clap::ArgMatches>) -> Settings {
+        if let Some(path) = self.config.clone() {
+            match load_config(&path) {
+                Ok(f) => self.apply_config(f, matches),
+                Err(e) => usage_error(e),
+            }
+        }
+        self.settings()
+    }
+
     /// Applies defaults; a bad combination exits with a usage error, as clap does.
     pub fn settings(self) -> Settings {
-        let dirs = if self.dirs.is_empty() {
+        let mut cluster = None;
+        let dirs: Vec<PathBuf> = if self.dirs.is_empty() {
             DEFAULT_DRIVES.iter().map(PathBuf::from).collect()
+        } else if quarry_object::topology::is_cluster_args(&self.dirs) {
+            match quarry_object::topology::Topology::from_args(&self.dirs, self.set_size) {
+                Ok(t) => cluster = Some(t),
+                Err(e) => usage_error(e),
+            }
+            Vec::new()
         } else {
-            self.dirs
+            if self.set_size.is_some() {
+                usage_error("--set-size applies to a cluster (drives given as http:// URLs); a single node has one set of all its drives");
+            }
+            self.dirs.iter().map(PathBuf::from).collect()
         };
         if dirs.len() > MAX_DRIVES {
             usage_error(format!(
@@ -183,12 +367,17 @@ impl ServerArgs {
         }
         Settings {
             dirs,
+            cluster,
             domains,
             address: self.address,
             root: self.root_user.zip(self.root_password),
             region: self.region,
             log_format: self.log_format,
             multipart_expiry: self.multipart_expiry,
+            scan_interval: Some(self.scan_interval).filter(|d| !d.is_zero()),
+            scan_rate: self.scan_rate,
+            rdma: self.rdma,
+            rdma_device: self.rdma_device.filter(|d| !d.is_empty()),
         }
     }
 }
@@ -209,6 +398,8 @@ fn usage_error(message: impl std::fmt::Display) -> ! {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use clap::FromArgMatches;
+    use std::path::Path;
 
     fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
         Cli::try_parse_from(std::iter::once("quarry").chain(args.iter().copied()))
@@ -221,7 +412,9 @@ mod tests {
 
     #[test]
     fn defaults_and_flags() {
-        let Command::Server(args) = parse(&["server"]).unwrap().command;
+        let Command::Server(args) = parse(&["server"]).unwrap().command else {
+            panic!("not `server`")
+        };
         assert!(args.dirs.is_empty());
         let Command::Server(args) = parse(&[
             "server",
@@ -233,16 +426,70 @@ mod tests {
             "json",
         ])
         .unwrap()
-        .command;
-        assert_eq!(args.dirs, vec![PathBuf::from("/a"), PathBuf::from("/b")]);
+        .command
+        else {
+            panic!("not `server`")
+        };
+        assert_eq!(args.dirs, vec!["/a", "/b"]);
         assert_eq!(args.address, "0.0.0.0:9100");
         assert_eq!(args.log_format, LogFormat::Json);
         assert!(args.domains.is_empty());
         let Command::Server(args) = parse(&["server", "--domain", "s3.example.com,S3.Local."])
             .unwrap()
-            .command;
+            .command
+        else {
+            panic!("not `server`")
+        };
         let settings = args.settings();
         assert_eq!(settings.domains, ["s3.example.com", "s3.local"]);
+    }
+
+    fn settings_of(args: &[&str]) -> Settings {
+        let m = Cli::command()
+            .try_get_matches_from(std::iter::once("quarry").chain(args.iter().copied()))
+            .unwrap();
+        let Command::Server(a) = Cli::from_arg_matches(&m).unwrap().command else {
+            panic!("not server")
+        };
+        a.settings_with(m.subcommand_matches("server"))
+    }
+
+    #[test]
+    fn config_file_fills_what_flags_do_not_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("q.toml");
+        std::fs::write(
+            &f,
+            "version = 1\naddress = \"127.0.0.1:9100\"\nregion = \"eu-west-1\"\ndrives = [\"/x/a\", \"/x/b\"]\nmultipart_expiry = \"2h\"\n",
+        )
+        .unwrap();
+        let path = f.to_str().unwrap();
+        let s = settings_of(&["server", "--config", path]);
+        assert_eq!(s.address, "127.0.0.1:9100");
+        assert_eq!(s.region, "eu-west-1");
+        assert_eq!(s.dirs, vec![PathBuf::from("/x/a"), PathBuf::from("/x/b")]);
+        assert_eq!(s.multipart_expiry, Duration::from_secs(7200));
+        // A flag wins over the file.
+        let s = settings_of(&["server", "--config", path, "--region", "us-east-1", "/y"]);
+        assert_eq!(s.region, "us-east-1");
+        assert_eq!(s.dirs, vec![PathBuf::from("/y")]);
+        assert_eq!(s.address, "127.0.0.1:9100");
+        // The example configs parse.
+        for example in [
+            "single-node.toml",
+            "cluster-4-node.toml",
+            "cluster-rdma.toml",
+        ] {
+            let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../config")
+                .join(example);
+            load_config(&p).unwrap_or_else(|e| panic!("{example}: {e}"));
+        }
+        // Unknown keys and versions are refused with a clear message.
+        std::fs::write(&f, "version = 1\nadress = \"x\"\n").unwrap();
+        assert!(load_config(&f).unwrap_err().contains("adress"));
+        std::fs::write(&f, "version = 2\n").unwrap();
+        assert!(load_config(&f).unwrap_err().contains("version 2"));
     }
 
     #[test]
@@ -254,7 +501,9 @@ mod tests {
         for bad in ["", "h", "0", "5w", "-1h", "1.5h", "99999999999999999999d"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
-        let Command::Server(args) = parse(&["server"]).unwrap().command;
+        let Command::Server(args) = parse(&["server"]).unwrap().command else {
+            panic!("not `server`")
+        };
         assert_eq!(args.multipart_expiry, Duration::from_secs(86_400));
     }
 

@@ -9,18 +9,22 @@
 //! [`cli`] (flags and environment), [`logging`], [`credentials`] (given, stored, or generated),
 //! and [`server`] (open the drives, bind, serve until a signal).
 
+mod admin;
 mod cli;
+mod cluster;
 mod credentials;
 mod logging;
 mod server;
 
-use clap::Parser;
+use clap::{CommandFactory, FromArgMatches};
 
 fn main() -> std::process::ExitCode {
-    let cli = cli::Cli::parse();
+    let matches = cli::Cli::command().get_matches();
+    let cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match cli.command {
+        cli::Command::Admin(args) => admin::main(args),
         cli::Command::Server(args) => {
-            let settings = args.settings();
+            let settings = args.settings_with(matches.subcommand_matches("server"));
             if let Err(e) = logging::init(settings.log_format) {
                 eprintln!("quarry: {e:#}");
                 return std::process::ExitCode::FAILURE;

@@ -17,12 +17,17 @@ use crate::credentials::{self, Source};
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
 pub async fn run(settings: Settings) -> anyhow::Result<()> {
+    if settings.cluster.is_some() {
+        return run_cluster(settings).await;
+    }
     for dir in &settings.dirs {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create drive directory {}", dir.display()))?;
     }
     let cfg = ObjectConfig {
         multipart_expiry: settings.multipart_expiry,
+        scan_interval: settings.scan_interval,
+        scan_rate: settings.scan_rate,
         ..ObjectConfig::default()
     };
     let layer = ErasureServer::open_local(settings.dirs.clone(), cfg)
@@ -68,6 +73,74 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         }],
         domains: settings.domains.clone(),
     };
+    serve_s3(listener, layer, cfg).await
+}
+
+/// One node of a cluster: the drives are URLs, the credentials must be given (every node needs
+/// the same ones).
+async fn run_cluster(settings: Settings) -> anyhow::Result<()> {
+    let Some(topology) = settings.cluster.clone() else {
+        anyhow::bail!("no cluster topology");
+    };
+    let Some((access_key, secret_key)) = settings.root.clone() else {
+        anyhow::bail!(
+            "a cluster needs the same root credentials on every node: set QUARRY_ROOT_USER and QUARRY_ROOT_PASSWORD (or --root-user and --root-password)"
+        );
+    };
+    let cfg = ObjectConfig {
+        multipart_expiry: settings.multipart_expiry,
+        scan_interval: settings.scan_interval,
+        scan_rate: settings.scan_rate,
+        ..ObjectConfig::default()
+    };
+    let node = crate::cluster::start(
+        topology.clone(),
+        &settings.address,
+        (&access_key, &secret_key),
+        cfg,
+        (settings.rdma, settings.rdma_device.as_deref()),
+    )
+    .await?;
+    let layout = node.layer.layout();
+    println!(
+        "Quarry {}: node {} of {} nodes, {} drives in {} sets of {} (erasure {}+{})",
+        env!("CARGO_PKG_VERSION"),
+        node.node,
+        topology.nodes.len(),
+        layout.drives,
+        layout.sets,
+        topology.set_size(),
+        layout.data,
+        layout.parity
+    );
+    println!("Endpoint:  http://{}", node.local);
+    println!("Region:    {}", settings.region);
+    println!("AccessKey: {access_key}");
+    println!("SecretKey: {secret_key}");
+    let cfg = S3Config {
+        region: settings.region.clone(),
+        credentials: vec![Credentials {
+            access_key,
+            secret_key,
+        }],
+        domains: settings.domains.clone(),
+    };
+    let crate::cluster::Node {
+        layer, http, _rpc, ..
+    } = node;
+    let result = serve_s3(http, layer, cfg).await;
+    drop(_rpc);
+    result
+}
+
+/// Serves S3 on `listener` until SIGINT or SIGTERM (and the requests in flight, for a while).
+async fn serve_s3<L>(listener: L, layer: Arc<ErasureServer>, cfg: S3Config) -> anyhow::Result<()>
+where
+    L: axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr>,
+{
+    let local = listener
+        .local_addr()
+        .context("cannot read the listening address")?;
     let probe: Arc<dyn ReadinessProbe> = Arc::new(Probe(layer.clone()));
     let signalled = Arc::new(Notify::new());
     let shutdown = {

@@ -1,0 +1,795 @@
+//! `quarry admin`: calls the admin API of a running server (`/quarry/admin/v1/`, see
+//! `quarry_s3::admin`), signed with SigV4 by the root user, and prints the answer for people
+//! (or as JSON with `--json`).
+//!
+//! ```text
+//! quarry admin heal [--endpoint URL] [--access-key K --secret-key S] [BUCKET [PREFIX]]
+//! quarry admin heal-status [--endpoint URL] [--access-key K --secret-key S]
+//! quarry admin info [--endpoint URL] [--access-key K --secret-key S] [--json]
+//! quarry admin drives [--endpoint URL] [--access-key K --secret-key S] [--json]
+//! ```
+//!
+//! Exit status: 0 when the call succeeded (and, for `heal`, every object is whole), 1 when the
+//! call failed (unreachable server, refused credentials, no such bucket...), 3 when a heal ran but
+//! could not heal every object (the report says which and why).
+
+use std::process::ExitCode;
+use std::time::{Duration, SystemTime};
+
+use anyhow::{anyhow, bail, Context};
+use aws_sigv4::http_request::{
+    sign, PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest, SigningSettings,
+    UriPathNormalizationMode,
+};
+use clap::{Args, Subcommand};
+use serde::Deserialize;
+
+/// How long to wait for a connection to the server.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a heal may take by default (it reads every object it heals).
+const HEAL_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+/// How long a status call may take by default.
+const STATUS_TIMEOUT: Duration = Duration::from_secs(30);
+/// Exit status of a heal that ran but left objects unhealed.
+const EXIT_UNHEALED: u8 = 3;
+
+#[derive(Debug, Args)]
+pub struct AdminArgs {
+    #[command(subcommand)]
+    pub command: AdminCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Heal now: check every object of BUCKET (or of every bucket) under PREFIX, rewrite missing
+    /// or corrupt copies, and print what was done and what could not be.
+    Heal(HealArgs),
+    /// Show the heal queue, the retry list and the background scanner.
+    HealStatus(Connection),
+    /// Show the deployment as the server sees it now: nodes (and whether each answers), erasure
+    /// sets, drives with their space, and internode traffic.
+    Info(Connection),
+    /// Show every drive: its set, node, state and space.
+    Drives(Connection),
+}
+
+/// Where the server is and who calls it.
+#[derive(Debug, Args)]
+pub struct Connection {
+    /// The server's S3 endpoint.
+    #[arg(
+        long,
+        env = "QUARRY_ENDPOINT",
+        default_value = "http://127.0.0.1:9000",
+        value_name = "URL"
+    )]
+    pub endpoint: String,
+
+    /// Access key of the root user.
+    #[arg(long, env = "QUARRY_ROOT_USER", value_name = "K")]
+    pub access_key: Option<String>,
+
+    /// Secret key of the root user.
+    #[arg(
+        long,
+        env = "QUARRY_ROOT_PASSWORD",
+        hide_env_values = true,
+        value_name = "S"
+    )]
+    pub secret_key: Option<String>,
+
+    /// Region the server answers for (the SigV4 scope).
+    #[arg(
+        long,
+        env = "QUARRY_REGION",
+        default_value = "us-east-1",
+        value_name = "R"
+    )]
+    pub region: String,
+
+    /// Give up waiting for the answer after this long (e.g. 30s, 10m, 2h). Default: 1h for a
+    /// heal, 30s otherwise.
+    #[arg(long, value_parser = crate::cli::parse_duration, value_name = "DURATION")]
+    pub timeout: Option<Duration>,
+
+    /// Print the server's JSON answer instead of a summary.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct HealArgs {
+    #[command(flatten)]
+    pub conn: Connection,
+
+    /// The bucket to heal. Default: every bucket.
+    #[arg(value_name = "BUCKET")]
+    pub bucket: Option<String>,
+
+    /// Heal only keys that start with this.
+    #[arg(value_name = "PREFIX", requires = "bucket")]
+    pub prefix: Option<String>,
+}
+
+/// Runs `quarry admin ...` and returns the process's exit status.
+pub fn main(args: AdminArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("quarry admin: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("quarry admin: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
+    match args.command {
+        AdminCommand::Heal(a) => {
+            let mut query = Vec::new();
+            if let Some(b) = &a.bucket {
+                query.push(("bucket", b.as_str()));
+            }
+            if let Some(p) = &a.prefix {
+                query.push(("prefix", p.as_str()));
+            }
+            let what = match (&a.bucket, &a.prefix) {
+                (None, _) => "every bucket".to_string(),
+                (Some(b), None) => format!("bucket {b}"),
+                (Some(b), Some(p)) => format!("bucket {b}, prefix {p:?}"),
+            };
+            let body = call(&a.conn, "POST", "heal", &query, HEAL_TIMEOUT).await?;
+            if a.conn.json {
+                println!("{body}");
+            }
+            let report: HealReport = serde_json::from_str(&body)
+                .with_context(|| format!("the server's answer is not a heal report: {body}"))?;
+            if !a.conn.json {
+                print!("{}", format_report(&what, &report));
+            }
+            Ok(if report.failed > 0 {
+                ExitCode::from(EXIT_UNHEALED)
+            } else {
+                ExitCode::SUCCESS
+            })
+        }
+        AdminCommand::HealStatus(conn) => {
+            let body = call(&conn, "GET", "heal/status", &[], STATUS_TIMEOUT).await?;
+            if conn.json {
+                println!("{body}");
+            } else {
+                let status: HealStatus = serde_json::from_str(&body)
+                    .with_context(|| format!("the server's answer is not a heal status: {body}"))?;
+                print!("{}", format_status(&status));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        AdminCommand::Info(conn) => {
+            let body = call(&conn, "GET", "info", &[], STATUS_TIMEOUT).await?;
+            if conn.json {
+                println!("{body}");
+            } else {
+                let info: Info = serde_json::from_str(&body)
+                    .with_context(|| format!("the server's answer is not cluster info: {body}"))?;
+                print!("{}", format_info(&info));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        AdminCommand::Drives(conn) => {
+            let body = call(&conn, "GET", "drives", &[], STATUS_TIMEOUT).await?;
+            if conn.json {
+                println!("{body}");
+            } else {
+                let drives: Drives = serde_json::from_str(&body)
+                    .with_context(|| format!("the server's answer is not a drive list: {body}"))?;
+                print!("{}", format_drives(&drives));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Percent-encodes a query value as SigV4 does: everything but `A-Z a-z 0-9 - _ . ~`.
+fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Sends a signed admin call and returns the body of a 200 answer; any other answer is an error
+/// naming the S3 error code and message.
+async fn call(
+    conn: &Connection,
+    method: &str,
+    call: &str,
+    query: &[(&str, &str)],
+    default_timeout: Duration,
+) -> anyhow::Result<String> {
+    let (Some(access_key), Some(secret_key)) = (&conn.access_key, &conn.secret_key) else {
+        bail!(
+            "no credentials: give --access-key and --secret-key, or set QUARRY_ROOT_USER and \
+             QUARRY_ROOT_PASSWORD (the root user's, as printed by `quarry server`)"
+        );
+    };
+    let endpoint = conn.endpoint.trim_end_matches('/');
+    let base = reqwest::Url::parse(endpoint)
+        .with_context(|| format!("--endpoint {endpoint:?} is not a URL"))?;
+    if base.scheme() != "http" {
+        bail!("--endpoint {endpoint:?}: only http:// endpoints are supported");
+    }
+    let host = match (base.host_str(), base.port()) {
+        (Some(h), Some(p)) => format!("{h}:{p}"),
+        (Some(h), None) => h.to_string(),
+        (None, _) => bail!("--endpoint {endpoint:?} has no host"),
+    };
+    let mut url = format!("{endpoint}{}{call}", quarry_s3::admin::V1);
+    if !query.is_empty() {
+        let q: Vec<String> = query
+            .iter()
+            .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
+            .collect();
+        url = format!("{url}?{}", q.join("&"));
+    }
+
+    let identity =
+        aws_credential_types::Credentials::new(access_key, secret_key, None, None, "quarry-admin")
+            .into();
+    let mut settings = SigningSettings::default();
+    settings.percent_encoding_mode = PercentEncodingMode::Single;
+    settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
+    settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
+    let params = aws_sigv4::sign::v4::SigningParams::builder()
+        .identity(&identity)
+        .region(&conn.region)
+        .name("s3")
+        .time(SystemTime::now())
+        .settings(settings)
+        .build()
+        .context("cannot set up SigV4 signing")?
+        .into();
+    let signable = SignableRequest::new(
+        method,
+        url.as_str(),
+        [("host", host.as_str())].into_iter(),
+        SignableBody::Bytes(b""),
+    )
+    .context("cannot sign the request")?;
+    let (instructions, _) = sign(signable, &params)
+        .context("cannot sign the request")?
+        .into_parts();
+
+    let client = reqwest::Client::builder()
+        .connect_timeout(CONNECT_TIMEOUT)
+        .timeout(conn.timeout.unwrap_or(default_timeout))
+        .build()
+        .context("cannot set up the HTTP client")?;
+    let method = reqwest::Method::from_bytes(method.as_bytes())?;
+    let mut request = client.request(method, &url).header("host", &host);
+    for (k, v) in instructions.headers() {
+        request = request.header(k, v);
+    }
+    let response = request.send().await.map_err(|e| {
+        if e.is_timeout() {
+            anyhow!("{url}: no answer within the timeout (see --timeout)")
+        } else if e.is_connect() {
+            anyhow!("cannot connect to {endpoint}: is the server running? ({e})")
+        } else {
+            anyhow!("{url}: {e}")
+        }
+    })?;
+    let status = response.status();
+    let body = response
+        .text()
+        .await
+        .with_context(|| format!("{url}: reading the answer failed"))?;
+    if status.is_success() {
+        return Ok(body);
+    }
+    let tag = |t: &str| {
+        body.split_once(&format!("<{t}>"))
+            .and_then(|(_, rest)| rest.split_once(&format!("</{t}>")))
+            .map(|(v, _)| v.to_string())
+    };
+    match (tag("Code"), tag("Message")) {
+        (Some(code), Some(message)) => bail!("the server refused: {status} {code}: {message}"),
+        _ => bail!("the server answered {status}: {}", body.trim()),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct HealReport {
+    buckets: u64,
+    scanned: u64,
+    healed: u64,
+    healed_drives: u64,
+    failed: u64,
+    truncated: bool,
+    healed_objects: Vec<Healed>,
+    failed_objects: Vec<Failed>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Healed {
+    bucket: String,
+    key: String,
+    drives: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Failed {
+    bucket: String,
+    key: String,
+    reason: String,
+}
+
+fn plural(n: u64, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+fn format_report(what: &str, r: &HealReport) -> String {
+    let mut out = format!(
+        "Heal of {what}: {} checked in {}, {} healed ({} rewritten), {} failed.\n",
+        plural(r.scanned, "object", "objects"),
+        plural(r.buckets, "bucket", "buckets"),
+        r.healed,
+        plural(r.healed_drives, "drive copy", "drive copies"),
+        r.failed,
+    );
+    for h in &r.healed_objects {
+        out.push_str(&format!(
+            "  healed  {}/{}  on {}\n",
+            h.bucket,
+            h.key,
+            h.drives.join(", ")
+        ));
+    }
+    for f in &r.failed_objects {
+        if f.key.is_empty() {
+            out.push_str(&format!("  FAILED  bucket {}: {}\n", f.bucket, f.reason));
+        } else {
+            out.push_str(&format!("  FAILED  {}/{}: {}\n", f.bucket, f.key, f.reason));
+        }
+    }
+    if r.truncated {
+        let shown = (r.healed_objects.len() + r.failed_objects.len()) as u64;
+        out.push_str(&format!(
+            "  ... and {} more not listed\n",
+            (r.healed + r.failed).saturating_sub(shown)
+        ));
+    }
+    out
+}
+
+#[derive(Debug, Deserialize)]
+struct HealStatus {
+    queue_len: u64,
+    retry_len: u64,
+    queued_total: u64,
+    queue_dropped_total: u64,
+    healed_objects_total: u64,
+    failed_total: u64,
+    retried_total: u64,
+    retry_dropped_total: u64,
+    given_up_total: u64,
+    drives: Vec<Drive>,
+    scanner: Scanner,
+}
+
+#[derive(Debug, Deserialize)]
+struct Drive {
+    endpoint: String,
+    online: bool,
+}
+
+#[derive(Debug, Deserialize)]
+struct Scanner {
+    enabled: bool,
+    running: bool,
+    objects_total: u64,
+    healed_total: u64,
+    failed_total: u64,
+    passes_total: u64,
+    last_pass_start: Option<String>,
+    last_pass_end: Option<String>,
+}
+
+fn format_status(s: &HealStatus) -> String {
+    let online = s.drives.iter().filter(|d| d.online).count();
+    let mut out = String::new();
+    out.push_str(&format!(
+        "Heal queue:  {} waiting\n",
+        plural(s.queue_len, "object", "objects")
+    ));
+    out.push_str(&format!(
+        "Retry list:  {} waiting for a drive to return\n",
+        plural(s.retry_len, "heal", "heals")
+    ));
+    out.push_str(&format!(
+        "Since start: {} queued, {} healed, {} failed attempts, {} retried, {} given up; \
+         dropped: {} (queue full), {} (retry list full)\n",
+        s.queued_total,
+        s.healed_objects_total,
+        s.failed_total,
+        s.retried_total,
+        s.given_up_total,
+        s.queue_dropped_total,
+        s.retry_dropped_total,
+    ));
+    out.push_str(&format!(
+        "Drives:      {online} of {} online\n",
+        s.drives.len()
+    ));
+    for d in s.drives.iter().filter(|d| !d.online) {
+        out.push_str(&format!("  OFFLINE  {}\n", d.endpoint));
+    }
+    let sc = &s.scanner;
+    if !sc.enabled {
+        out.push_str("Scanner:     off\n");
+    } else {
+        out.push_str(&format!(
+            "Scanner:     {}; {} done, {} checked, {} healed, {} failed\n",
+            if sc.running { "running" } else { "idle" },
+            plural(sc.passes_total, "pass", "passes"),
+            plural(sc.objects_total, "object", "objects"),
+            sc.healed_total,
+            sc.failed_total,
+        ));
+        let last = |t: &Option<String>| t.clone().unwrap_or_else(|| "-".into());
+        out.push_str(&format!(
+            "  last pass: started {}, ended {}\n",
+            last(&sc.last_pass_start),
+            last(&sc.last_pass_end)
+        ));
+    }
+    out
+}
+
+#[derive(Debug, Deserialize)]
+struct Info {
+    deployment_id: String,
+    mode: String,
+    this_node: Option<String>,
+    nodes: Vec<NodeRow>,
+    sets: Vec<SetRow>,
+    totals: Totals,
+    data_plane: Vec<DataPlaneRow>,
+    rpc: Option<RpcRow>,
+}
+
+#[derive(Debug, Deserialize)]
+struct NodeRow {
+    address: String,
+    local: bool,
+    online: bool,
+    rtt_us: Option<u64>,
+    error: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct SetRow {
+    data: usize,
+    parity: usize,
+    drives: Vec<DriveRow>,
+}
+
+#[derive(Debug, Deserialize)]
+struct DriveRow {
+    set: usize,
+    position: usize,
+    endpoint: String,
+    node: Option<String>,
+    online: bool,
+    total_bytes: u64,
+    free_bytes: u64,
+    error: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Totals {
+    nodes: usize,
+    nodes_online: usize,
+    sets: usize,
+    sets_readable: usize,
+    sets_writable: usize,
+    drives: usize,
+    drives_online: usize,
+    total_bytes: u64,
+    free_bytes: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct DataPlaneRow {
+    backend: String,
+    transfers: u64,
+    bytes_in: u64,
+    bytes_out: u64,
+    errors: u64,
+    timeouts: u64,
+    retries: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct RpcRow {
+    calls: u64,
+    timeouts: u64,
+    connects: u64,
+    connect_failures: u64,
+    fast_failures: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct Drives {
+    drives: Vec<DriveRow>,
+    totals: Totals,
+}
+
+/// Bytes in binary units, one decimal: `512 B`, `1.5 KiB`, `2.0 TiB`.
+fn bytes(n: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    if n < 1024 {
+        return format!("{n} B");
+    }
+    let mut v = n as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    format!("{v:.1} {}", UNITS[unit])
+}
+
+/// Left-aligned columns, two spaces apart, each row indented by two; the last column is not
+/// padded.
+fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut out = String::from(" ");
+        for (i, c) in cells.iter().enumerate() {
+            out.push(' ');
+            if i + 1 == cells.len() {
+                out.push_str(c);
+            } else {
+                out.push_str(&format!("{c:<w$} ", w = widths[i]));
+            }
+        }
+        out.truncate(out.trim_end().len());
+        out.push('\n');
+        out
+    };
+    let mut out = line(header.to_vec());
+    for r in rows {
+        out.push_str(&line(r.iter().map(String::as_str).collect()));
+    }
+    out
+}
+
+fn drive_table(drives: &[DriveRow]) -> String {
+    let rows: Vec<Vec<String>> = drives
+        .iter()
+        .map(|d| {
+            vec![
+                d.set.to_string(),
+                d.position.to_string(),
+                d.node.clone().unwrap_or_else(|| "-".into()),
+                if d.online { "online" } else { "OFFLINE" }.to_string(),
+                if d.online {
+                    bytes(d.free_bytes)
+                } else {
+                    "-".into()
+                },
+                if d.online {
+                    bytes(d.total_bytes)
+                } else {
+                    "-".into()
+                },
+                match &d.error {
+                    Some(e) if !d.online => format!("{}  ({e})", d.endpoint),
+                    _ => d.endpoint.clone(),
+                },
+            ]
+        })
+        .collect();
+    table(
+        &["SET", "POS", "NODE", "STATE", "FREE", "TOTAL", "DRIVE"],
+        &rows,
+    )
+}
+
+fn drive_totals(t: &Totals) -> String {
+    format!(
+        "Drives:      {} of {} online; {} free of {}\n",
+        t.drives_online,
+        t.drives,
+        bytes(t.free_bytes),
+        bytes(t.total_bytes)
+    )
+}
+
+fn format_info(i: &Info) -> String {
+    let mut out = format!("Deployment:  {}\n", i.deployment_id);
+    match &i.this_node {
+        Some(n) => out.push_str(&format!("Mode:        {}, answered by {n}\n", i.mode)),
+        None => out.push_str(&format!("Mode:        {} node\n", i.mode)),
+    }
+    if !i.nodes.is_empty() {
+        out.push_str(&format!(
+            "Nodes:       {} of {} online\n",
+            i.totals.nodes_online, i.totals.nodes
+        ));
+        let rows: Vec<Vec<String>> = i
+            .nodes
+            .iter()
+            .map(|n| {
+                let state = if n.online { "online" } else { "OFFLINE" };
+                let note = if n.local {
+                    "this node".to_string()
+                } else if let Some(rtt) = n.rtt_us {
+                    format!("ping {:.1} ms", rtt as f64 / 1000.0)
+                } else {
+                    n.error.clone().unwrap_or_default()
+                };
+                vec![n.address.clone(), state.to_string(), note]
+            })
+            .collect();
+        out.push_str(&table(&["NODE", "STATE", ""], &rows));
+    }
+    let shape = match i.sets.first() {
+        Some(s) => format!(
+            "{} of {} drives (erasure {}+{})",
+            plural(i.totals.sets as u64, "set", "sets"),
+            s.drives.len(),
+            s.data,
+            s.parity
+        ),
+        None => "none".to_string(),
+    };
+    out.push_str(&format!(
+        "Sets:        {shape}; {} readable, {} writable\n",
+        i.totals.sets_readable, i.totals.sets_writable
+    ));
+    out.push_str(&drive_totals(&i.totals));
+    let drives: Vec<DriveRow> = i
+        .sets
+        .iter()
+        .flat_map(|s| s.drives.iter())
+        .map(|d| DriveRow {
+            set: d.set,
+            position: d.position,
+            endpoint: d.endpoint.clone(),
+            node: d.node.clone(),
+            online: d.online,
+            total_bytes: d.total_bytes,
+            free_bytes: d.free_bytes,
+            error: d.error.clone(),
+        })
+        .collect();
+    out.push_str(&drive_table(&drives));
+    for p in &i.data_plane {
+        out.push_str(&format!(
+            "Data plane:  {}: {} transfers, {} in, {} out, {} errors ({} timeouts), {} retries\n",
+            p.backend,
+            p.transfers,
+            bytes(p.bytes_in),
+            bytes(p.bytes_out),
+            p.errors,
+            p.timeouts,
+            p.retries
+        ));
+    }
+    if let Some(r) = &i.rpc {
+        out.push_str(&format!(
+            "RPC:         {} calls, {} timeouts, {} connects ({} failed), {} fast failures\n",
+            r.calls, r.timeouts, r.connects, r.connect_failures, r.fast_failures
+        ));
+    }
+    out
+}
+
+fn format_drives(d: &Drives) -> String {
+    let mut out = drive_totals(&d.totals);
+    out.push_str(&drive_table(&d.drives));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_read_well() {
+        assert_eq!(bytes(0), "0 B");
+        assert_eq!(bytes(1023), "1023 B");
+        assert_eq!(bytes(1536), "1.5 KiB");
+        assert_eq!(bytes(3 << 40), "3.0 TiB");
+    }
+
+    #[test]
+    fn info_reads_well() {
+        let i: Info = serde_json::from_str(
+            r#"{"deployment_id":"d-1","mode":"cluster","this_node":"n1:9000",
+                "nodes":[{"address":"n1:9000","local":true,"online":true,"rtt_us":null,"error":null},
+                         {"address":"n2:9000","local":false,"online":false,"rtt_us":null,
+                          "error":"connection refused"}],
+                "sets":[{"index":0,"data":1,"parity":1,"read_quorum":1,"write_quorum":2,
+                         "drives_online":1,"drives":[
+                  {"set":0,"position":0,"endpoint":"http://n1:9000/d1","node":"n1:9000",
+                   "online":true,"id":null,"total_bytes":2048,"free_bytes":1024,"error":null},
+                  {"set":0,"position":1,"endpoint":"http://n2:9000/d1","node":"n2:9000",
+                   "online":false,"id":null,"total_bytes":0,"free_bytes":0,"error":"refused"}]}],
+                "totals":{"nodes":2,"nodes_online":1,"nodes_offline":1,"sets":1,"sets_readable":1,
+                          "sets_writable":0,"drives":2,"drives_online":1,"drives_offline":1,
+                          "total_bytes":2048,"free_bytes":1024},
+                "data_plane":[{"backend":"tcp","transfers":3,"bytes_in":10,"bytes_out":0,"errors":0,
+                               "timeouts":0,"connects":1,"connect_failures":0,"fast_failures":0,
+                               "retries":0}],
+                "rpc":{"calls":5,"timeouts":0,"connects":1,"connect_failures":2,"fast_failures":1}}"#,
+        )
+        .unwrap();
+        let text = format_info(&i);
+        assert!(text.contains("Nodes:       1 of 2 online\n"), "{text}");
+        assert!(
+            text.contains("  n2:9000  OFFLINE  connection refused\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Sets:        1 set of 2 drives (erasure 1+1); 1 readable, 0 writable\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Drives:      1 of 2 online; 1.0 KiB free of 2.0 KiB\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  0    1    n2:9000  OFFLINE  -        -        http://n2:9000/d1  (refused)\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("Data plane:  tcp: 3 transfers, 10 B in"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn query_values_are_sigv4_encoded() {
+        assert_eq!(encode("a/b c~d.e_f-g"), "a%2Fb%20c~d.e_f-g");
+        assert_eq!(encode("é+&="), "%C3%A9%2B%26%3D");
+    }
+
+    #[test]
+    fn reports_read_well() {
+        let r: HealReport = serde_json::from_str(
+            r#"{"buckets":1,"scanned":3,"healed":1,"healed_drives":2,"failed":1,"truncated":false,
+                "healed_objects":[{"bucket":"b","key":"k","drives":["/d1","/d2"]}],
+                "failed_objects":[{"bucket":"b","key":"x","reason":"/d3: offline"}]}"#,
+        )
+        .unwrap();
+        let text = format_report("bucket b", &r);
+        assert!(text.starts_with(
+            "Heal of bucket b: 3 objects checked in 1 bucket, 1 healed (2 drive copies rewritten), 1 failed."
+        ), "{text}");
+        assert!(text.contains("  healed  b/k  on /d1, /d2\n"), "{text}");
+        assert!(text.contains("  FAILED  b/x: /d3: offline\n"), "{text}");
+    }
+}
