@@ -48,17 +48,40 @@ pub enum CredentialMode {
     Generated,
 }
 
-/// A running `quarry server` process on temporary drives.
+/// A running `quarry server` on temporary drives: one process, or the nodes of a cluster.
+///
+/// With `QUARRY_TEST_CLUSTER=1` in the environment, [`TestServer::start`] with 2 to 4 drives
+/// starts a cluster instead: one node process per drive, every node on its own port, the drives
+/// forming one erasure set that spans the nodes. Requests go through one "front" node, chosen
+/// round-robin across servers, so the suite reaches every node; the data moves between nodes.
+/// That is how the whole S3 suite runs against a cluster.
 pub struct TestServer {
-    child: Option<Child>,
+    procs: Vec<Proc>,
+    /// The node requests go to.
+    front: usize,
     root: tempfile::TempDir,
+    /// Every drive; in a cluster, node `i`'s drives are `dirs[i * per_node..(i + 1) * per_node]`.
     dirs: Vec<PathBuf>,
-    port: u16,
-    log: PathBuf,
     mode: CredentialMode,
     access_key: String,
     secret_key: String,
     starts: u32,
+    /// `--set-size` of a cluster (`None`: single node).
+    set_size: Option<usize>,
+    /// Extra environment of every process (see [`TestServer::set_env`]).
+    env: Vec<(String, String)>,
+}
+
+/// One `quarry server` process.
+struct Proc {
+    child: Option<Child>,
+    port: u16,
+    log: PathBuf,
+}
+
+/// Whether the suite runs against clusters (`QUARRY_TEST_CLUSTER=1`).
+pub fn cluster_mode() -> bool {
+    std::env::var("QUARRY_TEST_CLUSTER").is_ok_and(|v| v == "1")
 }
 
 /// The path of the quarry binary the tests run.
@@ -83,67 +106,154 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// Spreads the front node of cluster test servers over the nodes.
+static NEXT_FRONT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 impl TestServer {
-    /// Starts a server on `drives` fresh temporary drive directories, with the fixed test credentials.
+    /// Starts a server on `drives` fresh temporary drive directories, with the fixed test
+    /// credentials (a cluster of `drives` nodes in cluster mode, see [`TestServer`]).
     pub async fn start(drives: usize) -> TestServer {
         Self::start_with(drives, CredentialMode::Fixed).await
     }
 
-    /// Starts a server on `drives` fresh temporary drive directories with the given credential mode.
+    /// Starts a server on `drives` fresh temporary drive directories with the given credential
+    /// mode. A cluster needs given credentials: with `Generated` it is always one process.
     pub async fn start_with(drives: usize, mode: CredentialMode) -> TestServer {
+        if cluster_mode() && (2..=4).contains(&drives) && matches!(mode, CredentialMode::Fixed) {
+            return Self::start_cluster(drives, 1, drives).await;
+        }
+        Self::launch(1, drives, None, mode).await
+    }
+
+    /// Sets an environment variable for the processes started from now on (restarts included),
+    /// e.g. a setting a test needs that others must not get.
+    pub fn set_env(&mut self, key: &str, value: &str) {
+        self.env.retain(|(k, _)| k != key);
+        self.env.push((key.to_string(), value.to_string()));
+    }
+
+    /// Starts a single-node server whatever the mode (for tests of single-node behaviour).
+    pub async fn start_single(drives: usize) -> TestServer {
+        Self::launch(1, drives, None, CredentialMode::Fixed).await
+    }
+
+    /// Starts a cluster of `nodes` processes with `per_node` drives each, in erasure sets of
+    /// `set_size` drives.
+    pub async fn start_cluster(nodes: usize, per_node: usize, set_size: usize) -> TestServer {
+        Self::launch(nodes, per_node, Some(set_size), CredentialMode::Fixed).await
+    }
+
+    async fn launch(
+        nodes: usize,
+        per_node: usize,
+        set_size: Option<usize>,
+        mode: CredentialMode,
+    ) -> TestServer {
         let root = tempfile::Builder::new()
             .prefix("quarry-it-")
             .tempdir()
             .expect("create temp dir");
-        let dirs: Vec<PathBuf> = (1..=drives)
-            .map(|i| root.path().join(format!("d{i}")))
-            .collect();
+        let dirs: Vec<PathBuf> = if set_size.is_some() {
+            (1..=nodes)
+                .flat_map(|n| (1..=per_node).map(move |d| (n, d)))
+                .map(|(n, d)| root.path().join(format!("n{n}")).join(format!("d{d}")))
+                .collect()
+        } else {
+            (1..=per_node)
+                .map(|i| root.path().join(format!("d{i}")))
+                .collect()
+        };
         for d in &dirs {
             fs::create_dir_all(d).expect("create drive dir");
         }
-        let log = root.path().join("quarry.log");
+        let procs = (0..nodes)
+            .map(|i| Proc {
+                child: None,
+                port: 0,
+                log: if nodes == 1 {
+                    root.path().join("quarry.log")
+                } else {
+                    root.path().join(format!("node{}.log", i + 1))
+                },
+            })
+            .collect();
+        let front = if nodes > 1 {
+            NEXT_FRONT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % nodes
+        } else {
+            0
+        };
         let mut s = TestServer {
-            child: None,
+            procs,
+            front,
             root,
             dirs,
-            port: 0,
-            log,
             mode,
             access_key: String::new(),
             secret_key: String::new(),
             starts: 0,
+            set_size,
+            env: Vec::new(),
         };
-        // Another test may take the port between our probe and the server's bind: retry on a new one.
+        // Another test may take a port between our probe and the server's bind: retry on new ones.
         for attempt in 0..3 {
-            s.port = free_port();
+            for p in &mut s.procs {
+                p.port = free_port();
+            }
             match s.spawn_and_wait().await {
                 Ok(()) => return s,
-                Err(e) if attempt < 2 && e.contains("in use") => continue,
+                Err(e) if attempt < 2 && e.contains("in use") => {
+                    s.kill();
+                    continue;
+                }
                 Err(e) => panic!("{e}"),
             }
         }
         unreachable!("the loop above returns or panics")
     }
 
-    fn spawn(&mut self) -> Child {
+    /// The drive arguments of a cluster node: every drive of every node as a URL.
+    fn cluster_args(&self) -> Vec<String> {
+        let per_node = self.dirs.len() / self.procs.len();
+        self.dirs
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                format!(
+                    "http://127.0.0.1:{}{}",
+                    self.procs[i / per_node].port,
+                    d.display()
+                )
+            })
+            .collect()
+    }
+
+    fn spawn(&mut self, node: usize) -> Child {
         let bin = quarry_bin();
         assert!(
             bin.exists(),
             "quarry binary not found at {} (set QUARRY_BIN, or run `cargo build -p quarry` first)",
             bin.display()
         );
-        self.starts += 1;
         let log = fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(&self.log)
+            .open(&self.procs[node].log)
             .expect("open server log");
         let log2 = log.try_clone().expect("clone log handle");
         let mut cmd = Command::new(&bin);
-        cmd.arg("server")
-            .args(&self.dirs)
-            .arg("--address")
-            .arg(format!("127.0.0.1:{}", self.port))
+        cmd.arg("server");
+        match self.set_size {
+            Some(size) => {
+                cmd.args(self.cluster_args())
+                    .arg("--set-size")
+                    .arg(size.to_string());
+            }
+            None => {
+                cmd.args(&self.dirs);
+            }
+        }
+        cmd.arg("--address")
+            .arg(format!("127.0.0.1:{}", self.procs[node].port))
             .current_dir(self.root.path())
             .stdin(Stdio::null())
             .stdout(log)
@@ -159,6 +269,7 @@ impl TestServer {
             }
         }
         cmd.env("QUARRY_DOMAIN", VHOST_DOMAIN);
+        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }
@@ -166,36 +277,20 @@ impl TestServer {
             .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()))
     }
 
+    /// Starts every process that is not running and waits until each answers.
     async fn spawn_and_wait(&mut self) -> Result<(), String> {
-        let log_start = fs::metadata(&self.log).map(|m| m.len()).unwrap_or(0);
-        let child = self.spawn();
-        self.child = Some(child);
-        let http = reqwest::Client::new();
-        let url = format!("{}/health/live", self.endpoint());
-        let deadline = Instant::now() + START_TIMEOUT;
-        loop {
-            if let Some(child) = self.child.as_mut() {
-                if let Ok(Some(status)) = child.try_wait() {
-                    self.child = None;
-                    return Err(format!(
-                        "quarry exited during start-up ({status}); log tail:\n{}",
-                        self.log_tail(40)
-                    ));
-                }
+        self.starts += 1;
+        let log_start = fs::metadata(&self.procs[self.front].log)
+            .map(|m| m.len())
+            .unwrap_or(0);
+        for i in 0..self.procs.len() {
+            if self.procs[i].child.is_none() {
+                let child = self.spawn(i);
+                self.procs[i].child = Some(child);
             }
-            if let Ok(r) = http.get(&url).send().await {
-                if r.status().as_u16() == 200 {
-                    break;
-                }
-            }
-            if Instant::now() > deadline {
-                self.kill();
-                return Err(format!(
-                    "quarry did not answer 200 on {url} within {START_TIMEOUT:?}; log tail:\n{}",
-                    self.log_tail(40)
-                ));
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        for i in 0..self.procs.len() {
+            self.wait_live(i).await?;
         }
         match self.mode {
             CredentialMode::Fixed => {
@@ -203,7 +298,7 @@ impl TestServer {
                 self.secret_key = SECRET_KEY.to_string();
             }
             CredentialMode::Generated => {
-                let text = fs::read_to_string(&self.log).unwrap_or_default();
+                let text = fs::read_to_string(&self.procs[self.front].log).unwrap_or_default();
                 let this_run = text.get(log_start as usize..).unwrap_or("");
                 let find = |label: &str| {
                     this_run.lines().rev().find_map(|l| {
@@ -231,14 +326,66 @@ impl TestServer {
         Ok(())
     }
 
+    /// Waits until process `i` answers 200 on `/health/live`.
+    async fn wait_live(&mut self, i: usize) -> Result<(), String> {
+        let http = reqwest::Client::new();
+        let url = format!("http://127.0.0.1:{}/health/live", self.procs[i].port);
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(child) = self.procs[i].child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    self.procs[i].child = None;
+                    return Err(format!(
+                        "quarry (node {}) exited during start-up ({status}); log tail:\n{}",
+                        i + 1,
+                        self.node_log_tail(i, 40)
+                    ));
+                }
+            }
+            if let Ok(r) = http.get(&url).send().await {
+                if r.status().as_u16() == 200 {
+                    return Ok(());
+                }
+            }
+            if Instant::now() > deadline {
+                let tail = self.node_log_tail(i, 40);
+                self.kill();
+                return Err(format!(
+                    "quarry (node {}) did not answer 200 on {url} within {START_TIMEOUT:?}; log tail:\n{tail}",
+                    i + 1
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
+        for i in 0..self.procs.len() {
+            self.kill_node(i);
+        }
+    }
+
+    /// Kills node `i` (SIGKILL, like a crash). A single-node server is node 0.
+    pub fn kill_node(&mut self, i: usize) {
+        if let Some(mut child) = self.procs[i].child.take() {
             let _ = child.kill();
             let _ = child.wait();
         }
     }
 
-    /// Stops the process (SIGKILL, like a crash) and starts it again on the same dirs and port.
+    /// Starts node `i` again (same drives and port) and waits until it answers.
+    pub async fn start_node(&mut self, i: usize) {
+        if self.procs[i].child.is_none() {
+            let child = self.spawn(i);
+            self.procs[i].child = Some(child);
+        }
+        if let Err(e) = self.wait_live(i).await {
+            panic!("{e}");
+        }
+    }
+
+    /// Stops every process (SIGKILL, like a crash) and starts them again on the same dirs and
+    /// ports.
     pub async fn restart(&mut self) {
         self.kill();
         // The old listener is gone with the process; the same port is normally free at once.
@@ -248,6 +395,7 @@ impl TestServer {
                 Ok(()) => return,
                 Err(e) => {
                     last = e;
+                    self.kill();
                     tokio::time::sleep(Duration::from_millis(300)).await;
                 }
             }
@@ -255,13 +403,34 @@ impl TestServer {
         panic!("restart failed: {last}");
     }
 
-    /// `http://127.0.0.1:PORT`
+    /// `http://127.0.0.1:PORT` of the front node.
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        self.node_endpoint(self.front)
+    }
+
+    /// `http://127.0.0.1:PORT` of node `i`.
+    pub fn node_endpoint(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.procs[i].port)
     }
 
     pub fn port(&self) -> u16 {
-        self.port
+        self.procs[self.front].port
+    }
+
+    /// Processes of this server (1 unless a cluster).
+    pub fn node_count(&self) -> usize {
+        self.procs.len()
+    }
+
+    /// Whether this server is a cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.set_size.is_some()
+    }
+
+    /// The drive arguments every node of a cluster runs with (for tests that start a node
+    /// with other arguments).
+    pub fn drive_args(&self) -> Vec<String> {
+        self.cluster_args()
     }
 
     /// The credentials the server accepts (fixed, or the generated ones it printed).
@@ -287,14 +456,39 @@ impl TestServer {
         self.root.path()
     }
 
-    /// How many times the process was spawned (1 after start, +1 per restart).
+    /// What the temporary root holds when nothing but the server's own files are there: the
+    /// drive directories (or a cluster's node directories) and the logs, sorted.
+    pub fn root_entries(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .dirs
+            .iter()
+            .filter_map(|d| d.strip_prefix(self.root.path()).ok())
+            .filter_map(|r| r.components().next())
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .chain(
+                self.procs
+                    .iter()
+                    .filter_map(|p| p.log.file_name().map(|n| n.to_string_lossy().into_owned())),
+            )
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
+    /// How many times the server was started (1 after start, +1 per restart).
     pub fn starts(&self) -> u32 {
         self.starts
     }
 
-    /// The last `n` lines of the server's log (stdout and stderr).
+    /// The last `n` lines of the front node's log (stdout and stderr).
     pub fn log_tail(&self, n: usize) -> String {
-        let text = fs::read_to_string(&self.log).unwrap_or_default();
+        self.node_log_tail(self.front, n)
+    }
+
+    /// The last `n` lines of node `i`'s log.
+    pub fn node_log_tail(&self, i: usize, n: usize) -> String {
+        let text = fs::read_to_string(&self.procs[i].log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
         lines[lines.len().saturating_sub(n)..].join("\n")
     }
@@ -365,11 +559,13 @@ impl Drop for TestServer {
         // A failing test shows what the server said (nextest and cargo test print a failing
         // test's stderr).
         if std::thread::panicking() {
-            eprintln!(
-                "---- quarry log ({}), last 60 lines ----\n{}\n---- end of quarry log ----",
-                self.log.display(),
-                self.log_tail(60)
-            );
+            for (i, p) in self.procs.iter().enumerate() {
+                eprintln!(
+                    "---- quarry log ({}), last 60 lines ----\n{}\n---- end of quarry log ----",
+                    p.log.display(),
+                    self.node_log_tail(i, 60)
+                );
+            }
         }
     }
 }

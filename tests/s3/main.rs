@@ -3,19 +3,25 @@
 //!
 //! Run `cargo build -p quarry` first, then `cargo nextest run -p quarry-integration` (or `cargo test`).
 
+mod admin;
 mod auth;
+mod auth_matrix;
 mod bench;
 mod browser;
 mod buckets;
 mod clients;
+mod cluster;
 mod conditional;
 mod copy;
+mod crash;
 mod erasure;
 mod listing;
 mod metrics;
 mod multipart;
 mod objects;
+mod ops;
 mod ranges;
+mod rdma;
 mod restart;
 mod sigv2;
 mod topology;

@@ -392,11 +392,7 @@ async fn hostile_keys_are_refused_and_stay_inside_the_drives() {
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
     top.sort();
-    assert_eq!(
-        top,
-        ["d1", "d2", "d3", "d4", "quarry.log"],
-        "files appeared beside the drives"
-    );
+    assert_eq!(top, s.root_entries(), "files appeared beside the drives");
     // Nothing inside them either: the bucket holds no object, on any drive.
     for i in 0..s.drive_count() {
         let files = list_files(&s.drive_path(i).join("safe"));

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Side-by-side throughput of a single node (4 drives, 2+2) and a 4-node loopback cluster
+# (4 x 4 drives, sets of 4) with quarry-bench, in one run so the ratios are comparable on a
+# shared machine. Release binaries: `cargo build --release -p quarry -p quarry-bench` first.
+#
+#   scripts/bench.sh [OUT_DIR]
+#
+# Environment: BIN_DIR (default target/release), DATA (default ./data/bench), DURATION
+# (default 10s), SIZES (default "4KiB 1MiB 64MiB"), CONC (default "8 32"), MODES (default
+# "put get").
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN_DIR=${BIN_DIR:-target/release}
+DATA=${DATA:-./data/bench}
+DURATION=${DURATION:-10s}
+SIZES=${SIZES:-"4KiB 1MiB 64MiB"}
+CONC=${CONC:-"8 32"}
+MODES=${MODES:-"put get"}
+OUT=${1:-$DATA/results}
+export QUARRY_ROOT_USER=benchadmin QUARRY_ROOT_PASSWORD=bench-secret-key-123
+mkdir -p "$DATA" "$OUT"
+DATA=$(cd "$DATA" && pwd)
+
+pids=()
+stop_all() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; pids=(); }
+trap stop_all EXIT
+
+wait_ready() {
+    for _ in $(seq 1 200); do
+        curl -fsS "http://$1/health/ready" >/dev/null 2>&1 && return 0
+        sleep 0.2
+    done
+    echo "server $1 not ready" >&2
+    return 1
+}
+
+run_matrix() { # label host...
+    local label=$1
+    shift
+    local hosts
+    hosts=$(IFS=,; echo "$*")
+    for size in $SIZES; do
+        for c in $CONC; do
+            for mode in $MODES; do
+                local objs=()
+                # Bound the prepared objects of GETs of large objects (memory and disk).
+                if [ "$mode" = get ]; then
+                    case $size in 64MiB) objs=(--objects 24) ;; 1MiB) objs=(--objects 400) ;; *) objs=(--objects 2000) ;; esac
+                fi
+                echo "== $label $mode $size c=$c"
+                "$BIN_DIR/quarry-bench" "$mode" --host "$hosts" --access-key "$QUARRY_ROOT_USER" \
+                    --secret-key "$QUARRY_ROOT_PASSWORD" --obj.size "$size" --concurrent "$c" \
+                    --duration "$DURATION" "${objs[@]}" --json >"$OUT/$label-$mode-$size-c$c.json" ||
+                    echo "   (failed: see $OUT/$label-$mode-$size-c$c.json)"
+            done
+        done
+    done
+}
+
+# Single node.
+rm -rf "$DATA/single"
+"$BIN_DIR/quarry" server --address 127.0.0.1:9300 "$DATA"/single/d{1..4} >"$DATA/single.log" 2>&1 &
+pids+=($!)
+wait_ready 127.0.0.1:9300
+run_matrix single 127.0.0.1:9300
+stop_all
+
+# 4-node cluster, requests spread over the nodes.
+rm -rf "$DATA/cluster"
+args=()
+for n in 1 2 3 4; do args+=("http://127.0.0.1:930$n$DATA/cluster/node$n/d{1...4}"); done
+for n in 1 2 3 4; do
+    "$BIN_DIR/quarry" server --address "127.0.0.1:930$n" --set-size 4 "${args[@]}" >"$DATA/node$n.log" 2>&1 &
+    pids+=($!)
+done
+for n in 1 2 3 4; do wait_ready "127.0.0.1:930$n"; done
+run_matrix cluster 127.0.0.1:9301 127.0.0.1:9302 127.0.0.1:9303 127.0.0.1:9304
+stop_all
+
+echo "results in $OUT; compare with: $BIN_DIR/quarry-bench compare $OUT/single-get-1MiB-c8.json $OUT/cluster-get-1MiB-c8.json"

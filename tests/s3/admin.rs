@@ -1,0 +1,204 @@
+//! `quarry admin` against a real server: the real binary heals a shard file deleted on disk and
+//! says so, reports the heal status, and fails clearly (non-zero exit) on wrong credentials, a
+//! missing bucket or an unreachable server. Unsigned calls to the admin API are refused.
+
+use std::process::Output;
+use std::time::Duration;
+
+use quarry_integration::*;
+
+const MIB: usize = 1 << 20;
+const CLI_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Runs `quarry admin <args...>` with no credentials from the environment.
+async fn quarry_admin(args: &[&str]) -> Output {
+    let mut cmd = tokio::process::Command::new(quarry_bin());
+    cmd.arg("admin")
+        .args(args)
+        .env_remove("QUARRY_ROOT_USER")
+        .env_remove("QUARRY_ROOT_PASSWORD")
+        .env_remove("QUARRY_ENDPOINT")
+        .env_remove("QUARRY_REGION")
+        .kill_on_drop(true);
+    tokio::time::timeout(CLI_TIMEOUT, cmd.output())
+        .await
+        .unwrap_or_else(|_| panic!("quarry admin {args:?} did not finish in {CLI_TIMEOUT:?}"))
+        .unwrap_or_else(|e| panic!("run quarry admin {args:?}: {e}"))
+}
+
+/// `quarry admin <command> --endpoint .. --access-key .. --secret-key .. <rest...>`.
+async fn as_root(s: &TestServer, command: &str, rest: &[&str]) -> Output {
+    let endpoint = s.endpoint();
+    let mut args = vec![
+        command,
+        "--endpoint",
+        &endpoint,
+        "--access-key",
+        s.access_key(),
+        "--secret-key",
+        s.secret_key(),
+    ];
+    args.extend_from_slice(rest);
+    quarry_admin(&args).await
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[tokio::test]
+async fn admin_heal_restores_a_deleted_shard_file() {
+    let s = TestServer::start(4).await;
+    s.create_bucket("healme").await;
+    let client = s.client();
+    let data = random_bytes(MIB + 4321);
+    put_bytes(&client, "healme", "dir/big", &data).await;
+    put_bytes(&client, "healme", "small", b"tiny").await;
+
+    let drive = s.drive_path(1).to_path_buf();
+    let part = part_path(&drive, "healme", "dir/big").expect("a shard file for dir/big");
+    let before = std::fs::read(&part).expect("read the shard file");
+    std::fs::remove_file(&part).unwrap();
+
+    // Nothing read the object since: only the admin heal can bring the file back.
+    let out = as_root(&s, "heal", &["healme"]).await;
+    let (stdout, stderr) = text(&out);
+    assert!(
+        out.status.success(),
+        "exit {:?}\nstdout: {stdout}\nstderr: {stderr}\nserver log:\n{}",
+        out.status,
+        s.log_tail(30)
+    );
+    assert!(
+        stdout
+            .contains("2 objects checked in 1 bucket, 1 healed (1 drive copy rewritten), 0 failed"),
+        "{stdout}"
+    );
+    // The drive is named by its path (a cluster names a peer's drive by URL, ending in it).
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.contains("healed  healme/dir/big  on ")
+                && l.trim_end().ends_with(&drive.display().to_string())),
+        "{stdout}"
+    );
+    let after = std::fs::read(&part).expect("the shard file is back");
+    assert!(
+        after == before,
+        "the healed shard file differs from the lost one"
+    );
+    assert_bytes_eq(
+        &get_bytes(&client, "healme", "dir/big").await,
+        &data,
+        "dir/big",
+    );
+
+    // Again, by prefix, as JSON: nothing left to do.
+    let out = as_root(&s, "heal", &["--json", "healme", "dir/"]).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).expect("JSON report");
+    assert_eq!(
+        (
+            v["scanned"].as_u64(),
+            v["healed"].as_u64(),
+            v["failed"].as_u64()
+        ),
+        (Some(1), Some(0), Some(0)),
+        "{v}"
+    );
+
+    // Every bucket, and the status.
+    let out = as_root(&s, "heal", &[]).await;
+    let (stdout, _) = text(&out);
+    assert!(out.status.success());
+    assert!(
+        stdout.starts_with("Heal of every bucket: 2 objects checked"),
+        "{stdout}"
+    );
+    let out = as_root(&s, "heal-status", &[]).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("Heal queue:  0 objects waiting"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("Retry list:  0 heals waiting"), "{stdout}");
+    assert!(stdout.contains("Drives:      4 of 4 online"), "{stdout}");
+    assert!(stdout.contains("Scanner:     idle"), "{stdout}");
+}
+
+#[tokio::test]
+async fn admin_calls_fail_clearly() {
+    let s = TestServer::start(4).await;
+    s.create_bucket("bkt").await;
+    let endpoint = s.endpoint();
+
+    let fails = |o: &Output, want: &str| {
+        let (stdout, stderr) = text(o);
+        assert_eq!(
+            o.status.code(),
+            Some(1),
+            "stdout: {stdout}\nstderr: {stderr}"
+        );
+        assert!(stderr.contains(want), "want {want:?} in stderr: {stderr}");
+    };
+    // Wrong secret, no credentials, no such bucket, no server.
+    let out = quarry_admin(&[
+        "heal",
+        "--endpoint",
+        &endpoint,
+        "--access-key",
+        s.access_key(),
+        "--secret-key",
+        "not-the-secret",
+    ])
+    .await;
+    fails(&out, "SignatureDoesNotMatch");
+    let out = quarry_admin(&["heal-status", "--endpoint", &endpoint]).await;
+    fails(&out, "no credentials");
+    let out = as_root(&s, "heal", &["absent"]).await;
+    fails(&out, "NoSuchBucket");
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", l.local_addr().unwrap())
+    };
+    let out = quarry_admin(&[
+        "heal-status",
+        "--endpoint",
+        &closed,
+        "--access-key",
+        "k",
+        "--secret-key",
+        "s",
+    ])
+    .await;
+    fails(&out, "cannot connect");
+
+    // Credentials from the environment, as documented.
+    let out = tokio::process::Command::new(quarry_bin())
+        .args(["admin", "heal-status", "--endpoint", &endpoint])
+        .env("QUARRY_ROOT_USER", s.access_key())
+        .env("QUARRY_ROOT_PASSWORD", s.secret_key())
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{:?}", text(&out));
+
+    // Unsigned calls never reach the admin API.
+    let http = reqwest::Client::new();
+    for (method, path) in [
+        (reqwest::Method::POST, "/quarry/admin/v1/heal?bucket=bkt"),
+        (reqwest::Method::GET, "/quarry/admin/v1/heal/status"),
+    ] {
+        let resp = http
+            .request(method, format!("{endpoint}{path}"))
+            .send()
+            .await
+            .unwrap();
+        expect_raw_error(resp, 403, "AccessDenied").await;
+    }
+}
