@@ -1,0 +1,333 @@
+//! Limits: every over-limit request gets a clear answer and the server keeps serving, without its
+//! memory growing. Header blocks (hyper's defaults: the S3 front end sets no limit of its own),
+//! key length (1024 bytes), user metadata (2 KiB), CompleteMultipartUpload (10000 parts, 1 MiB of
+//! XML), a part declared above 5 GiB, and hundreds of idle connections.
+
+use std::time::{Duration, SystemTime};
+
+use percent_encoding::{utf8_percent_encode, NON_ALPHANUMERIC};
+use quarry_integration::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+const KIB: usize = 1 << 10;
+const MIB: usize = 1 << 20;
+const BUCKET: &str = "lim";
+/// How much the server's resident memory may grow over all the over-limit requests.
+const RSS_BOUND_KIB: u64 = 64 * 1024;
+
+/// The pid of the process serving `port` (the harness does not expose it): the process whose
+/// command line has `--address 127.0.0.1:<port>`.
+fn server_pid(port: u16) -> Option<u32> {
+    let want = format!("--address\u{0}127.0.0.1:{port}\u{0}");
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: u32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+        String::from_utf8_lossy(&cmdline)
+            .contains(&want)
+            .then_some(pid)
+    })
+}
+
+/// VmRSS of `pid` in KiB.
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| {
+        l.strip_prefix("VmRSS:")?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    })
+}
+
+/// Writes `head` (and nothing more) on a fresh connection and reads the answer until the end of
+/// an S3 error document, the end of the connection or 10 s.
+async fn raw_exchange(port: u16, head: &[u8]) -> String {
+    let mut sock = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .expect("connect");
+    // The server may answer and close before it read everything: a failed write is fine.
+    let _ = sock.write_all(head).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match sock.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+            }
+            let text = String::from_utf8_lossy(&answer);
+            if text.contains("</Error>") || (text.contains("\r\n\r\n") && text.contains(" 431 ")) {
+                break;
+            }
+        }
+    })
+    .await;
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+/// A request head signed with UNSIGNED-PAYLOAD that declares `content_length` and sends no body.
+fn signed_head(s: &TestServer, method: &str, path_and_query: &str, content_length: u64) -> String {
+    let url = format!("{}{}", s.endpoint(), path_and_query);
+    let signed = sign_headers(
+        method,
+        &url,
+        &[],
+        PayloadHash::Literal("UNSIGNED-PAYLOAD"),
+        s.access_key(),
+        s.secret_key(),
+        SystemTime::now(),
+    );
+    let mut head = format!(
+        "{method} {path_and_query} HTTP/1.1\r\nhost: 127.0.0.1:{}\r\ncontent-length: {content_length}\r\n",
+        s.port()
+    );
+    for (k, v) in &signed.headers {
+        if !k.eq_ignore_ascii_case("host") {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+    }
+    head.push_str("\r\n");
+    head
+}
+
+/// The server still answers a normal PUT and GET.
+async fn still_serving(s: &TestServer, what: &str) {
+    let c = s.client();
+    let data = random_bytes(1000);
+    let key = format!("alive/{}", what.replace(' ', "-"));
+    put_bytes(&c, BUCKET, &key, &data).await;
+    assert_bytes_eq(&get_bytes(&c, BUCKET, &key).await, &data, what);
+}
+
+fn status_line(answer: &str) -> &str {
+    answer.lines().next().unwrap_or("<no answer>")
+}
+
+#[tokio::test]
+async fn over_limit_requests_get_clear_errors_and_the_server_keeps_serving() {
+    let s = TestServer::start(4).await;
+    s.create_bucket(BUCKET).await;
+    let c = s.client();
+    still_serving(&s, "warm up").await;
+    let pid = server_pid(s.port());
+    let rss_before = pid.and_then(rss_kib);
+    let mut tried = 0;
+
+    let upload = c
+        .create_multipart_upload()
+        .bucket(BUCKET)
+        .key("mp")
+        .send()
+        .await
+        .expect("create multipart upload");
+    let upload_id = upload.upload_id().expect("upload id").to_string();
+    let upload_q = utf8_percent_encode(&upload_id, NON_ALPHANUMERIC).to_string();
+
+    // Several rounds, so a leak per request would show in the RSS.
+    for round in 0..5 {
+        // Header blocks. 64 KiB in one signed header: within hyper's default buffer (~400 KiB;
+        // the S3 front end sets no header limit of its own), so the server reads it and answers
+        // the request as usual (404, no such key). A limit of its own would answer 431.
+        let junk = "a".repeat(64 * KIB);
+        let r = s
+            .signed(
+                "GET",
+                &format!("/{BUCKET}/nothing"),
+                &[("x-junk", &junk)],
+                vec![],
+            )
+            .await;
+        let st = r.status().as_u16();
+        let body = r.text().await.unwrap_or_default();
+        if round == 0 {
+            println!("limits: 64 KiB signed header block -> HTTP {st}");
+        }
+        assert!(
+            (st == 404 && body.contains("<Code>NoSuchKey</Code>")) || st == 431,
+            "64 KiB header block: want 404 NoSuchKey (accepted) or 431, got HTTP {st}: {body}"
+        );
+        // 1 MiB of headers, and 200 headers: over hyper's limits, 431.
+        let junk = "b".repeat(MIB);
+        let head = format!(
+            "GET /{BUCKET}/nothing HTTP/1.1\r\nhost: 127.0.0.1:{}\r\nx-junk: {junk}\r\n\r\n",
+            s.port()
+        );
+        let answer = raw_exchange(s.port(), head.as_bytes()).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 431"),
+            "1 MiB header block: want 431, got {:?}",
+            status_line(&answer)
+        );
+        let mut head = format!(
+            "GET /{BUCKET}/nothing HTTP/1.1\r\nhost: 127.0.0.1:{}\r\n",
+            s.port()
+        );
+        for i in 0..200 {
+            head.push_str(&format!("x-h{i}: v\r\n"));
+        }
+        head.push_str("\r\n");
+        let answer = raw_exchange(s.port(), head.as_bytes()).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 431"),
+            "200 headers: want 431, got {:?}",
+            status_line(&answer)
+        );
+
+        // Key of 1025 bytes (1024 is fine; a path segment is at most 255 bytes on disk).
+        let seg = "s".repeat(200);
+        let mut k1024 = [seg.as_str(); 5].join("/");
+        k1024.push('/');
+        k1024.push_str(&"t".repeat(1024 - k1024.len()));
+        assert_eq!(k1024.len(), 1024);
+        assert_s3_error(
+            c.put_object()
+                .bucket(BUCKET)
+                .key(format!("{k1024}u"))
+                .body(b"x".to_vec().into())
+                .send()
+                .await,
+            400,
+            "KeyTooLongError",
+        );
+        put_bytes(&c, BUCKET, &k1024, b"x").await;
+
+        // User metadata: 2048 bytes of names and values is fine, 2049 is not.
+        let ok = c
+            .put_object()
+            .bucket(BUCKET)
+            .key("meta")
+            .metadata("m", "v".repeat(2047))
+            .body(b"x".to_vec().into())
+            .send()
+            .await;
+        assert!(
+            ok.is_ok(),
+            "2048 bytes of metadata: {:?}",
+            ok.err().map(|e| describe(&e))
+        );
+        assert_s3_error(
+            c.put_object()
+                .bucket(BUCKET)
+                .key("meta")
+                .metadata("m", "v".repeat(2048))
+                .body(b"x".to_vec().into())
+                .send()
+                .await,
+            400,
+            "MetadataTooLarge",
+        );
+
+        // CompleteMultipartUpload naming 10001 parts (in order, under 1 MiB of XML).
+        let mut xml = String::from("<CompleteMultipartUpload>");
+        for n in 1..=10_001 {
+            xml.push_str(&format!(
+                "<Part><PartNumber>{n}</PartNumber><ETag>\"0123456789abcdef0123456789abcdef\"</ETag></Part>"
+            ));
+        }
+        xml.push_str("</CompleteMultipartUpload>");
+        assert!(
+            xml.len() < MIB,
+            "the 10001-part body stays under the XML limit"
+        );
+        let path = format!("/{BUCKET}/mp?uploadId={upload_q}");
+        let r = s.signed("POST", &path, &[], xml.into_bytes()).await;
+        expect_raw_error(r, 400, "MalformedXML").await;
+
+        // An XML body over 1 MiB, sent, and only declared (refused before the body).
+        let mut xml = String::from("<CompleteMultipartUpload>");
+        while xml.len() <= MIB {
+            xml.push_str("<!-- padding padding padding padding padding padding -->");
+        }
+        xml.push_str("</CompleteMultipartUpload>");
+        let r = s.signed("POST", &path, &[], xml.into_bytes()).await;
+        expect_raw_error(r, 400, "MalformedXML").await;
+        let head = signed_head(&s, "POST", &path, MIB as u64 + 1);
+        let answer = raw_exchange(s.port(), head.as_bytes()).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 400") && answer.contains("<Code>MalformedXML</Code>"),
+            "XML body declared at 1 MiB + 1: {answer}"
+        );
+
+        // A part declared above 5 GiB: refused from the headers, no body sent.
+        let head = signed_head(
+            &s,
+            "PUT",
+            &format!("/{BUCKET}/mp?partNumber=1&uploadId={upload_q}"),
+            (5u64 << 30) + 1,
+        );
+        let answer = raw_exchange(s.port(), head.as_bytes()).await;
+        assert!(
+            answer.starts_with("HTTP/1.1 400") && answer.contains("<Code>EntityTooLarge</Code>"),
+            "UploadPart declared at 5 GiB + 1: {answer}"
+        );
+
+        tried += 9;
+        still_serving(&s, &format!("round {round}")).await;
+    }
+    // The upload is untouched: no part was stored.
+    let parts = c
+        .list_parts()
+        .bucket(BUCKET)
+        .key("mp")
+        .upload_id(&upload_id)
+        .send()
+        .await
+        .expect("list parts");
+    assert!(parts.parts().is_empty(), "{:?}", parts.parts());
+
+    match (pid, rss_before, pid.and_then(rss_kib)) {
+        (Some(pid), Some(before), Some(after)) => {
+            println!("limits: {tried} over-limit requests; server {pid} VmRSS {before} KiB -> {after} KiB");
+            assert!(
+                after <= before + RSS_BOUND_KIB,
+                "server RSS grew from {before} KiB to {after} KiB over {tried} over-limit requests (bound {RSS_BOUND_KIB} KiB)"
+            );
+        }
+        _ => println!("limits: {tried} over-limit requests; server pid or VmRSS not found, memory not checked"),
+    }
+}
+
+#[tokio::test]
+async fn hundreds_of_idle_connections_do_not_stop_the_server() {
+    const CONNS: usize = 300;
+    let s = TestServer::start(4).await;
+    s.create_bucket(BUCKET).await;
+    still_serving(&s, "before").await;
+    let pid = server_pid(s.port());
+    let rss_before = pid.and_then(rss_kib);
+
+    let mut idle = Vec::with_capacity(CONNS);
+    for i in 0..CONNS {
+        let mut sock = tokio::net::TcpStream::connect(("127.0.0.1", s.port()))
+            .await
+            .unwrap_or_else(|e| panic!("connection {i}: {e}"));
+        // Every third one starts a request and stalls in the middle of its headers.
+        if i % 3 == 0 {
+            sock.write_all(b"GET /lim/x HTTP/1.1\r\nhost: x\r\nx-slow: ")
+                .await
+                .expect("send a partial head");
+        }
+        idle.push(sock);
+    }
+    // A normal request while they are all open.
+    let started = std::time::Instant::now();
+    still_serving(&s, "with idle connections").await;
+    println!(
+        "limits: {CONNS} idle connections open; a PUT and GET took {:?}",
+        started.elapsed()
+    );
+    let rss_open = pid.and_then(rss_kib);
+    drop(idle);
+    still_serving(&s, "after closing them").await;
+    match (rss_before, rss_open, pid.and_then(rss_kib)) {
+        (Some(before), Some(open), Some(after)) => {
+            println!("limits: VmRSS {before} KiB, {open} KiB with {CONNS} connections, {after} KiB after");
+            assert!(
+                open <= before + RSS_BOUND_KIB,
+                "{CONNS} idle connections took the RSS from {before} KiB to {open} KiB"
+            );
+        }
+        _ => println!("limits: server pid or VmRSS not found, memory not checked"),
+    }
+}
