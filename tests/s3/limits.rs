@@ -331,3 +331,41 @@ async fn hundreds_of_idle_connections_do_not_stop_the_server() {
         _ => println!("limits: server pid or VmRSS not found, memory not checked"),
     }
 }
+
+#[tokio::test]
+async fn a_client_stalling_in_its_headers_is_disconnected() {
+    let mut s = TestServer::start_single(4).await;
+    s.set_env("QUARRY_HEADER_TIMEOUT", "2");
+    s.restart().await;
+    s.create_bucket("lim").await;
+    let addr = format!("127.0.0.1:{}", s.port());
+    // Slowloris: a request line and one header, then nothing.
+    let mut stalled = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    stalled
+        .write_all(b"GET /health/live HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    // An idle connection that never sends a byte.
+    let mut idle = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let t0 = std::time::Instant::now();
+    for (what, conn) in [("stalled", &mut stalled), ("idle", &mut idle)] {
+        let mut buf = [0u8; 512];
+        // The server closes it (EOF, possibly after a 408) within the timeout and some slack.
+        let closed = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                match conn.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => continue,
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "the {what} connection was still open after 10 s");
+    }
+    let waited = t0.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1500),
+        "closed after {waited:?}: sooner than the 2 s header timeout"
+    );
+    still_serving(&s, "after the header timeouts").await;
+}

@@ -125,6 +125,26 @@ pub struct ServerArgs {
     #[arg(long, env = "QUARRY_SCAN_RATE", default_value_t = 50, value_name = "N")]
     pub scan_rate: u32,
 
+    /// How long an S3 client may take to send a request's headers (from connecting or from the
+    /// end of its previous request) before it is disconnected: a duration such as 30s.
+    #[arg(
+        long,
+        env = "QUARRY_HEADER_TIMEOUT",
+        default_value = "30s",
+        value_parser = parse_duration,
+        value_name = "DURATION"
+    )]
+    pub header_timeout: Duration,
+
+    /// S3 connections open at once; more are closed at once.
+    #[arg(
+        long,
+        env = "QUARRY_MAX_CONNECTIONS",
+        default_value_t = 4096,
+        value_name = "N"
+    )]
+    pub max_connections: usize,
+
     /// RDMA data plane between nodes: off (never touch verbs), on (refuse to start unless verbs
     /// works) or auto (verbs when a usable device is found, else TCP).
     #[arg(
@@ -193,6 +213,8 @@ pub struct Settings {
     pub multipart_expiry: Duration,
     pub scan_interval: Option<Duration>,
     pub scan_rate: u32,
+    pub header_timeout: Duration,
+    pub max_connections: usize,
     pub rdma: quarry_net::rdma::RdmaMode,
     pub rdma_device: Option<String>,
 }
@@ -376,6 +398,8 @@ impl ServerArgs {
             multipart_expiry: self.multipart_expiry,
             scan_interval: Some(self.scan_interval).filter(|d| !d.is_zero()),
             scan_rate: self.scan_rate,
+            header_timeout: self.header_timeout,
+            max_connections: self.max_connections,
             rdma: self.rdma,
             rdma_device: self.rdma_device.filter(|d| !d.is_empty()),
         }

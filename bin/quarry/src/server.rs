@@ -73,7 +73,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
         }],
         domains: settings.domains.clone(),
     };
-    serve_s3(listener, layer, cfg).await
+    serve_s3(listener, layer, cfg, limits(&settings)).await
 }
 
 /// One node of a cluster: the drives are URLs, the credentials must be given (every node needs
@@ -128,13 +128,25 @@ async fn run_cluster(settings: Settings) -> anyhow::Result<()> {
     let crate::cluster::Node {
         layer, http, _rpc, ..
     } = node;
-    let result = serve_s3(http, layer, cfg).await;
+    let result = serve_s3(http, layer, cfg, limits(&settings)).await;
     drop(_rpc);
     result
 }
 
 /// Serves S3 on `listener` until SIGINT or SIGTERM (and the requests in flight, for a while).
-async fn serve_s3<L>(listener: L, layer: Arc<ErasureServer>, cfg: S3Config) -> anyhow::Result<()>
+fn limits(settings: &Settings) -> quarry_s3::ServeLimits {
+    quarry_s3::ServeLimits {
+        max_connections: settings.max_connections,
+        header_read_timeout: settings.header_timeout,
+    }
+}
+
+async fn serve_s3<L>(
+    listener: L,
+    layer: Arc<ErasureServer>,
+    cfg: S3Config,
+    limits: quarry_s3::ServeLimits,
+) -> anyhow::Result<()>
 where
     L: axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr>,
 {
@@ -151,7 +163,7 @@ where
         }
     };
     tracing::info!(address = %local, "serving S3");
-    let serve = quarry_s3::serve(listener, layer, probe, cfg, shutdown);
+    let serve = quarry_s3::serve_with_limits(listener, layer, probe, cfg, limits, shutdown);
     tokio::select! {
         result = serve => result.context("the S3 server failed")?,
         () = async {

@@ -38,5 +38,8 @@ mod fuzz_tests;
 #[cfg(test)]
 mod tests;
 
-pub use server::{app, serve, AlwaysReady, ReadinessProbe, ReadinessReport, S3Config};
+pub use server::{
+    app, serve, serve_with_limits, AlwaysReady, ReadinessProbe, ReadinessReport, S3Config,
+    ServeLimits,
+};
 pub use signature::Credentials;

@@ -19,7 +19,6 @@ use async_trait::async_trait;
 use axum::body::Body;
 use axum::extract::Request;
 use axum::response::Response;
-use axum::serve::ListenerExt;
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_LENGTH, CONTENT_TYPE, SERVER};
 use http::request::Parts;
@@ -76,9 +75,30 @@ impl ReadinessProbe for AlwaysReady {
     }
 }
 
+/// Connection limits of the S3 listener.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServeLimits {
+    /// S3 connections open at once; beyond that new connections are closed at once (a client
+    /// retries), so a flood of idle or stalled connections cannot exhaust descriptors or memory.
+    pub max_connections: usize,
+    /// How long a client may take to send a request's headers (from the connection's start or
+    /// the end of the previous request): a client that stalls inside its headers (slowloris) or
+    /// stays idle longer is disconnected.
+    pub header_read_timeout: std::time::Duration,
+}
+
+impl Default for ServeLimits {
+    fn default() -> Self {
+        ServeLimits {
+            max_connections: 4096,
+            header_read_timeout: std::time::Duration::from_secs(30),
+        }
+    }
+}
+
 /// Serves S3 on `listener` until `shutdown` completes, then stops accepting and waits for the
 /// requests in flight to finish. Accepted sockets get `TCP_NODELAY` (small responses must not
-/// wait for Nagle and delayed ACKs).
+/// wait for Nagle and delayed ACKs). HTTP/1.1 within the default [`ServeLimits`].
 pub async fn serve<L>(
     listener: L,
     layer: Arc<dyn ObjectLayer>,
@@ -89,14 +109,63 @@ pub async fn serve<L>(
 where
     L: axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr>,
 {
-    let listener = listener.tap_io(|socket| {
-        if let Err(e) = socket.set_nodelay(true) {
+    serve_with_limits(
+        listener,
+        layer,
+        probe,
+        cfg,
+        ServeLimits::default(),
+        shutdown,
+    )
+    .await
+}
+
+/// [`serve`] within the given limits.
+pub async fn serve_with_limits<L>(
+    mut listener: L,
+    layer: Arc<dyn ObjectLayer>,
+    probe: Arc<dyn ReadinessProbe>,
+    cfg: S3Config,
+    limits: ServeLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()>
+where
+    L: axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr>,
+{
+    let app = app(layer, probe, cfg);
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let max = limits.max_connections.max(1);
+    let limit = Arc::new(tokio::sync::Semaphore::new(max));
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (stream, peer) = tokio::select! {
+            c = listener.accept() => c,
+            () = &mut shutdown => break,
+        };
+        let Ok(permit) = limit.clone().try_acquire_owned() else {
+            tracing::warn!(%peer, "S3 connection refused: {max} connections are open");
+            drop(stream);
+            continue;
+        };
+        if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
         }
-    });
-    axum::serve(listener, app(layer, probe, cfg))
-        .with_graceful_shutdown(shutdown)
-        .await
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout)
+            .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(%peer, error = %e, "S3 connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
 }
 
 /// The S3 service as an axum `Router`, for callers that run their own server (or tests).
