@@ -142,8 +142,24 @@ mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 vmout /vmout || echo "
 mount --bind /proc /newroot/proc
 mount --bind /sys /newroot/sys
 mount --bind /dev /newroot/dev
+# Host paths under /tmp the command needs (the repository, the target dir: CI may clone under
+# /tmp) stay visible through the guest's own tmpfs on /tmp: bound aside, then back on top of it.
+i=0
+for p in $(cat /vmout/keep-paths 2>/dev/null); do
+    case "$p" in
+    /tmp/*)
+        mkdir -p "/keep$i" && mount --bind "/newroot$p" "/keep$i" && echo "$p /keep$i" >>/keep.list
+        i=$((i + 1))
+        ;;
+    esac
+done
 mount -t tmpfs tmpfs /newroot/run
 mount -t tmpfs tmpfs /newroot/tmp
+if [ -f /keep.list ]; then
+    while read -r p k; do
+        mkdir -p "/newroot$p" && mount --bind "$k" "/newroot$p"
+    done </keep.list
+fi
 mkdir -p /newroot/dev/shm /newroot/dev/pts /newroot/run/vmout
 mount -t tmpfs tmpfs /newroot/dev/shm
 mount -t devpts devpts /newroot/dev/pts
@@ -252,6 +268,12 @@ EOF
     echo 'echo "$rc" >/run/vmout/rc'
     echo 'sync'
 } >"$RUN/guest.sh"
+# Host paths the guest must see even under its tmpfs /tmp (see the init script).
+{
+    echo "$ROOT"
+    [ -n "${CARGO_TARGET_DIR:-}" ] && echo "$CARGO_TARGET_DIR"
+    echo "$VM_DIR"
+} >"$RUN/keep-paths"
 
 log "booting $KVER (TCG, timeout ${TIMEOUT}s): $*"
 t0=$(date +%s)
