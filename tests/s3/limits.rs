@@ -360,7 +360,10 @@ async fn a_client_stalling_in_its_headers_is_disconnected() {
             }
         })
         .await;
-        assert!(closed.is_ok(), "the {what} connection was still open after 10 s");
+        assert!(
+            closed.is_ok(),
+            "the {what} connection was still open after 10 s"
+        );
     }
     let waited = t0.elapsed();
     assert!(
