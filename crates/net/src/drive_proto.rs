@@ -715,6 +715,22 @@ impl Reader {
         Ok(n)
     }
 
+    /// A counted list of items of at least `min_item` bytes each, read by `item`. The count is
+    /// checked against the bytes left and the preallocation capped, so a lying count can neither
+    /// read past the message nor reserve more than [`PREALLOC_ITEMS`] slots up front.
+    fn list<T>(
+        &mut self,
+        min_item: usize,
+        mut item: impl FnMut(&mut Self) -> Result<T, ProtoError>,
+    ) -> Result<Vec<T>, ProtoError> {
+        let n = self.count(min_item)?;
+        let mut v = Vec::with_capacity(n.min(PREALLOC_ITEMS));
+        for _ in 0..n {
+            v.push(item(self)?);
+        }
+        Ok(v)
+    }
+
     fn meta(&mut self) -> Result<ObjectMeta, ProtoError> {
         let b = self.blob()?;
         ObjectMeta::from_bytes(&b).map_err(|e| ProtoError::Meta(e.to_string()))
@@ -895,11 +911,7 @@ pub fn decode_request(method: u16, payload: Bytes) -> Result<(u16, Request), Pro
             let bucket = r.string()?;
             let key = r.string()?;
             let upload_id = r.string()?;
-            let n = r.count(4)?;
-            let mut parts = Vec::with_capacity(n.min(PREALLOC_ITEMS));
-            for _ in 0..n {
-                parts.push(r.part()?);
-            }
+            let parts = r.list(4, |r| r.part())?;
             Request::StageParts {
                 bucket,
                 key,
@@ -947,56 +959,26 @@ pub fn decode_response(payload: Bytes) -> Result<Response, ProtoError> {
                 free: r.u64()?,
             })
         }
-        2 => {
-            let n = r.count(12)?;
-            let mut v = Vec::with_capacity(n.min(PREALLOC_ITEMS));
-            for _ in 0..n {
-                v.push(vol(&mut r)?);
-            }
-            Response::Volumes(v)
-        }
+        2 => Response::Volumes(r.list(12, vol)?),
         3 => Response::Volume(vol(&mut r)?),
         4 => Response::Meta(r.meta()?),
         5 => Response::Writer(r.uuid()?),
         6 => Response::Data(r.blob()?),
         7 => Response::Len(r.u64()?),
-        8 => {
-            let n = r.count(5)?;
-            let mut v = Vec::with_capacity(n.min(PREALLOC_ITEMS));
-            for _ in 0..n {
-                v.push(match r.u8()? {
-                    0 => WalkEntry::Prefix(r.string()?),
-                    1 => WalkEntry::Object {
-                        key: r.string()?,
-                        meta: r.meta()?,
-                    },
-                    tag => {
-                        return Err(ProtoError::BadTag {
-                            what: "walk entry",
-                            tag,
-                        })
-                    }
-                });
-            }
-            Response::Walk(v)
-        }
+        8 => Response::Walk(r.list(5, |r| match r.u8()? {
+            0 => Ok(WalkEntry::Prefix(r.string()?)),
+            1 => Ok(WalkEntry::Object {
+                key: r.string()?,
+                meta: r.meta()?,
+            }),
+            tag => Err(ProtoError::BadTag {
+                what: "walk entry",
+                tag,
+            }),
+        })?),
         9 => Response::Upload(r.upload()?),
-        10 => {
-            let n = r.count(4)?;
-            let mut v = Vec::with_capacity(n.min(PREALLOC_ITEMS));
-            for _ in 0..n {
-                v.push(r.part()?);
-            }
-            Response::Parts(v)
-        }
-        11 => {
-            let n = r.count(4)?;
-            let mut v = Vec::with_capacity(n.min(PREALLOC_ITEMS));
-            for _ in 0..n {
-                v.push(r.upload()?);
-            }
-            Response::Uploads(v)
-        }
+        10 => Response::Parts(r.list(4, |r| r.part())?),
+        11 => Response::Uploads(r.list(4, |r| r.upload())?),
         12 => Response::Format(match r.u8()? {
             0 => None,
             1 => Some(format(&r.blob()?)?),
