@@ -500,27 +500,13 @@ impl TestServer {
 
     /// An S3 client for this server with the given credentials (for auth failure tests).
     pub fn client_with(&self, access_key: &str, secret_key: &str) -> Client {
-        let conf = aws_sdk_s3::Config::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .endpoint_url(self.endpoint())
-            .force_path_style(true)
-            .region(Region::new(REGION))
-            .credentials_provider(Credentials::new(
-                access_key,
-                secret_key,
-                None,
-                None,
-                "quarry-test",
-            ))
-            // Surface every server error as it is: no retries hiding a 5xx.
-            .retry_config(RetryConfig::disabled())
-            .timeout_config(
-                TimeoutConfig::builder()
-                    .operation_timeout(Duration::from_secs(120))
-                    .build(),
-            )
-            .build();
-        Client::from_conf(conf)
+        sdk_client(&self.endpoint(), access_key, secret_key)
+    }
+
+    /// An S3 client for node `i` of a cluster (node 0 of a single server), with the server's
+    /// credentials.
+    pub fn node_client(&self, i: usize) -> Client {
+        sdk_client(&self.node_endpoint(i), &self.access_key, &self.secret_key)
     }
 
     /// Sends a request signed with this server's credentials (payload hash of `body`).
@@ -551,6 +537,31 @@ impl TestServer {
             panic!("create bucket {bucket}: {}", describe(&e));
         }
     }
+}
+
+/// An SDK client for `endpoint` (path style, the test region, no retries hiding a 5xx).
+pub fn sdk_client(endpoint: &str, access_key: &str, secret_key: &str) -> Client {
+    let conf = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(endpoint)
+        .force_path_style(true)
+        .region(Region::new(REGION))
+        .credentials_provider(Credentials::new(
+            access_key,
+            secret_key,
+            None,
+            None,
+            "quarry-test",
+        ))
+        // Surface every server error as it is: no retries hiding a 5xx.
+        .retry_config(RetryConfig::disabled())
+        .timeout_config(
+            TimeoutConfig::builder()
+                .operation_timeout(Duration::from_secs(120))
+                .build(),
+        )
+        .build();
+    Client::from_conf(conf)
 }
 
 impl Drop for TestServer {

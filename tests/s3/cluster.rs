@@ -12,21 +12,7 @@ use aws_sdk_s3::primitives::ByteStream;
 use quarry_integration::*;
 
 fn client_for(s: &TestServer, node: usize) -> aws_sdk_s3::Client {
-    let conf = aws_sdk_s3::Config::builder()
-        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-        .endpoint_url(s.node_endpoint(node))
-        .force_path_style(true)
-        .region(aws_sdk_s3::config::Region::new(REGION))
-        .credentials_provider(aws_sdk_s3::config::Credentials::new(
-            ACCESS_KEY,
-            SECRET_KEY,
-            None,
-            None,
-            "quarry-test",
-        ))
-        .retry_config(aws_sdk_s3::config::retry::RetryConfig::disabled())
-        .build();
-    aws_sdk_s3::Client::from_conf(conf)
+    s.node_client(node)
 }
 
 async fn put(c: &aws_sdk_s3::Client, bucket: &str, key: &str, body: Vec<u8>) {
