@@ -30,6 +30,14 @@ pub fn frame_into(chunk: &[u8], out: &mut Vec<u8>) {
     out.extend_from_slice(chunk);
 }
 
+/// Frames a chunk in place: `framed` is `[room for the hash | chunk]`; the hash of the chunk is
+/// written into its first [`HASH_LEN`] bytes. Does nothing to a slice shorter than that.
+pub fn frame_in_place(framed: &mut [u8]) {
+    if let Some((head, chunk)) = framed.split_first_chunk_mut::<HASH_LEN>() {
+        *head = hash(chunk);
+    }
+}
+
 /// Checks a framed chunk and returns the chunk bytes (everything after the hash).
 pub fn verify(framed: &[u8]) -> Result<&[u8], BitrotError> {
     let Some((stored, chunk)) = framed.split_first_chunk::<HASH_LEN>() else {

@@ -277,6 +277,134 @@ impl Erasure {
             .map_err(|e| ErasureError::InvalidParams(e.to_string()))
     }
 
+    /// Encodes one block (`block.len() <= block_size`) straight into its k + m framed chunks:
+    /// `framed[i]` is the `[hash | chunk]` of chunk `i`, [`Erasure::framed_len`]`(block.len())`
+    /// bytes, written in place (data chunks copied from `block`, the last zero padded; parity
+    /// computed into its slots; each hash over its chunk). The slots can be anywhere, e.g. pieces
+    /// of registered buffers that are then sent as they are.
+    pub fn encode_framed(
+        &self,
+        block: &[u8],
+        framed: &mut [&mut [u8]],
+    ) -> Result<(), ErasureError> {
+        if block.len() > self.inner.block_size {
+            return Err(ErasureError::InvalidParams(format!(
+                "block of {} bytes exceeds the block size of {}",
+                block.len(),
+                self.inner.block_size
+            )));
+        }
+        let total = self.total_shards();
+        if framed.len() != total {
+            return Err(ErasureError::InvalidParams(format!(
+                "expected {total} framed chunk slots, got {}",
+                framed.len()
+            )));
+        }
+        let chunk_len = self.chunk_len(block.len());
+        let want = BITROT_LEN + chunk_len;
+        if let Some((index, f)) = framed.iter().enumerate().find(|(_, f)| f.len() != want) {
+            return Err(ErasureError::ShardLength {
+                index,
+                expected: want,
+                got: f.len(),
+            });
+        }
+        let k = self.inner.data;
+        let mut pieces = block.chunks(chunk_len.max(1));
+        for f in framed[..k].iter_mut() {
+            let chunk = &mut f[BITROT_LEN..];
+            let piece = pieces.next().unwrap_or(&[]);
+            chunk[..piece.len()].copy_from_slice(piece);
+            chunk[piece.len()..].fill(0);
+        }
+        if chunk_len > 0 && self.inner.parity > 0 {
+            let (data, parity) = framed.split_at_mut(k);
+            let data: Vec<&[u8]> = data.iter().map(|f| &f[BITROT_LEN..]).collect();
+            let mut parity: Vec<&mut [u8]> =
+                parity.iter_mut().map(|f| &mut f[BITROT_LEN..]).collect();
+            self.inner
+                .codec
+                .encode_slices(&data, &mut parity)
+                .map_err(|e| ErasureError::InvalidParams(e.to_string()))?;
+        }
+        for f in framed.iter_mut() {
+            bitrot::frame_in_place(f);
+        }
+        Ok(())
+    }
+
+    /// Computes the chunks `out` asks for (`(slot index, destination)`, data or parity) from the
+    /// chunks present in `shards` (the k + m slots of one block, `None` = missing), which are
+    /// only read: a degraded read decodes from the buffers its chunks landed in, copying nothing.
+    ///
+    /// Fails with [`ErasureError::TooFewShards`] when fewer than k chunks are present,
+    /// [`ErasureError::ShardLength`] when present chunks or destinations differ in length, and
+    /// [`ErasureError::InvalidParams`] for an index out of range, present, or named twice.
+    pub fn reconstruct_into(
+        &self,
+        shards: &[Option<&[u8]>],
+        out: &mut [(usize, &mut [u8])],
+    ) -> Result<(), ErasureError> {
+        let k = self.inner.data;
+        let total = self.total_shards();
+        if shards.len() != total {
+            return Err(ErasureError::InvalidParams(format!(
+                "expected {total} shard slots ({k}+{}), got {}",
+                self.inner.parity,
+                shards.len()
+            )));
+        }
+        let mut present = 0;
+        let mut chunk_len = None;
+        for (index, shard) in shards.iter().enumerate() {
+            let Some(shard) = shard else { continue };
+            present += 1;
+            match chunk_len {
+                None => chunk_len = Some(shard.len()),
+                Some(expected) if expected != shard.len() => {
+                    return Err(ErasureError::ShardLength {
+                        index,
+                        expected,
+                        got: shard.len(),
+                    })
+                }
+                Some(_) => {}
+            }
+        }
+        if present < k {
+            return Err(ErasureError::TooFewShards {
+                have: present,
+                need: k,
+            });
+        }
+        let chunk_len = chunk_len.unwrap_or(0);
+        let mut named = vec![false; total];
+        for (index, dst) in out.iter() {
+            let i = *index;
+            if i >= total || shards[i].is_some() || named[i] {
+                return Err(ErasureError::InvalidParams(format!(
+                    "cannot rebuild slot {i}: out of range, present, or asked for twice"
+                )));
+            }
+            named[i] = true;
+            if dst.len() != chunk_len {
+                return Err(ErasureError::ShardLength {
+                    index: i,
+                    expected: chunk_len,
+                    got: dst.len(),
+                });
+            }
+        }
+        if chunk_len == 0 || out.is_empty() {
+            return Ok(());
+        }
+        self.inner
+            .codec
+            .reconstruct_slices(shards, out)
+            .map_err(|e| ErasureError::InvalidParams(e.to_string()))
+    }
+
     /// Given the k + m chunk slots of one block (`None` = missing or failed bitrot), fills the
     /// missing data chunks. Missing parity slots stay `None`.
     ///
@@ -756,6 +884,126 @@ mod tests {
                 hasher.update(p);
             }
             assert_eq!(hasher.finalize().to_hex().as_str(), all_parity, "{k}+{m}");
+        }
+    }
+
+    /// Every erasure pattern of up to m chunks (data and parity), decoded from read-only inputs,
+    /// matches the library's own reconstruction (and so the encoded chunks).
+    #[test]
+    fn reconstruct_into_matches_the_library_on_every_pattern() {
+        for (k, m) in [
+            (1, 1),
+            (2, 1),
+            (2, 2),
+            (3, 1),
+            (4, 2),
+            (5, 3),
+            (8, 4),
+            (12, 4),
+        ] {
+            let er = e(k, m, KIB4);
+            let n = k + m;
+            let block: Vec<u8> = (0..KIB4 - 3).map(|i| (i * 31 + k * 7 + m) as u8).collect();
+            let mut shards = Vec::new();
+            er.encode(&block, &mut shards).unwrap();
+            let chunk = shards[0].len();
+            for mask in 0u32..(1 << n) {
+                let missing: Vec<usize> = (0..n).filter(|i| mask & (1 << i) != 0).collect();
+                if missing.is_empty() || missing.len() > m {
+                    continue;
+                }
+                let present: Vec<Option<&[u8]>> = (0..n)
+                    .map(|i| (!missing.contains(&i)).then(|| &shards[i][..]))
+                    .collect();
+                let mut bufs = vec![vec![0xEEu8; chunk]; missing.len()];
+                let mut out: Vec<(usize, &mut [u8])> = missing
+                    .iter()
+                    .copied()
+                    .zip(bufs.iter_mut().map(|b| &mut b[..]))
+                    .collect();
+                er.reconstruct_into(&present, &mut out).unwrap();
+                for (i, b) in missing.iter().zip(&bufs) {
+                    assert_eq!(b, &shards[*i], "{k}+{m}, lost {missing:?}, slot {i}");
+                }
+                // The library agrees on the same pattern.
+                let mut owned: Vec<Option<Vec<u8>>> =
+                    present.iter().map(|p| p.map(<[u8]>::to_vec)).collect();
+                er.reconstruct(&mut owned).unwrap();
+                for (i, b) in missing.iter().zip(&bufs) {
+                    assert_eq!(owned[*i].as_ref(), Some(b));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn reconstruct_into_validates_its_arguments() {
+        let er = e(4, 2, KIB4);
+        let mut shards = Vec::new();
+        er.encode(&[7u8; 1000], &mut shards).unwrap();
+        let mut slots: Vec<Option<&[u8]>> = shards.iter().map(|s| Some(&s[..])).collect();
+        slots[0] = None;
+        slots[1] = None;
+        let mut a = vec![0u8; 250];
+        let mut short = vec![0u8; 10];
+        // A present slot, a slot named twice, out of range.
+        for bad in [&[2usize][..], &[0, 0], &[6]] {
+            let mut bufs = vec![vec![0u8; 250]; bad.len()];
+            let mut out: Vec<(usize, &mut [u8])> = bad
+                .iter()
+                .copied()
+                .zip(bufs.iter_mut().map(|b| &mut b[..]))
+                .collect();
+            assert!(matches!(
+                er.reconstruct_into(&slots, &mut out),
+                Err(ErasureError::InvalidParams(_))
+            ));
+        }
+        assert!(matches!(
+            er.reconstruct_into(&slots, &mut [(0, &mut short[..])]),
+            Err(ErasureError::ShardLength { index: 0, .. })
+        ));
+        slots[2] = None;
+        slots[3] = None;
+        assert!(matches!(
+            er.reconstruct_into(&slots, &mut [(0, &mut a[..])]),
+            Err(ErasureError::TooFewShards { have: 2, need: 4 })
+        ));
+        assert!(matches!(
+            er.reconstruct_into(&slots[..5], &mut []),
+            Err(ErasureError::InvalidParams(_))
+        ));
+        // No parity: nothing can be rebuilt, but nothing missing is fine.
+        let one = e(1, 0, KIB4);
+        let c = [1u8, 2, 3];
+        one.reconstruct_into(&[Some(&c[..])], &mut []).unwrap();
+    }
+
+    #[test]
+    fn encode_framed_writes_what_encode_and_frame_into_write() {
+        for (k, m) in [(1, 0), (1, 1), (2, 2), (4, 2), (8, 4)] {
+            let er = e(k, m, KIB4);
+            for len in [0usize, 1, 7, KIB4 - 1, KIB4] {
+                let block: Vec<u8> = (0..len).map(|i| (i * 13 + 5) as u8).collect();
+                let mut shards = Vec::new();
+                er.encode(&block, &mut shards).unwrap();
+                let fl = er.framed_len(len);
+                let mut bufs = vec![vec![0xA5u8; fl]; k + m];
+                let mut slots: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+                er.encode_framed(&block, &mut slots).unwrap();
+                for (i, (b, s)) in bufs.iter().zip(&shards).enumerate() {
+                    let mut want = Vec::new();
+                    bitrot::frame_into(s, &mut want);
+                    assert_eq!(b, &want, "{k}+{m} len {len} chunk {i}");
+                }
+            }
+            let mut wrong = vec![vec![0u8; 3]; k + m];
+            let mut slots: Vec<&mut [u8]> = wrong.iter_mut().map(|b| &mut b[..]).collect();
+            assert!(matches!(
+                er.encode_framed(&[1, 2, 3], &mut slots),
+                Err(ErasureError::ShardLength { .. })
+            ));
+            assert!(er.encode_framed(&vec![0; KIB4 + 1], &mut []).is_err());
         }
     }
 }
