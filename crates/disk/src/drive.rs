@@ -128,6 +128,11 @@ pub trait ShardBuf: Send + 'static {
     fn as_mut_slice(&mut self) -> &mut [u8];
     /// The filled buffer as `Bytes`, without copying.
     fn into_bytes(self: Box<Self>) -> Bytes;
+    /// The buffer as `Any`, so a drive that knows the concrete type (a remote drive whose data
+    /// plane lands bytes straight in a pooled, possibly registered, buffer) can check it...
+    fn as_any(&self) -> &dyn std::any::Any;
+    /// ...and take it back out of the box.
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send>;
 }
 
 /// One drive. Every method validates its bucket and key before building any path.

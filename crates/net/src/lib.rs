@@ -42,7 +42,7 @@ pub use auth::{ClusterSecret, Identity};
 pub use bufpool::{BufPool, BufPoolConfig, PooledBuf};
 pub use dataplane::{
     DataPlane, DataPlaneError, DataPlaneStats, ShardData, ShardRange, TcpDataPlane,
-    TcpDataPlaneConfig,
+    TcpDataPlaneConfig, DEFAULT_BUF_SIZE,
 };
 pub use drive_server::{DriveServer, DriveServerConfig};
 pub use remote_drive::{RemoteDrive, RemoteDriveConfig};

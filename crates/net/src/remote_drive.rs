@@ -32,12 +32,13 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use quarry_disk::{
-    DiskInfo, Drive, DriveError, FormatV1, ObjectMeta, PartMeta, ShardWriter, UploadMeta, VolInfo,
-    WalkEntry, WalkOptions,
+    DiskInfo, Drive, DriveError, FormatV1, ObjectMeta, PartMeta, ShardBuf, ShardWriter, UploadMeta,
+    VolInfo, WalkEntry, WalkOptions,
 };
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
+use crate::bufpool::PooledBuf;
 use crate::dataplane::{DataPlane, DataPlaneError, ShardData, ShardRange};
 use crate::drive_proto::{self, codes, Request, Response};
 use crate::rpc::{RpcClient, RpcError};
@@ -235,6 +236,37 @@ impl Inner {
         }
     }
 
+    /// What a data-plane read of `len` bytes at `offset` gives the caller: the bytes as the buffer
+    /// they landed in, or the error as a drive error.
+    fn shard_result(
+        &self,
+        got: Result<ShardData, DataPlaneError>,
+        offset: u64,
+        len: usize,
+    ) -> Result<Bytes> {
+        match got {
+            Ok(data) if data.len() == len => Ok(ShardData::into_bytes(data)),
+            Ok(data) => Err(self.io(format!(
+                "asked for {len} bytes of a shard, the data plane delivered {}",
+                data.len()
+            ))),
+            // A range read in pieces reports the piece that ran past the end: report the range.
+            Err(DataPlaneError::Remote { code, message, .. }) if code == codes::TRUNCATED => {
+                match drive_proto::decode_drive_error(code, &message) {
+                    Some(DriveError::Truncated { len: file_len, .. }) => {
+                        Err(DriveError::Truncated {
+                            offset,
+                            wanted: len,
+                            len: file_len,
+                        })
+                    }
+                    _ => Err(self.rpc_error(RpcError::Remote { code, message })),
+                }
+            }
+            Err(e) => Err(self.data_error(e)),
+        }
+    }
+
     /// Maps a failed data-plane transfer like [`Inner::rpc_error`] maps a failed call.
     fn data_error(&self, e: DataPlaneError) -> DriveError {
         match e {
@@ -381,32 +413,51 @@ impl Drive for RemoteDrive {
             offset,
             len,
         };
-        match self
+        let got = self
             .inner
             .data
             .read_shard(&self.inner.peer, self.inner.drive, &range)
-            .await
-        {
-            Ok(data) if data.len() == len => Ok(ShardData::into_bytes(data)),
-            Ok(data) => Err(self.inner.io(format!(
-                "asked for {len} bytes of a shard, the data plane delivered {}",
-                data.len()
-            ))),
-            // A range read in pieces reports the piece that ran past the end: report the range.
-            Err(DataPlaneError::Remote { code, message, .. }) if code == codes::TRUNCATED => {
-                match drive_proto::decode_drive_error(code, &message) {
-                    Some(DriveError::Truncated { len: file_len, .. }) => {
-                        Err(DriveError::Truncated {
-                            offset,
-                            wanted: len,
-                            len: file_len,
-                        })
-                    }
-                    _ => Err(self.inner.rpc_error(RpcError::Remote { code, message })),
-                }
-            }
-            Err(e) => Err(self.inner.data_error(e)),
+            .await;
+        self.inner.shard_result(got, offset, len)
+    }
+
+    /// Into a pooled buffer (a piece of the GET's stripe buffer), the data plane reads straight
+    /// into it: over TCP by exact reads, over verbs by the holder's RDMA WRITE into the registered
+    /// buffer. Any other buffer is filled by a copy (the trait's default).
+    async fn read_shard_into(
+        &self,
+        bucket: &str,
+        key: &str,
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        mut buf: Box<dyn ShardBuf>,
+    ) -> Result<Bytes> {
+        let len = buf.as_mut_slice().len();
+        if !buf.as_any().is::<PooledBuf>() {
+            let data = self
+                .read_shard(bucket, key, data_dir, part, offset, len)
+                .await?;
+            buf.as_mut_slice().copy_from_slice(&data);
+            return Ok(buf.into_bytes());
         }
+        let Ok(dst) = buf.into_any().downcast::<PooledBuf>() else {
+            return Err(self.inner.io("a pooled buffer changed its type".into()));
+        };
+        let range = ShardRange {
+            bucket,
+            key,
+            data_dir,
+            part,
+            offset,
+            len,
+        };
+        let got = self
+            .inner
+            .data
+            .read_shard_into(&self.inner.peer, self.inner.drive, &range, vec![*dst])
+            .await;
+        self.inner.shard_result(got, offset, len)
     }
 
     async fn stat_shard(&self, bucket: &str, key: &str, data_dir: Uuid, part: u32) -> Result<u64> {

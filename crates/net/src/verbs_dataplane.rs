@@ -436,6 +436,14 @@ impl quarry_disk::ShardBuf for DriveTarget {
             home: Home::Slot(self.slot.clone()),
         })
     }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
+    }
 }
 
 impl Drop for DriveTarget {

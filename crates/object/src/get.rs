@@ -10,6 +10,7 @@ use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt};
 use quarry_disk::{DriveError, ObjectMeta, PartInfo};
 use quarry_erasure::{bitrot, Erasure};
+use quarry_net::PooledBuf;
 use tracing::warn;
 
 use crate::api::{GetObjectReader, HttpRange, ObjectStream};
@@ -125,13 +126,31 @@ impl ShardReader {
         }
     }
 
-    /// Reads and verifies shard `shard` of block `block` of `part`; `None` if it is missing,
-    /// unreadable or corrupt.
+    /// Reads and verifies shard `shard` of block `block` of `part` into a buffer of its own;
+    /// `None` if it is missing, unreadable or corrupt.
     pub(crate) async fn read_chunk(
         &self,
         part: &PartInfo,
         block: u64,
         shard: usize,
+    ) -> Option<Bytes> {
+        let framed_len = self
+            .erasure
+            .framed_len(self.erasure.block_len(part.size, block));
+        let dst = self.set.stripe(1, framed_len).pop()?;
+        self.read_chunk_into(part, block, shard, dst).await
+    }
+
+    /// Reads and verifies shard `shard` of block `block` of `part` straight into `dst` (a piece
+    /// of the block's stripe buffer, at least the framed chunk long); `None` if it is missing,
+    /// unreadable or corrupt. The chunk returned is a slice of `dst`: no copy (but for inline
+    /// shards, which are copied out of the metadata and counted).
+    pub(crate) async fn read_chunk_into(
+        &self,
+        part: &PartInfo,
+        block: u64,
+        shard: usize,
+        mut dst: PooledBuf,
     ) -> Option<Bytes> {
         let pos = self.holder[shard]?;
         let block_len = self.erasure.block_len(part.size, block);
@@ -155,19 +174,28 @@ impl ShardReader {
                     self.note_damage();
                     return None;
                 };
+                if dst.capacity() < framed_len {
+                    dst = PooledBuf::heap(framed_len);
+                }
+                dst.set_len(framed_len);
                 let drive = &self.set.drives[pos];
                 match drive
-                    .read_shard(
+                    .read_shard_into(
                         &self.bucket,
                         &self.key,
                         data_dir,
                         part.number,
                         offset,
-                        framed_len,
+                        Box::new(dst),
                     )
                     .await
                 {
-                    Ok(b) => b,
+                    Ok(b) if b.len() == framed_len => b,
+                    Ok(b) => {
+                        warn!(drive = drive.endpoint(), bucket = %self.bucket, key = %self.key, got = b.len(), want = framed_len, "shard read returned the wrong length");
+                        self.note_damage();
+                        return None;
+                    }
                     Err(e) => {
                         if !matches!(e, DriveError::FileNotFound | DriveError::Truncated { .. }) {
                             warn!(drive = drive.endpoint(), bucket = %self.bucket, key = %self.key, error = %e, "shard read failed");
@@ -189,21 +217,40 @@ impl ShardReader {
         }
     }
 
-    /// Reads block `block` of `part` and returns its data (all of it) as pieces in order. When
-    /// the data chunks are all healthy, the pieces are the chunks themselves, slices of the
-    /// buffers the shard reads landed in: nothing is copied. Only a degraded block (a data chunk
-    /// missing or corrupt) is decoded into a new buffer, and that copy is counted.
+    /// Reads block `block` of `part` and returns its data (all of it) as pieces in order.
+    ///
+    /// The k data chunks land in one stripe buffer (one pooled buffer cut in k pieces, registered
+    /// with the RDMA device when verbs is on, so each holder writes its chunk straight to its
+    /// place). When they are all healthy, the pieces returned are the chunks themselves: nothing
+    /// is copied or decoded. When some are missing or corrupt, parity chunks are read into a
+    /// second stripe and the missing data chunks are decoded from the chunks where they landed
+    /// (read in place, not copied) into a new buffer.
     pub(crate) async fn read_block(&self, part: &PartInfo, block: u64) -> Result<Vec<Bytes>> {
         let k = self.erasure.data_shards();
         let n = self.erasure.total_shards();
         let block_len = self.erasure.block_len(part.size, block);
+        let framed_len = self.erasure.framed_len(block_len);
         let mut shards: Vec<Option<Bytes>> = vec![None; n];
+        let mut data_pieces = self.set.stripe(k, framed_len).into_iter();
+        let mut parity_pieces: Option<std::vec::IntoIter<PooledBuf>> = None;
+        let mut piece_for = |s: usize| {
+            if s < k {
+                data_pieces.next()
+            } else {
+                parity_pieces
+                    .get_or_insert_with(|| self.set.stripe(n - k, framed_len).into_iter())
+                    .next()
+            }
+            .unwrap_or_else(|| PooledBuf::heap(framed_len))
+        };
         // Data shards first: when they are all good no decoding is needed.
         let mut next = 0usize;
-        let read = |s: usize| async move { (s, self.read_chunk(part, block, s).await) };
+        let read = |s: usize, dst: PooledBuf| async move {
+            (s, self.read_chunk_into(part, block, s, dst).await)
+        };
         let mut inflight = FuturesUnordered::new();
         while next < n && inflight.len() < k {
-            inflight.push(read(next));
+            inflight.push(read(next, piece_for(next)));
             next += 1;
         }
         let mut good = 0usize;
@@ -216,7 +263,7 @@ impl ShardReader {
                 }
                 None => {
                     if next < n {
-                        inflight.push(read(next));
+                        inflight.push(read(next, piece_for(next)));
                         next += 1;
                     }
                 }
@@ -232,43 +279,52 @@ impl ShardReader {
                 self.bucket, self.key, part.number
             )));
         }
-        if shards[..k].iter().all(|s| s.is_some()) {
-            // Healthy: the block is the data chunks in order, cut to the block's length (the
-            // last chunk carries padding).
-            let mut left = block_len;
-            let mut out = Vec::with_capacity(k);
-            for c in shards.into_iter().take(k).flatten() {
-                if left == 0 {
-                    break;
-                }
-                let take = c.len().min(left);
-                left -= take;
-                out.push(c.slice(..take));
+        let missing: Vec<usize> = (0..k).filter(|&i| shards[i].is_none()).collect();
+        if !missing.is_empty() {
+            // Degraded: decode the missing data chunks from the k chunks as they lie.
+            let chunk_len = self.erasure.chunk_len(block_len);
+            let mut decoded = self.set.stripe(missing.len(), chunk_len);
+            {
+                let present: Vec<Option<&[u8]>> = shards.iter().map(|s| s.as_deref()).collect();
+                let mut out: Vec<(usize, &mut [u8])> = missing
+                    .iter()
+                    .zip(decoded.iter_mut())
+                    .map(|(&i, b)| {
+                        b.set_len(chunk_len);
+                        (i, &mut b[..])
+                    })
+                    .collect();
+                self.erasure
+                    .reconstruct_into(&present, &mut out)
+                    .map_err(|e| Error::Corrupt(e.to_string()))?;
             }
-            if left != 0 {
-                return Err(Error::Corrupt(format!(
-                    "{}/{}: block {block} of part {} has short chunks",
-                    self.bucket, self.key, part.number
-                )));
+            SetCounters::add(
+                &self.set.counters.get_decoded_bytes,
+                (missing.len() * chunk_len) as u64,
+            );
+            for (&i, b) in missing.iter().zip(decoded) {
+                shards[i] = Some(b.into_bytes());
             }
-            return Ok(out);
         }
-        // Degraded: decode into owned chunks, then join into one new buffer.
-        let mut owned: Vec<Option<Vec<u8>>> =
-            shards.into_iter().map(|c| c.map(|b| b.to_vec())).collect();
-        let copied: usize = owned.iter().flatten().map(|c| c.len()).sum();
-        self.erasure
-            .reconstruct_data(&mut owned)
-            .map_err(|e| Error::Corrupt(e.to_string()))?;
-        let mut out = Vec::with_capacity(block_len);
-        self.erasure
-            .join(&owned, block_len, &mut out)
-            .map_err(|e| Error::Corrupt(e.to_string()))?;
-        SetCounters::add(
-            &self.set.counters.get_copied_bytes,
-            (copied + out.len()) as u64,
-        );
-        Ok(vec![Bytes::from(out)])
+        // The block is the data chunks in order, cut to the block's length (the last chunk
+        // carries padding).
+        let mut left = block_len;
+        let mut out = Vec::with_capacity(k);
+        for c in shards.into_iter().take(k).flatten() {
+            if left == 0 {
+                break;
+            }
+            let take = c.len().min(left);
+            left -= take;
+            out.push(c.slice(..take));
+        }
+        if left != 0 {
+            return Err(Error::Corrupt(format!(
+                "{}/{}: block {block} of part {} has short chunks",
+                self.bucket, self.key, part.number
+            )));
+        }
+        Ok(out)
     }
 
     /// Counts the copy [`Self::read_chunk`] makes of an inline shard's framed chunk (out of the

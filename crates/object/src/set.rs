@@ -1,11 +1,12 @@
 //! One erasure set: a fixed list of drives that together hold every object hashed to the set.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use quarry_disk::{Drive, DriveError, ObjectMeta};
 use quarry_erasure::Erasure;
+use quarry_net::{BufPool, BufPoolConfig, PooledBuf, DEFAULT_BUF_SIZE};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 
@@ -31,7 +32,23 @@ pub struct ErasureSet {
     heal_pending: Mutex<HashSet<HealRequest>>,
     /// Heal and GET-path counters, for the metrics.
     pub(crate) counters: crate::stats::SetCounters,
+    /// Where GET stripes and PUT chunks live: the data plane's pool in a cluster (registered
+    /// with the RDMA device when verbs is on), a plain pool otherwise.
+    pub(crate) buffers: BufPool,
 }
+
+/// The pool sets use when none is given: one per process, plain memory, resident only as used.
+pub fn default_buffers() -> BufPool {
+    static POOL: OnceLock<BufPool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        BufPool::new(BufPoolConfig::new(DEFAULT_BUF_SIZE, DEFAULT_BUFFERS))
+            .expect("the default buffer pool's shape is valid")
+    })
+    .clone()
+}
+
+/// Buffers of the default pool (of [`DEFAULT_BUF_SIZE`] bytes: a block's k framed chunks fit one).
+const DEFAULT_BUFFERS: usize = 256;
 
 impl std::fmt::Debug for ErasureSet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -74,6 +91,7 @@ impl ErasureSet {
             heal_tx,
             heal_pending: Mutex::new(HashSet::new()),
             counters: Default::default(),
+            buffers: default_buffers(),
         };
         set.new_erasure()?; // validates the parity setting against the set size
         Ok(set)
@@ -84,6 +102,28 @@ impl ErasureSet {
     pub fn with_locker(mut self, locker: Arc<dyn Locker>) -> Self {
         self.locks = locker;
         self
+    }
+
+    /// The same set, with its stripes and chunks in `pool`'s buffers.
+    pub fn with_buffers(mut self, pool: BufPool) -> Self {
+        self.buffers = pool;
+        self
+    }
+
+    /// `count` pieces of `len` bytes, cut from one pooled buffer when they fit (a fresh
+    /// allocation when the pool is empty or they do not): the stripe a block's chunks land in.
+    pub(crate) fn stripe(&self, count: usize, len: usize) -> Vec<PooledBuf> {
+        if count == 0 || len == 0 {
+            return (0..count).map(|_| PooledBuf::heap(len)).collect();
+        }
+        let total = count.saturating_mul(len);
+        let buf = if total <= self.buffers.buf_size() {
+            self.buffers.get_or_alloc()
+        } else {
+            PooledBuf::heap(total)
+        };
+        buf.split_even(len, count)
+            .unwrap_or_else(|_| (0..count).map(|_| PooledBuf::heap(len)).collect())
     }
 
     pub fn drive_count(&self) -> usize {

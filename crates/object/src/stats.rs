@@ -12,6 +12,8 @@ pub(crate) struct SetCounters {
     pub healed_objects: AtomicU64,
     pub heal_failed: AtomicU64,
     pub get_copied_bytes: AtomicU64,
+    /// Bytes of data chunks the GET path rebuilt from parity (degraded reads).
+    pub get_decoded_bytes: AtomicU64,
     /// Heals put on the retry list (each failed attempt counts once).
     pub heal_retried: AtomicU64,
     /// Heals dropped because the retry list was full.
@@ -38,6 +40,7 @@ impl SetCounters {
         stats.healed_objects_total += Self::get(&self.healed_objects);
         stats.heal_failed_total += Self::get(&self.heal_failed);
         stats.get_copied_bytes_total += Self::get(&self.get_copied_bytes);
+        stats.get_decoded_bytes_total += Self::get(&self.get_decoded_bytes);
         stats.heal_retried_total += Self::get(&self.heal_retried);
         stats.heal_retry_dropped_total += Self::get(&self.heal_retry_dropped);
         stats.heal_given_up_total += Self::get(&self.heal_given_up);
@@ -126,6 +129,8 @@ pub struct LayerStats {
     /// reads, inline shards out of the metadata, data chunks joined into a block). Bytes decoded
     /// from parity are computed, not copied, and are not counted.
     pub get_copied_bytes_total: u64,
+    /// Bytes of data chunks rebuilt from parity by degraded GETs.
+    pub get_decoded_bytes_total: u64,
     /// Heals waiting on the retry list (their drives were offline), now.
     pub heal_retry_len: u64,
     /// Failed heal attempts put on the retry list.

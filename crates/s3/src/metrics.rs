@@ -426,6 +426,12 @@ impl Metrics {
                 "Bytes the GET path copied between buffers (zero on a zero-copy path).",
                 layer.get_copied_bytes_total,
             ),
+            (
+                "quarry_get_decoded_bytes_total",
+                "counter",
+                "Bytes of data chunks degraded GETs rebuilt from parity (decoded in place, not copied).",
+                layer.get_decoded_bytes_total,
+            ),
         ];
         for (name, kind, help, value) in gauges {
             header(&mut out, name, kind, help);
