@@ -4,6 +4,14 @@
 //!   chunks, parity computed).
 //! - `erasure/decode/k+m`: `reconstruct_data` with m data chunks lost (the worst degraded read),
 //!   including allocating the rebuilt chunks, as the object layer does.
+//! - `erasure/put-block-owned/k+m` vs `erasure/put-block-framed/k+m`: a PUT block as the object
+//!   layer used to prepare it (encode into owned chunks, then frame each into a new buffer for its
+//!   drive) and as it does now (`encode_framed` straight into reused framed slots, as pooled
+//!   buffers are reused).
+//! - `erasure/degraded-owned/k+m` vs `erasure/degraded-in-place/k+m`: a degraded GET block with m
+//!   data chunks lost, as it used to be done (copy the k chunks read into owned buffers,
+//!   `reconstruct_data`, join into a new block) and as it is now (`reconstruct_into` from the
+//!   chunks where they landed into one buffer for the lost chunks).
 //! - `erasure/memcpy`: copying the 1 MiB block once, the floor any of the above is compared to.
 //! - `erasure/bitrot-blake3`: framing a 1 MiB chunk as `[blake3 | chunk]` (hash plus copy).
 //! - `erasure/blake3-hash`: the hash alone.
@@ -88,6 +96,86 @@ fn erasure(c: &mut Criterion) {
                     Some(shard),
                     "{k}+{m}: shard {i} rebuilt wrong"
                 );
+            }
+        });
+    }
+
+    for (k, m) in LAYOUTS {
+        let er = match Erasure::new(k, m, DEFAULT_BLOCK_SIZE) {
+            Ok(er) => er,
+            Err(e) => panic!("{k}+{m}: {e}"),
+        };
+        let id = format!("{k}+{m}");
+        let framed_len = er.framed_len(block.len());
+
+        group.bench_with_input(BenchmarkId::new("put-block-owned", &id), &er, |b, er| {
+            let mut shards = Vec::new();
+            b.iter(|| {
+                if let Err(e) = er.encode(black_box(&block), &mut shards) {
+                    panic!("encode: {e}");
+                }
+                let framed: Vec<Vec<u8>> = shards
+                    .iter()
+                    .map(|s| {
+                        let mut f = Vec::with_capacity(framed_len);
+                        bitrot::frame_into(s, &mut f);
+                        f
+                    })
+                    .collect();
+                black_box(framed);
+            })
+        });
+
+        group.bench_with_input(BenchmarkId::new("put-block-framed", &id), &er, |b, er| {
+            let mut bufs = vec![vec![0u8; framed_len]; k + m];
+            b.iter(|| {
+                let mut slots: Vec<&mut [u8]> = bufs.iter_mut().map(|b| &mut b[..]).collect();
+                if let Err(e) = er.encode_framed(black_box(&block), &mut slots) {
+                    panic!("encode_framed: {e}");
+                }
+                black_box(&slots);
+            })
+        });
+
+        let mut shards = Vec::new();
+        if let Err(e) = er.encode(&block, &mut shards) {
+            panic!("encode: {e}");
+        }
+        let chunk_len = shards[0].len();
+        // The chunks a degraded read has: every data chunk but the first m, then m parity.
+        let read: Vec<usize> = (m..k + m).collect();
+
+        group.bench_with_input(BenchmarkId::new("degraded-owned", &id), &er, |b, er| {
+            b.iter(|| {
+                let mut owned: Vec<Option<Vec<u8>>> = (0..k + m)
+                    .map(|i| read.contains(&i).then(|| shards[i].to_vec()))
+                    .collect();
+                if let Err(e) = er.reconstruct_data(&mut owned) {
+                    panic!("reconstruct_data: {e}");
+                }
+                let mut out = Vec::with_capacity(block.len());
+                if let Err(e) = er.join(&owned, block.len(), &mut out) {
+                    panic!("join: {e}");
+                }
+                black_box(out);
+            })
+        });
+
+        group.bench_with_input(BenchmarkId::new("degraded-in-place", &id), &er, |b, er| {
+            let present: Vec<Option<&[u8]>> = (0..k + m)
+                .map(|i| read.contains(&i).then(|| &shards[i][..]))
+                .collect();
+            let mut lost = vec![0u8; m * chunk_len];
+            b.iter(|| {
+                let mut out: Vec<(usize, &mut [u8])> =
+                    lost.chunks_mut(chunk_len).enumerate().collect();
+                if let Err(e) = er.reconstruct_into(black_box(&present), &mut out) {
+                    panic!("reconstruct_into: {e}");
+                }
+                black_box(&out);
+            });
+            for (i, c) in lost.chunks(chunk_len).enumerate() {
+                assert_eq!(c, &shards[i][..], "{k}+{m}: chunk {i} rebuilt wrong");
             }
         });
     }

@@ -158,6 +158,27 @@ pub struct ServerArgs {
     /// RDMA device to use (default: the first one), e.g. rxe0 or mlx5_0.
     #[arg(long, env = "QUARRY_RDMA_DEVICE", value_name = "NAME")]
     pub rdma_device: Option<String>,
+
+    /// GID table index of port 1 to use (default: the RoCE v2 GID of --address).
+    #[arg(long, env = "QUARRY_RDMA_GID_INDEX", value_name = "INDEX", value_parser = quarry_net::rdma::parse_gid_index)]
+    pub rdma_gid_index: Option<u32>,
+
+    /// RC queue pairs to each peer (1-256).
+    #[arg(long, env = "QUARRY_RDMA_QP_PER_PEER", value_name = "N",
+          default_value_t = quarry_net::rdma::DEFAULT_QP_PER_PEER,
+          value_parser = quarry_net::rdma::parse_qp_per_peer)]
+    pub rdma_qp_per_peer: usize,
+
+    /// Registered (pinned) memory for the data pools: a power of two of at least 16MiB.
+    #[arg(long, env = "QUARRY_RDMA_POOL_BYTES", value_name = "BYTES",
+          default_value = "256MiB", value_parser = quarry_net::rdma::parse_pool_bytes)]
+    pub rdma_pool_bytes: u64,
+
+    /// Verbs connections accepted from peers at once (1-1000).
+    #[arg(long, env = "QUARRY_RDMA_MAX_CONNECTIONS", value_name = "N",
+          default_value_t = quarry_net::rdma::DEFAULT_MAX_CONNECTIONS,
+          value_parser = quarry_net::rdma::parse_max_connections)]
+    pub rdma_max_connections: usize,
 }
 
 /// A duration as [`parse_duration`], or `0` / `off` for none (zero).
@@ -215,8 +236,15 @@ pub struct Settings {
     pub scan_rate: u32,
     pub header_timeout: Duration,
     pub max_connections: usize,
-    pub rdma: quarry_net::rdma::RdmaMode,
-    pub rdma_device: Option<String>,
+    pub rdma: quarry_net::rdma::RdmaSettings,
+}
+
+/// A size in the settings file: bytes, or text with a unit (`"256MiB"`).
+#[derive(Debug, serde::Deserialize)]
+#[serde(untagged)]
+pub enum FileSize {
+    Bytes(u64),
+    Text(String),
 }
 
 /// The settings file (`--config`): every field optional, unknown fields refused.
@@ -238,6 +266,10 @@ pub struct FileConfig {
     pub scan_rate: Option<u32>,
     pub rdma: Option<String>,
     pub rdma_device: Option<String>,
+    pub rdma_gid_index: Option<u32>,
+    pub rdma_qp_per_peer: Option<usize>,
+    pub rdma_pool_bytes: Option<FileSize>,
+    pub rdma_max_connections: Option<usize>,
 }
 
 /// The settings file format this build reads.
@@ -309,6 +341,32 @@ impl ServerArgs {
         }
         if let Some(v) = f.rdma_device.filter(|_| unset("rdma_device")) {
             self.rdma_device = Some(v);
+        }
+        use quarry_net::rdma as r;
+        if let Some(v) = f.rdma_gid_index.filter(|_| unset("rdma_gid_index")) {
+            self.rdma_gid_index = Some(
+                r::parse_gid_index(&v.to_string())
+                    .unwrap_or_else(|e| usage_error(format!("config: rdma_gid_index: {e}"))),
+            );
+        }
+        if let Some(v) = f.rdma_qp_per_peer.filter(|_| unset("rdma_qp_per_peer")) {
+            self.rdma_qp_per_peer = r::parse_qp_per_peer(&v.to_string())
+                .unwrap_or_else(|e| usage_error(format!("config: rdma_qp_per_peer: {e}")));
+        }
+        if let Some(v) = f.rdma_pool_bytes.filter(|_| unset("rdma_pool_bytes")) {
+            let text = match v {
+                FileSize::Bytes(n) => n.to_string(),
+                FileSize::Text(t) => t,
+            };
+            self.rdma_pool_bytes = r::parse_pool_bytes(&text)
+                .unwrap_or_else(|e| usage_error(format!("config: rdma_pool_bytes: {e}")));
+        }
+        if let Some(v) = f
+            .rdma_max_connections
+            .filter(|_| unset("rdma_max_connections"))
+        {
+            self.rdma_max_connections = r::parse_max_connections(&v.to_string())
+                .unwrap_or_else(|e| usage_error(format!("config: rdma_max_connections: {e}")));
         }
         if unset("root_user") && unset("root_password") {
             match (f.root_user, f.root_password) {
@@ -400,8 +458,14 @@ impl ServerArgs {
             scan_rate: self.scan_rate,
             header_timeout: self.header_timeout,
             max_connections: self.max_connections,
-            rdma: self.rdma,
-            rdma_device: self.rdma_device.filter(|d| !d.is_empty()),
+            rdma: quarry_net::rdma::RdmaSettings {
+                mode: self.rdma,
+                device: self.rdma_device.filter(|d| !d.is_empty()),
+                gid_index: self.rdma_gid_index,
+                qp_per_peer: self.rdma_qp_per_peer,
+                pool_bytes: self.rdma_pool_bytes,
+                max_connections: self.rdma_max_connections,
+            },
         }
     }
 }

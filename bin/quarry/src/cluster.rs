@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use quarry_disk::{Drive, LocalDrive};
-use quarry_net::rdma::{choose_backend, Backend, RdmaMode};
+use quarry_net::rdma::{choose_backend, Backend, RdmaMode, RdmaSettings};
 use quarry_net::{ClusterSecret, DriveServer, Identity, RpcClient, RpcConfig, RpcServer};
 use quarry_object::cluster::{cluster_id, open_cluster, ClusterSpec, NodeService};
 use quarry_object::dsync::{DistLockerConfig, LockServer, DEFAULT_MAX_ENTRIES};
@@ -116,23 +116,17 @@ fn cluster_secret(access_key: &str, secret_key: &str) -> anyhow::Result<ClusterS
     Ok(ClusterSecret::new(key)?)
 }
 
-/// Memory the verbs data plane registers (checked against RLIMIT_MEMLOCK at start-up).
-const RDMA_REGISTER_BYTES: u64 = 64 << 20;
-
 /// The data-plane backend for `QUARRY_RDMA` (see [`quarry_net::rdma`]), with one log line that
 /// says which and why; `on` without usable verbs is an error.
-fn choose_data_plane(
-    mode: RdmaMode,
-    device: Option<&str>,
-    address: &str,
-) -> anyhow::Result<Backend> {
+fn choose_data_plane(rdma: &RdmaSettings, address: &str) -> anyhow::Result<Backend> {
     // The GID to use is the one of the node's own address (several nodes may share a device).
     let addr = address
         .parse::<SocketAddr>()
         .ok()
         .map(|a| a.ip())
         .filter(|ip| !ip.is_unspecified());
-    let backend = choose_backend(mode, device, addr, RDMA_REGISTER_BYTES).map_err(|e| {
+    let mode = rdma.mode;
+    let backend = choose_backend(rdma, addr).map_err(|e| {
         anyhow::anyhow!(
             "QUARRY_RDMA=on but RDMA cannot be used: {e} (set QUARRY_RDMA=auto to fall back to TCP, or off)"
         )
@@ -148,7 +142,9 @@ fn choose_data_plane(
             gid_index = d.gid_index,
             gid = %d.gid_addr,
             mtu = d.mtu,
-            "RDMA: using device {} (mode {mode}); shard reads between nodes go over verbs{}",
+            qp_per_peer = rdma.qp_per_peer,
+            pool_bytes = rdma.pool_bytes,
+            "RDMA: using device {} (mode {mode}); shard reads and writes between nodes go over verbs{}",
             d.device,
             if mode == RdmaMode::Auto { ", TCP for a peer where verbs fails" } else { "" }
         ),
@@ -172,7 +168,7 @@ pub async fn start(
     address: &str,
     root: (&str, &str),
     cfg: ObjectConfig,
-    rdma: (RdmaMode, Option<&str>),
+    rdma: &RdmaSettings,
 ) -> anyhow::Result<Node> {
     let hostname = std::fs::read_to_string("/etc/hostname")
         .ok()
@@ -184,7 +180,7 @@ pub async fn start(
         );
     };
     let node = topology.nodes[me].clone();
-    let backend = choose_data_plane(rdma.0, rdma.1, address)?;
+    let backend = choose_data_plane(rdma, address)?;
     // Each node scans its share of the sets, not all of them.
     let cfg = ObjectConfig {
         scan_share: Some((me, topology.nodes.len())),
@@ -217,7 +213,7 @@ pub async fn start(
         .map(|d| Arc::new(d.clone()) as Arc<dyn Drive>)
         .collect();
     let rpc = RpcClient::new(identity.clone(), RpcConfig::default());
-    let drive_server = verbs::wire(&backend, rdma.0, &identity, &rpc, DriveServer::new(served))?;
+    let drive_server = verbs::wire(&backend, rdma, &identity, &rpc, DriveServer::new(served))?;
     let service = NodeService::new(
         Arc::new(drive_server),
         Arc::new(LockServer::new(DEFAULT_MAX_ENTRIES)),
@@ -260,21 +256,25 @@ pub async fn start(
 }
 
 /// The verbs data plane of a node: the holder side in its drive server, the requester side as
-/// the data plane of its RPC client (so every remote drive reads shards over verbs).
+/// the data plane of its RPC client (so every remote drive reads and writes shards over verbs).
 mod verbs {
     use std::sync::Arc;
 
     use anyhow::Context;
-    use quarry_net::rdma::{Backend, RdmaMode};
-    use quarry_net::verbs_dataplane::ResponderConfig;
+    use quarry_net::rdma::{Backend, RdmaMode, RdmaSettings};
+    use quarry_net::verbs_dataplane::{holder_access, requester_access, ResponderConfig};
     use quarry_net::{
-        DriveServer, Identity, RpcClient, RpcConfig, TcpDataPlane, TcpDataPlaneConfig, VerbsConfig,
-        VerbsDataPlane, VerbsDevice, VerbsResponder,
+        BufPool, BufPoolConfig, DriveServer, Identity, RpcClient, RpcConfig, TcpDataPlane,
+        TcpDataPlaneConfig, VerbsConfig, VerbsDataPlane, VerbsDevice, VerbsResponder,
+        DEFAULT_BUF_SIZE,
     };
 
+    /// Registers the node's two pools once (the requester's: GET stripes and PUT chunks, shared
+    /// with the TCP fallback and the object layer; the holder's: drive reads and fetched
+    /// appends), and wires both sides.
     pub fn wire(
         backend: &Backend,
-        mode: RdmaMode,
+        rdma: &RdmaSettings,
         identity: &Identity,
         rpc: &RpcClient,
         server: DriveServer,
@@ -282,31 +282,61 @@ mod verbs {
         let Backend::Verbs(d) = backend else {
             return Ok(server);
         };
-        let open = || VerbsDevice::open(Some(&d.device), Some(d.gid_addr));
-        let holder = open()
-            .and_then(|dev| VerbsResponder::new(dev, ResponderConfig::default()))
-            .context("RDMA: cannot set up the holder side of the verbs data plane")?;
+        let dev = VerbsDevice::open(Some(&d.device), Some(d.gid_addr), rdma.gid_index)
+            .context("RDMA: cannot open the device")?;
+        let requester_pool = BufPool::registered(
+            BufPoolConfig::with_bytes(DEFAULT_BUF_SIZE, rdma.requester_bytes()),
+            dev.pd(),
+            requester_access(),
+        )
+        .context("RDMA: cannot register the data pool")?;
+        let holder_pool = BufPool::registered(
+            BufPoolConfig::with_bytes(DEFAULT_BUF_SIZE, rdma.holder_bytes()),
+            dev.pd(),
+            holder_access(),
+        )
+        .context("RDMA: cannot register the holder pool")?;
+        tracing::info!(
+            registered_bytes =
+                requester_pool.stats().registered_bytes + holder_pool.stats().registered_bytes,
+            data_buffers = requester_pool.stats().capacity,
+            holder_buffers = holder_pool.stats().capacity,
+            "RDMA: buffer pools registered"
+        );
+        let holder = VerbsResponder::new(
+            dev.clone(),
+            holder_pool.clone(),
+            ResponderConfig {
+                max_connections: rdma.max_connections,
+                ..ResponderConfig::default()
+            },
+        )
+        .map_err(anyhow::Error::msg)
+        .context("RDMA: cannot set up the holder side of the verbs data plane")?;
         let config = RpcConfig::default();
         // Its own control connections (no cycle through the client that holds the plane).
         let control = RpcClient::new(identity.clone(), config.clone());
-        let tcp = TcpDataPlane::new(identity.clone(), TcpDataPlaneConfig::from_rpc(&config))
-            .context("RDMA: the TCP data plane for fallback")?;
-        let plane = open()
-            .and_then(|dev| {
-                VerbsDataPlane::new(
-                    dev,
-                    control,
-                    Arc::new(tcp),
-                    VerbsConfig {
-                        fallback: mode == RdmaMode::Auto,
-                        ..VerbsConfig::default()
-                    },
-                )
-            })
-            .context("RDMA: cannot set up the verbs data plane")?;
+        let tcp = TcpDataPlane::with_pool(
+            identity.clone(),
+            TcpDataPlaneConfig::from_rpc(&config),
+            requester_pool.clone(),
+        );
+        let plane = VerbsDataPlane::new(
+            dev,
+            control,
+            Arc::new(tcp),
+            requester_pool,
+            VerbsConfig {
+                fallback: rdma.mode == RdmaMode::Auto,
+                qp_per_peer: rdma.qp_per_peer,
+                ..VerbsConfig::default()
+            },
+        )
+        .map_err(anyhow::Error::msg)
+        .context("RDMA: cannot set up the verbs data plane")?;
         if rpc.set_data_plane(Arc::new(plane)).is_err() {
             anyhow::bail!("RDMA: the RPC client already had a data plane");
         }
-        Ok(server.with_verbs(Arc::new(holder)))
+        Ok(server.with_pool(holder_pool).with_verbs(Arc::new(holder)))
     }
 }

@@ -98,7 +98,7 @@ async fn run_cluster(settings: Settings) -> anyhow::Result<()> {
         &settings.address,
         (&access_key, &secret_key),
         cfg,
-        (settings.rdma, settings.rdma_device.as_deref()),
+        &settings.rdma,
     )
     .await?;
     let layout = node.layer.layout();

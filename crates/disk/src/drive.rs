@@ -118,6 +118,12 @@ impl WalkEntry {
 #[async_trait]
 pub trait ShardWriter: Send {
     async fn write(&mut self, buf: &[u8]) -> Result<()>;
+    /// Writes `data`, taking the `Bytes` as they are (a remote writer sends them without a
+    /// copy: over RDMA the peer reads them where they lie). The default writes them with
+    /// [`ShardWriter::write`].
+    async fn write_bytes(&mut self, data: Bytes) -> Result<()> {
+        self.write(&data).await
+    }
     async fn finish(self: Box<Self>) -> Result<()>;
 }
 

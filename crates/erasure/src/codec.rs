@@ -152,8 +152,11 @@ pub(crate) struct ReedSolomonCodec {
     /// Row `i` holds the coefficients of parity chunk `i` over the `k` data chunks.
     parity_rows: Vec<Vec<u8>>,
     /// Decode matrices by the set of chunks used as inputs (a bit mask over the k + m slots).
-    decode: Mutex<HashMap<Vec<u64>, Arc<Vec<Vec<u8>>>>>,
+    decode: Mutex<HashMap<Vec<u64>, Arc<Matrix>>>,
 }
+
+/// A square matrix over GF(2^8), by rows.
+type Matrix = Vec<Vec<u8>>;
 
 /// Decode matrices kept per codec; a set has at most C(n, k) erasure patterns and only a few
 /// occur, but the cache is bounded anyway.
@@ -185,7 +188,7 @@ impl ReedSolomonCodec {
 
     /// The inverse of the k x k matrix whose rows generate the chunks `inputs` (sorted slot
     /// indexes, k of them): row `d` of it gives data chunk `d` as a combination of the inputs.
-    fn decode_matrix(&self, inputs: &[usize]) -> Result<Arc<Vec<Vec<u8>>>, CodecError> {
+    fn decode_matrix(&self, inputs: &[usize]) -> Result<Arc<Matrix>, CodecError> {
         let mut mask = vec![0u64; (self.data + self.parity_rows.len()).div_ceil(64)];
         for &i in inputs {
             mask[i / 64] |= 1 << (i % 64);
@@ -220,7 +223,7 @@ impl ReedSolomonCodec {
 }
 
 /// Gauss–Jordan inversion over GF(2^8) (addition is XOR).
-fn invert(mut a: Vec<Vec<u8>>) -> Result<Vec<Vec<u8>>, CodecError> {
+fn invert(mut a: Matrix) -> Result<Matrix, CodecError> {
     use reed_solomon_erasure::galois_8::{div, mul};
     let n = a.len();
     let mut inv: Vec<Vec<u8>> = (0..n)

@@ -945,7 +945,7 @@ mod tests {
         slots[0] = None;
         slots[1] = None;
         let mut a = vec![0u8; 250];
-        let mut short = vec![0u8; 10];
+        let mut short = [0u8; 10];
         // A present slot, a slot named twice, out of range.
         for bad in [&[2usize][..], &[0, 0], &[6]] {
             let mut bufs = vec![vec![0u8; 250]; bad.len()];

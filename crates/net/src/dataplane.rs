@@ -86,24 +86,16 @@ pub struct ShardRange<'a> {
 }
 
 /// Shard bytes that landed in pooled buffers, in order: every buffer is full except the last.
-/// From the verbs backend they are in registered memory outside the pool instead
-/// ([`ShardData::buffers`] is then empty; [`ShardData::into_bytes`] is the way to them).
 #[derive(Debug)]
 pub struct ShardData {
     bufs: Vec<PooledBuf>,
-    /// Pieces in registered memory (verbs backend), in order; empty for pooled buffers.
-    pieces: Vec<Bytes>,
     len: usize,
 }
 
 impl ShardData {
-    /// Shard bytes already in `Bytes` pieces (registered memory of the verbs backend), in order.
-    pub fn from_bytes(pieces: Vec<Bytes>, len: usize) -> ShardData {
-        ShardData {
-            bufs: Vec::new(),
-            pieces,
-            len,
-        }
+    /// The bytes in `bufs` (filled, in order), `len` in all.
+    pub fn from_buffers(bufs: Vec<PooledBuf>, len: usize) -> ShardData {
+        ShardData { bufs, len }
     }
 
     /// Bytes in all buffers.
@@ -126,25 +118,13 @@ impl ShardData {
 
     /// Whether [`ShardData::into_bytes`] is free (no copy): the bytes are in at most one buffer.
     pub fn is_contiguous(&self) -> bool {
-        self.bufs.len() + self.pieces.len() <= 1
+        self.bufs.len() <= 1
     }
 
     /// The bytes as one `Bytes`. In one buffer (the normal case: a shard chunk fits a buffer) this is
     /// the buffer itself ([`PooledBuf::into_bytes`]), which returns to the pool when the last clone is
     /// dropped: no copy. Spread over several buffers, they are copied into one allocation.
     pub fn into_bytes(mut self) -> Bytes {
-        if !self.pieces.is_empty() {
-            return match self.pieces.len() {
-                1 => self.pieces.pop().unwrap_or_default(),
-                _ => {
-                    let mut out = BytesMut::with_capacity(self.len);
-                    for p in &self.pieces {
-                        out.extend_from_slice(p);
-                    }
-                    out.freeze()
-                }
-            };
-        }
         match self.bufs.len() {
             0 => Bytes::new(),
             1 if self.len == 0 => Bytes::new(),
@@ -162,6 +142,45 @@ impl ShardData {
             }
         }
     }
+}
+
+/// The pieces of `range` that land in `dst`: one `(offset, len)` per buffer, in order, each
+/// filling its buffer but the last, as many as the range needs (at least one).
+pub(crate) fn plan_pieces(
+    range: &ShardRange<'_>,
+    dst: &[PooledBuf],
+) -> Result<Vec<(u64, usize)>, DataPlaneError> {
+    let mut pieces: Vec<(u64, usize)> = Vec::with_capacity(dst.len());
+    let mut at = 0usize;
+    for b in dst {
+        if at == range.len && !pieces.is_empty() {
+            break;
+        }
+        let n = (range.len - at).min(b.capacity());
+        if n == 0 && range.len > 0 {
+            return Err(DataPlaneError::TooLarge {
+                len: range.len,
+                reason: "a destination buffer has no capacity".into(),
+            });
+        }
+        let offset =
+            range
+                .offset
+                .checked_add(at as u64)
+                .ok_or_else(|| DataPlaneError::TooLarge {
+                    len: range.len,
+                    reason: format!("the range at offset {} overflows", range.offset),
+                })?;
+        pieces.push((offset, n));
+        at += n;
+    }
+    if at < range.len || pieces.is_empty() {
+        return Err(DataPlaneError::TooLarge {
+            len: range.len,
+            reason: format!("the destination buffers hold only {at} bytes"),
+        });
+    }
+    Ok(pieces)
 }
 
 /// Every way a data-plane transfer can fail.
@@ -265,6 +284,152 @@ pub struct DataPlaneStats {
     pub retries: u64,
 }
 
+/// What a transfer did, for the per-peer metrics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transfer {
+    /// Shard bytes received from the peer (a GET's chunk).
+    Read,
+    /// Shard bytes sent to the peer (a PUT's chunk).
+    Append,
+}
+
+/// Upper bounds (seconds) of the transfer latency histogram buckets.
+pub const LATENCY_BUCKETS: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5, 10.0,
+];
+
+/// Counters of one backend's traffic with one peer.
+#[derive(Debug, Default)]
+pub struct PeerCounters {
+    reads: AtomicU64,
+    read_bytes: AtomicU64,
+    appends: AtomicU64,
+    append_bytes: AtomicU64,
+    /// Connections (or queue pairs) made, and of those the ones that replaced a broken one.
+    pub connects: AtomicU64,
+    pub reconnects: AtomicU64,
+    /// Times this peer was switched to the TCP backend (verbs only).
+    pub fallbacks: AtomicU64,
+    /// Connections open now.
+    pub active: AtomicU64,
+    errors: Mutex<std::collections::BTreeMap<&'static str, u64>>,
+    latency: [AtomicU64; LATENCY_BUCKETS.len() + 1],
+    latency_sum_ns: AtomicU64,
+}
+
+impl PeerCounters {
+    /// Counts a transfer of `bytes` that took `elapsed`.
+    pub fn record(&self, what: Transfer, bytes: usize, elapsed: Duration) {
+        let (ops, total) = match what {
+            Transfer::Read => (&self.reads, &self.read_bytes),
+            Transfer::Append => (&self.appends, &self.append_bytes),
+        };
+        ops.fetch_add(1, Ordering::Relaxed);
+        total.fetch_add(bytes as u64, Ordering::Relaxed);
+        let secs = elapsed.as_secs_f64();
+        let i = LATENCY_BUCKETS
+            .iter()
+            .position(|&b| secs <= b)
+            .unwrap_or(LATENCY_BUCKETS.len());
+        self.latency[i].fetch_add(1, Ordering::Relaxed);
+        self.latency_sum_ns.fetch_add(
+            u64::try_from(elapsed.as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Counts a failed transfer by the kind of its error ([`DataPlaneError::kind`]).
+    pub fn error(&self, kind: &'static str) {
+        *lock(&self.errors).entry(kind).or_default() += 1;
+    }
+}
+
+/// The counters of every peer of one backend.
+#[derive(Debug)]
+pub struct PeerMetrics {
+    backend: &'static str,
+    peers: Mutex<HashMap<String, Arc<PeerCounters>>>,
+}
+
+impl PeerMetrics {
+    pub fn new(backend: &'static str) -> PeerMetrics {
+        PeerMetrics {
+            backend,
+            peers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The counters of `peer` (made on first use).
+    pub fn peer(&self, peer: &str) -> Arc<PeerCounters> {
+        lock(&self.peers)
+            .entry(peer.to_owned())
+            .or_default()
+            .clone()
+    }
+
+    /// A copy of every peer's figures, sorted by peer.
+    pub fn snapshot(&self) -> Vec<PeerSnapshot> {
+        let peers: Vec<(String, Arc<PeerCounters>)> = lock(&self.peers)
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let mut out: Vec<PeerSnapshot> = peers
+            .into_iter()
+            .map(|(peer, c)| {
+                let mut cumulative = 0;
+                let latency_buckets = c
+                    .latency
+                    .iter()
+                    .map(|b| {
+                        cumulative += g(b);
+                        cumulative
+                    })
+                    .collect();
+                PeerSnapshot {
+                    backend: self.backend,
+                    peer,
+                    reads: g(&c.reads),
+                    read_bytes: g(&c.read_bytes),
+                    appends: g(&c.appends),
+                    append_bytes: g(&c.append_bytes),
+                    connects: g(&c.connects),
+                    reconnects: g(&c.reconnects),
+                    fallbacks: g(&c.fallbacks),
+                    active_connections: g(&c.active),
+                    errors: lock(&c.errors).iter().map(|(k, v)| (*k, *v)).collect(),
+                    latency_buckets,
+                    latency_sum_seconds: g(&c.latency_sum_ns) as f64 / 1e9,
+                }
+            })
+            .collect();
+        out.sort_by(|a, b| a.peer.cmp(&b.peer));
+        out
+    }
+}
+
+/// One backend's figures for one peer (see [`DataPlane::peer_stats`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PeerSnapshot {
+    pub backend: &'static str,
+    pub peer: String,
+    /// Shard reads that completed, and their bytes (received).
+    pub reads: u64,
+    pub read_bytes: u64,
+    /// Appends that completed, and their bytes (sent).
+    pub appends: u64,
+    pub append_bytes: u64,
+    pub connects: u64,
+    pub reconnects: u64,
+    pub fallbacks: u64,
+    pub active_connections: u64,
+    /// Failed transfers by error kind.
+    pub errors: Vec<(&'static str, u64)>,
+    /// Cumulative counts per [`LATENCY_BUCKETS`] bound, then the `+Inf` count (= all transfers).
+    pub latency_buckets: Vec<u64>,
+    pub latency_sum_seconds: f64,
+}
+
 /// Moves shard bytes between nodes. Object-safe: used as `Arc<dyn DataPlane>`.
 ///
 /// # Contract
@@ -276,33 +441,13 @@ pub struct DataPlaneStats {
 /// to one peer are bounded in number; a future that is dropped leaves no transfer behind that can
 /// still write into a buffer that went back to the pool.
 ///
-/// # How the verbs backend maps onto it
+/// # The verbs backend
 ///
-/// (What [`crate::verbs_dataplane`] implements now: GET reads land in buffers of its own
-/// registered region, handed over as `Bytes` ([`ShardData::from_bytes`]), because the pool's
-/// slabs cannot be registered without `unsafe` outside `crates/verbs`; `read_shard_into` and
-/// `append_shard` use the TCP backend. The plan below is the full design.)
-///
-/// - [`DataPlane::pool`] is the pool whose slabs the verbs backend registers once as memory
-///   regions ([`BufPool::slabs`]); every buffer then has an lkey/rkey and an address
-///   ([`PooledBuf::slab`], [`PooledBuf::offset`], [`PooledBuf::addr`]).
-/// - [`DataPlane::read_shard_into`] is the server-push GET of DESIGN.md: the requester provides the
-///   destination buffers (registered), sends the holder, over the control channel or a SEND on the
-///   QP, `(address, rkey, length)` of each and the shard range; the holder reads the range from its
-///   drive into its own registered buffer and RDMA-WRITEs it to that address with immediate data
-///   (the request id); the completion of the WRITE-with-immediate on the requester's receive queue
-///   completes the transfer. RC ordering makes the bytes visible before the completion. A stripe
-///   buffer shared by the holders of one block is a set of `dst` buffers, one per holder.
-/// - Cancellation: when the future is dropped or times out while a holder may still write, the
-///   verbs backend must not let the buffers return to the pool: it moves the QP to error and drains
-///   it first (or keeps the buffers until the QP is drained). The TCP backend has no such hazard:
-///   its bytes only ever land through the future's own reads.
-/// - [`DataPlane::read_shard`] takes the buffers from [`DataPlane::pool`] itself.
-/// - [`DataPlane::append_shard`] is the PUT side: the writer is opened over the control RPC
-///   (`ShardOpen`), then each chunk is moved by the backend (TCP: an append request whose bytes
-///   follow as a bulk frame that the peer reads into a pooled buffer; verbs: the chunk sits in a
-///   registered pooled buffer and the holder RDMA-READs it, or it is SENT into receives the holder
-///   pre-posted, with credits), and the peer writes it to the shard writer in sequence order.
+/// [`crate::verbs_dataplane`]: [`DataPlane::pool`] is registered with the device; a read into a
+/// registered buffer is the server-push GET (the holder RDMA-WRITEs the range into it), an append
+/// of `Bytes` that lie in the registered pool is fetched by the holder with RDMA READ; anything
+/// else goes over its TCP backend. Cancellation: a dropped transfer leaves its memory lent until
+/// the QP is drained, so nothing the peer may still touch returns to the pool early.
 #[async_trait]
 pub trait DataPlane: Send + Sync + fmt::Debug {
     /// The backend's name for logs and metrics (`"tcp"`, `"verbs"`).
@@ -312,6 +457,17 @@ pub trait DataPlane: Send + Sync + fmt::Debug {
     fn pool(&self) -> &BufPool;
 
     fn stats(&self) -> DataPlaneStats;
+
+    /// Per-peer figures (of every backend this one uses, e.g. verbs and its TCP fallback).
+    fn peer_stats(&self) -> Vec<PeerSnapshot> {
+        Vec::new()
+    }
+
+    /// Drops the connections to `peer` (every peer with `None`), as a failure would: transfers in
+    /// flight on them fail, the next transfer connects anew. Returns how many were dropped.
+    fn reset(&self, _peer: Option<&str>) -> usize {
+        0
+    }
 
     /// Reads `range` of drive `drive` of `peer` (`host:port`) into buffers taken from
     /// [`DataPlane::pool`].
@@ -413,6 +569,7 @@ pub struct TcpDataPlane {
     multi_get: tokio::sync::Mutex<()>,
     peers: Mutex<HashMap<String, Arc<PeerConns>>>,
     counters: Counters,
+    metrics: PeerMetrics,
 }
 
 impl fmt::Debug for TcpDataPlane {
@@ -463,6 +620,7 @@ impl TcpDataPlane {
             multi_get: tokio::sync::Mutex::new(()),
             peers: Mutex::new(HashMap::new()),
             counters: Counters::default(),
+            metrics: PeerMetrics::new("tcp"),
         }
     }
 
@@ -524,37 +682,7 @@ impl TcpDataPlane {
             Some(d) => d,
             None => self.buffers_for(range.len).await?,
         };
-        // The pieces: one per buffer, in order, as many as the range needs (at least one).
-        let mut pieces: Vec<(u64, usize)> = Vec::with_capacity(dst.len());
-        let mut at = 0usize;
-        for b in &dst {
-            if at == range.len && !pieces.is_empty() {
-                break;
-            }
-            let n = (range.len - at).min(b.capacity());
-            if n == 0 && range.len > 0 {
-                return Err(DataPlaneError::TooLarge {
-                    len: range.len,
-                    reason: "a destination buffer has no capacity".into(),
-                });
-            }
-            let offset =
-                range
-                    .offset
-                    .checked_add(at as u64)
-                    .ok_or_else(|| DataPlaneError::TooLarge {
-                        len: range.len,
-                        reason: format!("the range at offset {} overflows", range.offset),
-                    })?;
-            pieces.push((offset, n));
-            at += n;
-        }
-        if at < range.len || pieces.is_empty() {
-            return Err(DataPlaneError::TooLarge {
-                len: range.len,
-                reason: format!("the destination buffers hold only {at} bytes"),
-            });
-        }
+        let pieces = plan_pieces(range, &dst)?;
         // Buffers beyond those needed go back to the pool now.
         dst.truncate(pieces.len());
 
@@ -568,11 +696,7 @@ impl TcpDataPlane {
             },
         )
         .await?;
-        Ok(ShardData {
-            bufs: dst,
-            pieces: Vec::new(),
-            len: range.len,
-        })
+        Ok(ShardData::from_buffers(dst, range.len))
     }
 
     /// Runs `op` on a data connection to `peer`: an idle one or a new one, at most
@@ -653,8 +777,12 @@ impl TcpDataPlane {
             }
         }
         match self.open(addr).await {
-            Ok(c) => {
+            Ok(mut c) => {
                 self.counters.connects.fetch_add(1, Ordering::Relaxed);
+                let m = self.metrics.peer(addr);
+                m.connects.fetch_add(1, Ordering::Relaxed);
+                m.active.fetch_add(1, Ordering::Relaxed);
+                c.open = Some(OpenGuard(m));
                 *lock(&p.health) = Health::default();
                 Ok(c)
             }
@@ -735,6 +863,7 @@ impl TcpDataPlane {
             next_id: 1,
             max_frame: c.max_frame,
             received_any: false,
+            open: None,
         })
     }
 
@@ -746,6 +875,7 @@ impl TcpDataPlane {
         dst: Option<Vec<PooledBuf>>,
     ) -> Result<ShardData, DataPlaneError> {
         self.counters.transfers.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
         let after = self.config.transfer_timeout;
         let result = match tokio::time::timeout(after, self.transfer(peer, drive, range, dst)).await
         {
@@ -758,14 +888,17 @@ impl TcpDataPlane {
                 })
             }
         };
+        let m = self.metrics.peer(peer);
         match &result {
             Ok(d) => {
                 self.counters
                     .bytes_in
                     .fetch_add(d.len() as u64, Ordering::Relaxed);
+                m.record(Transfer::Read, d.len(), started.elapsed());
             }
-            Err(_) => {
+            Err(e) => {
                 self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                m.error(e.kind());
             }
         }
         result
@@ -825,6 +958,7 @@ impl DataPlane for TcpDataPlane {
         data: Bytes,
     ) -> Result<(), DataPlaneError> {
         self.counters.transfers.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
         let after = self.config.transfer_timeout;
         let len = data.len();
         let op = Op::Append {
@@ -843,17 +977,38 @@ impl DataPlane for TcpDataPlane {
                 })
             }
         };
+        let m = self.metrics.peer(peer);
         match &result {
             Ok(()) => {
                 self.counters
                     .bytes_out
                     .fetch_add(len as u64, Ordering::Relaxed);
+                m.record(Transfer::Append, len, started.elapsed());
             }
-            Err(_) => {
+            Err(e) => {
                 self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                m.error(e.kind());
             }
         }
         result
+    }
+
+    fn peer_stats(&self) -> Vec<PeerSnapshot> {
+        self.metrics.snapshot()
+    }
+
+    fn reset(&self, peer: Option<&str>) -> usize {
+        let peers: Vec<Arc<PeerConns>> = lock(&self.peers)
+            .iter()
+            .filter(|(k, _)| peer.is_none_or(|p| p == k.as_str()))
+            .map(|(_, v)| v.clone())
+            .collect();
+        // Busy connections are not in the idle set: they finish their transfer and are dropped
+        // or kept as usual. Only idle ones can be dropped without failing anything mid-way.
+        peers
+            .iter()
+            .map(|p| std::mem::take(&mut *lock(&p.idle)).len())
+            .sum()
     }
 }
 
@@ -903,6 +1058,17 @@ struct DataConn {
     max_frame: u32,
     /// Whether any byte of an answer arrived during the current transfer.
     received_any: bool,
+    /// Counts the connection as open in its peer's metrics while it lives.
+    open: Option<OpenGuard>,
+}
+
+/// Counts one open connection in its peer's metrics (`active`) while it lives.
+struct OpenGuard(Arc<PeerCounters>);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.active.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl DataConn {

@@ -93,6 +93,42 @@ struct OpenWriter {
     drive: u16,
     last_used: Mutex<Instant>,
     state: tokio::sync::Mutex<WriterState>,
+    /// Which appends have their bytes here (written, or waiting in `ahead`), kept apart from
+    /// `state` so a verbs append can learn its turn while an earlier one is being written.
+    arrived: Mutex<Arrived>,
+    /// Woken whenever an append arrives or the writer breaks.
+    turn: tokio::sync::Notify,
+}
+
+/// The appends of a writer whose bytes arrived: every one below `upto`, and those in `beyond`.
+#[derive(Default)]
+struct Arrived {
+    upto: u64,
+    beyond: std::collections::BTreeSet<u64>,
+    /// The writer broke (a verbs fetch failed): no later append can ever be written.
+    broken: Option<(u16, String)>,
+}
+
+impl OpenWriter {
+    fn arrive(&self, seq: u64) {
+        {
+            let mut a = lock(&self.arrived);
+            a.beyond.insert(seq);
+            loop {
+                let next = a.upto;
+                if !a.beyond.remove(&next) {
+                    break;
+                }
+                a.upto += 1;
+            }
+        }
+        self.turn.notify_waiters();
+    }
+
+    fn break_with(&self, code: u16, message: String) {
+        lock(&self.arrived).broken.get_or_insert((code, message));
+        self.turn.notify_waiters();
+    }
 }
 
 struct WriterState {
@@ -148,6 +184,13 @@ impl DriveServer {
     #[cfg(feature = "verbs")]
     pub fn with_verbs(mut self, responder: Arc<crate::verbs_dataplane::VerbsResponder>) -> Self {
         self.verbs = Some(responder);
+        self
+    }
+
+    /// Reads data-plane shard ranges into `pool` (e.g. one registered with the RDMA device, shared
+    /// with the verbs holder) instead of a pool of its own.
+    pub fn with_pool(mut self, pool: BufPool) -> Self {
+        self.pool = Some(pool);
         self
     }
 
@@ -226,6 +269,8 @@ impl DriveServer {
                 ahead: BTreeMap::new(),
                 failed: None,
             }),
+            arrived: Mutex::new(Arrived::default()),
+            turn: tokio::sync::Notify::new(),
         });
         lock(&self.writers).insert(id, open);
         Ok(Response::Writer(id))
@@ -259,6 +304,7 @@ impl DriveServer {
             ));
         }
         st.ahead.insert(seq, data);
+        w.arrive(seq);
         loop {
             let next = st.next_seq;
             let Some(chunk) = st.ahead.remove(&next) else {
@@ -583,11 +629,97 @@ fn validate(req: &Request) -> Result<(), DriveError> {
     }
 }
 
+#[cfg(feature = "verbs")]
+impl DriveServer {
+    /// A verbs append: waits until every earlier append of the writer has its bytes here, has the
+    /// holder RDMA-READ this one's bytes from the requester into a registered buffer, and writes
+    /// them like a TCP append. Fetching in order means a writer never holds a buffer while it
+    /// waits for an earlier append that still needs one.
+    async fn verbs_append(
+        &self,
+        v: &crate::verbs_dataplane::VerbsResponder,
+        payload: &[u8],
+    ) -> Result<Bytes, RpcError> {
+        let req = crate::verbs_dataplane::decode_append(payload)
+            .map_err(|e| remote(codes::BAD_REQUEST, e.to_string()))?;
+        let w = self.writer(req.writer, req.drive)?;
+        self.fetch_turn(&w, req.writer, req.seq).await?;
+        let data = match v.fetch(&req).await {
+            Ok(d) => d,
+            Err(e) => {
+                let (code, message) = match &e {
+                    RpcError::Remote { code, message } => (*code, message.clone()),
+                    other => (codes::IO, other.to_string()),
+                };
+                w.break_with(
+                    code,
+                    format!(
+                        "append {} of shard writer {} could not be fetched: {message}",
+                        req.seq, req.writer
+                    ),
+                );
+                return Err(e);
+            }
+        };
+        let resp = self
+            .shard_append(req.drive, req.writer, req.seq, data)
+            .await?;
+        Ok(drive_proto::encode_response(&resp))
+    }
+
+    /// Waits (at most the writer idle timeout) until every append of `w` before `seq` arrived.
+    async fn fetch_turn(&self, w: &OpenWriter, id: Uuid, seq: u64) -> Result<(), RpcError> {
+        let deadline = tokio::time::Instant::now() + self.config.writer_idle_timeout;
+        loop {
+            let notified = w.turn.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let a = lock(&w.arrived);
+                if let Some((code, message)) = &a.broken {
+                    return Err(remote(*code, message.clone()));
+                }
+                if seq < a.upto || a.beyond.contains(&seq) {
+                    return Err(remote(
+                        codes::BAD_REQUEST,
+                        format!("append {seq} of shard writer {id} arrived twice"),
+                    ));
+                }
+                if seq == a.upto {
+                    return Ok(());
+                }
+                if seq - a.upto >= self.config.append_window {
+                    return Err(remote(
+                        codes::BAD_REQUEST,
+                        format!(
+                            "append {seq} of shard writer {id} is more than {} ahead of append {}",
+                            self.config.append_window, a.upto
+                        ),
+                    ));
+                }
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return Err(remote(
+                    codes::IO,
+                    format!(
+                        "append {seq} of shard writer {id} waited {:?} for append {}",
+                        self.config.writer_idle_timeout,
+                        lock(&w.arrived).upto
+                    ),
+                ));
+            }
+        }
+    }
+}
+
 impl Handler for DriveServer {
     async fn handle(&self, method: u16, payload: Bytes) -> Result<Bytes, RpcError> {
         #[cfg(feature = "verbs")]
         if crate::verbs_dataplane::VerbsResponder::handles(method) {
             return match &self.verbs {
+                Some(v) if method == crate::verbs_dataplane::METHOD_APPEND => {
+                    self.verbs_append(v, &payload).await
+                }
                 Some(v) => v.handle(method, payload, &self.drives).await,
                 None => Err(RpcError::unknown_method(method)),
             };

@@ -3,9 +3,13 @@
 //! `QUARRY_RDMA=off` never touches verbs; `auto` (the default) probes and uses TCP when there is no
 //! usable device (the normal case on machines without an RDMA NIC: one info log line, no error);
 //! `on` refuses to start when verbs cannot be used. The probe opens the device (the named one or
-//! the first), checks that port 1 is active, picks the RoCE v2 GID of the node's own address (any
-//! RoCE v2 GID when the address is not an IP) and checks RLIMIT_MEMLOCK against the memory to
-//! register.
+//! the first), checks that port 1 is active, takes the GID of `QUARRY_RDMA_GID_INDEX` or else the
+//! RoCE v2 GID of the node's own address (any RoCE v2 GID when the address is not an IP), and
+//! checks RLIMIT_MEMLOCK against the memory to register (`QUARRY_RDMA_POOL_BYTES`).
+//!
+//! [`RdmaSettings`] holds the validated settings; the `parse_*` functions are the validators the
+//! command line, the environment and the config file share, each with a message that says what
+//! is allowed.
 
 use std::fmt;
 use std::net::IpAddr;
@@ -54,6 +58,124 @@ impl FromStr for RdmaMode {
     }
 }
 
+/// Default `QUARRY_RDMA_QP_PER_PEER`.
+pub const DEFAULT_QP_PER_PEER: usize = 2;
+/// Default `QUARRY_RDMA_POOL_BYTES`: registered (pinned) memory of a node's data pools.
+pub const DEFAULT_POOL_BYTES: u64 = 256 << 20;
+/// Smallest `QUARRY_RDMA_POOL_BYTES`: a few buffers for each side.
+pub const MIN_POOL_BYTES: u64 = 16 << 20;
+/// Default `QUARRY_RDMA_MAX_CONNECTIONS`: RC connections a node accepts from peers.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+/// Memory the kernel pins beyond the pools (queue pairs, completion queues), checked against
+/// RLIMIT_MEMLOCK with them.
+pub const PIN_MARGIN_BYTES: u64 = 8 << 20;
+
+/// A node's RDMA settings, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RdmaSettings {
+    /// `QUARRY_RDMA`.
+    pub mode: RdmaMode,
+    /// `QUARRY_RDMA_DEVICE`: the device (default: the first one).
+    pub device: Option<String>,
+    /// `QUARRY_RDMA_GID_INDEX`: the GID of port 1 to use (default: the RoCE v2 GID of the node's
+    /// own address).
+    pub gid_index: Option<u32>,
+    /// `QUARRY_RDMA_QP_PER_PEER` (1-256): RC queue pairs to each peer.
+    pub qp_per_peer: usize,
+    /// `QUARRY_RDMA_POOL_BYTES` (a power of two, at least 16 MiB): registered memory, split
+    /// between the requester's data pool (3/4) and the holder's (1/4).
+    pub pool_bytes: u64,
+    /// `QUARRY_RDMA_MAX_CONNECTIONS` (1-1000): connections accepted from peers at once.
+    pub max_connections: usize,
+}
+
+impl Default for RdmaSettings {
+    fn default() -> Self {
+        RdmaSettings {
+            mode: RdmaMode::Auto,
+            device: None,
+            gid_index: None,
+            qp_per_peer: DEFAULT_QP_PER_PEER,
+            pool_bytes: DEFAULT_POOL_BYTES,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+        }
+    }
+}
+
+impl RdmaSettings {
+    /// Bytes of the requester's pool (GET stripes, PUT chunks).
+    pub fn requester_bytes(&self) -> u64 {
+        self.pool_bytes / 4 * 3
+    }
+
+    /// Bytes of the holder's pool (drive reads sent to peers, appends read from them).
+    pub fn holder_bytes(&self) -> u64 {
+        self.pool_bytes / 4
+    }
+}
+
+/// `QUARRY_RDMA_GID_INDEX`: a GID table index (0-255 on every device seen; at most 65535).
+pub fn parse_gid_index(s: &str) -> Result<u32, String> {
+    s.trim()
+        .parse::<u32>()
+        .ok()
+        .filter(|&i| i <= 0xffff)
+        .ok_or_else(|| {
+            format!("QUARRY_RDMA_GID_INDEX={s:?}: a GID table index such as 1 or 3 (see `ibv_devinfo -v`)")
+        })
+}
+
+/// `QUARRY_RDMA_QP_PER_PEER`: 1 to 256.
+pub fn parse_qp_per_peer(s: &str) -> Result<usize, String> {
+    s.trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|n| (1..=256).contains(n))
+        .ok_or_else(|| {
+            format!("QUARRY_RDMA_QP_PER_PEER={s:?}: a number of queue pairs from 1 to 256")
+        })
+}
+
+/// `QUARRY_RDMA_MAX_CONNECTIONS`: 1 to 1000.
+pub fn parse_max_connections(s: &str) -> Result<usize, String> {
+    s.trim()
+        .parse::<usize>()
+        .ok()
+        .filter(|n| (1..=1000).contains(n))
+        .ok_or_else(|| {
+            format!("QUARRY_RDMA_MAX_CONNECTIONS={s:?}: a number of connections from 1 to 1000")
+        })
+}
+
+/// `QUARRY_RDMA_POOL_BYTES`: a power of two of at least 16 MiB, as bytes (`268435456`) or with a
+/// binary unit (`256MiB`, `1GiB`; `K`, `M`, `G` mean the same).
+pub fn parse_pool_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let bad = || {
+        format!(
+            "QUARRY_RDMA_POOL_BYTES={s:?}: a power of two of at least 16MiB, e.g. 256MiB, 1GiB or 268435456"
+        )
+    };
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kib" | "kb" => 10,
+        "m" | "mib" | "mb" => 20,
+        "g" | "gib" | "gb" => 30,
+        _ => return Err(bad()),
+    };
+    let bytes = n.checked_mul(1u64 << shift).ok_or_else(bad)?;
+    if !bytes.is_power_of_two() {
+        return Err(format!("{}: {bytes} is not a power of two", bad()));
+    }
+    if bytes < MIN_POOL_BYTES {
+        return Err(format!("{}: {bytes} is less than 16MiB", bad()));
+    }
+    Ok(bytes)
+}
+
 /// What the probe found usable.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RdmaDevice {
@@ -87,14 +209,10 @@ impl ProbeError {
     }
 }
 
-/// Probes `device` (or the first device), port [`RDMA_PORT`], the RoCE v2 GID of `addr` and
-/// RLIMIT_MEMLOCK against `register_bytes`.
+/// Probes the settings' device (or the first device), port [`RDMA_PORT`], GID (its index, or the
+/// RoCE v2 GID of `addr`) and RLIMIT_MEMLOCK against the pools.
 #[cfg(feature = "verbs")]
-pub fn probe(
-    device: Option<&str>,
-    addr: Option<IpAddr>,
-    register_bytes: u64,
-) -> Result<RdmaDevice, ProbeError> {
+pub fn probe(settings: &RdmaSettings, addr: Option<IpAddr>) -> Result<RdmaDevice, ProbeError> {
     use quarry_verbs::Error;
     let classify = |e: Error| {
         if e.is_no_device() {
@@ -103,12 +221,29 @@ pub fn probe(
             ProbeError::Unusable(e.to_string())
         }
     };
-    let ctx = quarry_verbs::Context::open(device).map_err(classify)?;
+    let ctx = quarry_verbs::Context::open(settings.device.as_deref()).map_err(classify)?;
     let port = ctx.active_port(RDMA_PORT).map_err(classify)?;
-    let gid = ctx
-        .select_roce_v2_gid(RDMA_PORT, addr.filter(|a| !a.is_loopback()))
-        .map_err(classify)?;
-    quarry_verbs::check_memlock(register_bytes).map_err(classify)?;
+    let gid = match settings.gid_index {
+        Some(i) => ctx
+            .query_gid(RDMA_PORT, i)
+            .map_err(classify)?
+            .ok_or_else(|| {
+                ProbeError::Unusable(format!(
+                "QUARRY_RDMA_GID_INDEX={i}: that entry of {} port {RDMA_PORT}'s GID table is empty",
+                ctx.name()
+            ))
+            })?,
+        None => ctx
+            .select_roce_v2_gid(RDMA_PORT, addr.filter(|a| !a.is_loopback()))
+            .map_err(classify)?,
+    };
+    quarry_verbs::check_memlock(settings.pool_bytes + PIN_MARGIN_BYTES).map_err(|e| match e {
+        quarry_verbs::Error::MemlockTooSmall { .. } => ProbeError::Unusable(format!(
+            "{e} (QUARRY_RDMA_POOL_BYTES={} needs that much pinned memory; raise `ulimit -l` or lower it)",
+            settings.pool_bytes
+        )),
+        other => classify(other),
+    })?;
     Ok(RdmaDevice {
         device: ctx.name().to_string(),
         port: RDMA_PORT,
@@ -120,11 +255,7 @@ pub fn probe(
 
 /// Without the `verbs` feature there is nothing to probe.
 #[cfg(not(feature = "verbs"))]
-pub fn probe(
-    _device: Option<&str>,
-    _addr: Option<IpAddr>,
-    _register_bytes: u64,
-) -> Result<RdmaDevice, ProbeError> {
+pub fn probe(_settings: &RdmaSettings, _addr: Option<IpAddr>) -> Result<RdmaDevice, ProbeError> {
     Err(ProbeError::NotBuilt)
 }
 
@@ -147,16 +278,14 @@ impl Backend {
 /// Decides the backend for `mode`: `off` does not probe; `auto` falls back to TCP on any probe
 /// failure (the reason is in [`Backend::Tcp`]); `on` returns the probe's error.
 pub fn choose_backend(
-    mode: RdmaMode,
-    device: Option<&str>,
+    settings: &RdmaSettings,
     addr: Option<IpAddr>,
-    register_bytes: u64,
 ) -> Result<Backend, ProbeError> {
-    match mode {
+    match settings.mode {
         RdmaMode::Off => Ok(Backend::Tcp {
             reason: "QUARRY_RDMA=off".into(),
         }),
-        RdmaMode::Auto => Ok(match probe(device, addr, register_bytes) {
+        RdmaMode::Auto => Ok(match probe(settings, addr) {
             Ok(d) => Backend::Verbs(d),
             Err(e) if e.is_no_device() => Backend::Tcp {
                 reason: format!("no device ({e})"),
@@ -165,7 +294,7 @@ pub fn choose_backend(
                 reason: format!("device not usable ({e})"),
             },
         }),
-        RdmaMode::On => probe(device, addr, register_bytes).map(Backend::Verbs),
+        RdmaMode::On => probe(settings, addr).map(Backend::Verbs),
     }
 }
 
@@ -187,14 +316,59 @@ mod tests {
 
     #[test]
     fn off_never_probes_and_auto_falls_back_here() {
-        let b = choose_backend(RdmaMode::Off, Some("nope0"), None, 1 << 30).unwrap();
+        let with = |mode| RdmaSettings {
+            mode,
+            device: Some("nope0".into()),
+            ..RdmaSettings::default()
+        };
+        let b = choose_backend(&with(RdmaMode::Off), None).unwrap();
         assert_eq!(b.name(), "tcp");
         // These machines have no RDMA device: auto is TCP with a reason, on is an error.
-        if probe(None, None, 0).is_err() {
-            let b = choose_backend(RdmaMode::Auto, None, None, 0).unwrap();
+        let any = RdmaSettings::default();
+        if probe(&any, None).is_err() {
+            let b = choose_backend(&any, None).unwrap();
             assert_eq!(b.name(), "tcp", "{b:?}");
-            let e = choose_backend(RdmaMode::On, None, None, 0).unwrap_err();
+            let on = RdmaSettings {
+                mode: RdmaMode::On,
+                ..any
+            };
+            let e = choose_backend(&on, None).unwrap_err();
             assert!(!e.to_string().is_empty());
         }
+    }
+
+    #[test]
+    fn settings_are_validated_with_messages_that_say_what_is_allowed() {
+        assert_eq!(parse_qp_per_peer("1"), Ok(1));
+        assert_eq!(parse_qp_per_peer(" 256 "), Ok(256));
+        for bad in ["0", "257", "-1", "two", ""] {
+            let e = parse_qp_per_peer(bad).unwrap_err();
+            assert!(e.contains("from 1 to 256"), "{bad}: {e}");
+        }
+        assert_eq!(parse_max_connections("1000"), Ok(1000));
+        for bad in ["0", "1001", "x"] {
+            assert!(parse_max_connections(bad)
+                .unwrap_err()
+                .contains("1 to 1000"));
+        }
+        assert_eq!(parse_gid_index("3"), Ok(3));
+        assert!(parse_gid_index("-1")
+            .unwrap_err()
+            .contains("GID table index"));
+        assert!(parse_gid_index("65536").is_err());
+        assert_eq!(parse_pool_bytes("256MiB"), Ok(256 << 20));
+        assert_eq!(parse_pool_bytes("1GiB"), Ok(1 << 30));
+        assert_eq!(parse_pool_bytes("1g"), Ok(1 << 30));
+        assert_eq!(parse_pool_bytes("16777216"), Ok(16 << 20));
+        assert_eq!(parse_pool_bytes("65536K"), Ok(64 << 20));
+        let e = parse_pool_bytes("100MiB").unwrap_err();
+        assert!(e.contains("not a power of two"), "{e}");
+        let e = parse_pool_bytes("8MiB").unwrap_err();
+        assert!(e.contains("less than 16MiB"), "{e}");
+        for bad in ["", "MiB", "12TiB", "1.5GiB", "99999999999999999999"] {
+            assert!(parse_pool_bytes(bad).is_err(), "{bad}");
+        }
+        let s = RdmaSettings::default();
+        assert_eq!(s.requester_bytes() + s.holder_bytes(), s.pool_bytes);
     }
 }

@@ -734,8 +734,38 @@ impl RemoteShardWriter {
     }
 }
 
+/// Largest append sent as the caller's own `Bytes` (a framed chunk of a 1 MiB block fits): what a
+/// peer's data plane reads into one pooled buffer, its request prefix included.
+const MAX_DIRECT_APPEND: usize = crate::dataplane::DEFAULT_BUF_SIZE - 1024;
+
 #[async_trait]
 impl ShardWriter for RemoteShardWriter {
+    /// A whole framed chunk goes out as one append of the caller's `Bytes`, without a copy (over
+    /// verbs the peer RDMA-READs it from the pooled buffer it was encoded into). Anything else is
+    /// gathered like [`ShardWriter::write`] does.
+    async fn write_bytes(&mut self, data: Bytes) -> Result<()> {
+        if self.done {
+            return Err(self.inner.io("shard writer failed earlier".into()));
+        }
+        let r = async {
+            if data.is_empty() || data.len() > MAX_DIRECT_APPEND {
+                return self.write_inner(&data).await;
+            }
+            // Bytes gathered by earlier `write`s go first, as their own append.
+            if !self.buf.is_empty() {
+                let gathered = self.buf.split().freeze();
+                self.send(gathered).await?;
+            }
+            self.send(data).await
+        }
+        .await;
+        if r.is_err() {
+            self.done = true;
+            self.abort();
+        }
+        r
+    }
+
     async fn write(&mut self, data: &[u8]) -> Result<()> {
         if self.done {
             return Err(self.inner.io("shard writer failed earlier".into()));

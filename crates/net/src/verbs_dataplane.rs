@@ -1,76 +1,117 @@
-//! The verbs (RDMA) backend of the [`DataPlane`] for GET reads: [`VerbsDataPlane`] on the
-//! requesting node, [`VerbsResponder`] on the shard holder (served by [`crate::DriveServer`]).
+//! The verbs (RDMA) backend of the [`DataPlane`]: [`VerbsDataPlane`] on the node that serves an
+//! S3 request (the *requester*), [`VerbsResponder`] on the node whose drive holds the shard (the
+//! *holder*, served by [`crate::DriveServer`]).
 //!
-//! # GET protocol (server push, DESIGN.md "Data plane")
+//! # Memory: registered pools
 //!
-//! 1. **Connect** (once per peer, again after an error): the requester creates an RC QP, pre-posts
-//!    one empty receive per credit ([`VerbsConfig::credits`]) and calls the holder's
-//!    [`METHOD_CONNECT`] over the control RPC with `(protocol version, QpEndpoint)` (the endpoint
-//!    carries QPN, PSN, GID and the requester's port MTU). The holder creates its QP, connects it
-//!    (path MTU: the smaller of both) and answers `(version, connection id, its QpEndpoint)`; the
-//!    requester connects its side.
-//! 2. **Read**: the requester takes a credit and a registered buffer from its free list
-//!    ([`MrPool`], one memory region allocated once, carved into `MrBuf`s), records
-//!    `tag -> (buffer, credit)` in the connection's pending table and calls [`METHOD_READ`] with
-//!    `(connection id, tag, address, rkey, shard range)`. The holder reads the range from its drive
-//!    straight into one of its own registered buffers and RDMA-WRITEs it WITH IMMEDIATE `tag` to
-//!    that address; it answers the call only after its write completed, with an error only if it
-//!    did not write (drive error) or its write failed.
-//! 3. **Completion**: the WRITE's immediate consumes one of the pre-posted receives; the
-//!    requester's completion task reposts a receive, takes the entry of `tag` out of the pending
-//!    table and hands the buffer to the waiting read, which returns it as `Bytes` without copying
-//!    (`Bytes::from_owner`: the buffer goes back to the free list when the last clone drops). RC
-//!    ordering puts the bytes in place before the immediate.
+//! Both sides work on [`BufPool`]s whose slabs were registered once with the device
+//! ([`BufPool::registered`]): the requester's pool is the node's data pool (the TCP backend and the
+//! object layer use the same one: GET stripes land in it, PUT chunks are encoded into it), the
+//! holder's is its drive server's pool. Nothing is registered per I/O.
 //!
-//! Why the control RPC for the request rather than a SEND on the QP: the request is small, the
-//! RPC is authenticated, has timeouts and carries the holder's drive errors with their codes, and
-//! the holder needs no receive buffers or credits in that direction. The bulk bytes are the part
-//! that must avoid copies, and they go by RDMA WRITE.
+//! # GET (server push, DESIGN.md "Data plane")
+//!
+//! 1. **Connect** (once per queue pair, again after an error): the requester creates an RC QP,
+//!    pre-posts one empty receive per credit ([`VerbsConfig::credits`]) and calls the holder's
+//!    [`METHOD_CONNECT`] over the control RPC with `(protocol version, QpEndpoint)` (QPN, PSN,
+//!    GID and the requester's port MTU). The holder creates its QP, connects it (path MTU: the
+//!    smaller of both) and answers `(version, connection id, its QpEndpoint)`; the requester
+//!    connects its side. A peer gets [`VerbsConfig::qp_per_peer`] such connections, used in turn.
+//! 2. **Read**: the object layer cuts one pooled buffer into the k chunk slots of a block (the
+//!    stripe buffer) and hands each slot to a shard read. The requester takes a credit, records
+//!    `tag -> (slot, credit)` in the connection's pending table and calls [`METHOD_READ`] with
+//!    `(connection id, tag, address, rkey, length, shard range)` — the address of that slot in the
+//!    stripe. The holder reads the range from its drive straight into one of its registered
+//!    buffers and RDMA-WRITEs it WITH IMMEDIATE `tag` to that exact place; it answers the call
+//!    only after its write completed (an error only if it did not write, or its write failed).
+//! 3. **Completion**: the immediate consumes one of the pre-posted receives; the requester's
+//!    completion task reposts a receive, takes `tag` out of the pending table and hands the slot
+//!    to the waiting read (RC ordering puts the bytes in place before the immediate). The slot
+//!    becomes the chunk's `Bytes` without a copy, and the HTTP body is those `Bytes`.
+//!
+//! # PUT: the holder reads (RDMA READ), the requester never sends
+//!
+//! The PUT path encodes every block straight into pooled (registered) buffers: parity computed
+//! into place, hashes in front of each chunk. For an append, the requester looks the chunk's
+//! `Bytes` up in its pool ([`BufPool::remote_of`]) and calls [`METHOD_APPEND`] with `(connection
+//! id, tag, writer, sequence number, address, rkey, length)`, keeping the `Bytes` (and so the
+//! buffer) in the pending table. The holder waits for the append's turn (every earlier append of
+//! that writer is there), takes a registered buffer, RDMA-READs the chunk into it, hands it to the
+//! shard writer (which writes appends in sequence order, as for TCP) and answers. The answer ends
+//! the requester's hold on the bytes.
+//!
+//! Why RDMA READ rather than SEND into pre-posted receives: a SEND needs a receive buffer big
+//! enough for a whole chunk posted ahead at the holder for every credit of every connection
+//! (16 credits x 1 MiB x every peer connection, pinned, mostly idle), and the sender cannot know
+//! which of the holder's writers will take it; with READ the holder spends a buffer only when it is
+//! ready to write, reads at the pace of its disk, and the bytes go straight from the buffer they
+//! were encoded into to the buffer the drive writes from. It costs the holder one round trip
+//! (the READ request) per chunk, which for 1 MiB chunks is small next to the transfer itself.
+//! The SEND variant was measured against it in the VM (see the note of the change that added this).
+//!
+//! The holder fetches the appends of one writer in order (append `s` only after `s - 1` has its
+//! bytes), so a writer never holds a buffer while it waits for an earlier append that needs one:
+//! holders of buffers are always reading or writing, never waiting on each other, whatever the
+//! pool size.
+//!
+//! Why the control RPC carries the requests rather than SENDs on the QP: they are small, the RPC
+//! is authenticated, has timeouts and carries the holder's drive errors with their codes, and the
+//! holder needs no receive buffers or credits in that direction. The bulk bytes are the part that
+//! must avoid copies, and they go by RDMA WRITE and READ.
 //!
 //! # Credits, bounds, cancellation
 //!
 //! A credit is one pre-posted receive; a read holds one from before its request leaves until its
 //! immediate arrived (the credit lives in the pending entry, not in the read's future), so more
-//! WRITE WITH IMMEDIATE than posted receives can never be in flight: no RNR. Credits also bound
-//! the reads in flight per peer.
+//! WRITE WITH IMMEDIATE than posted receives can never be in flight: no RNR. Appends hold one of
+//! as many append permits per connection. Both bound the transfers in flight per peer.
 //!
-//! A buffer handed to a peer for remote write is owned by the pending table until its immediate
-//! arrived or the QP is known dead: a dropped or timed-out read leaves it there. A timeout moves
-//! the QP to the error state; the completion task then sees every posted receive flushed (the QP
-//! is drained: no more remote writes through it), and only then releases the pending buffers to
-//! the free list and fails the waiting reads with [`DataPlaneError::Verbs`]. Buffers the holder
-//! posts are protected by `quarry-verbs` itself (they live in the CQ's in-flight table until their
-//! completion).
+//! Memory lent to a peer (a slot it may write, bytes it may read) is owned by the pending table
+//! until the transfer is known to be over — its immediate arrived, or the holder answered — or the
+//! QP is known dead: a dropped or timed-out transfer leaves it there. A timeout moves the QP to the
+//! error state; the completion task then sees every posted receive flushed (the QP is drained: no
+//! more remote access through it) and only then releases what is pending and fails the waiting
+//! transfers with [`DataPlaneError::Verbs`]. Buffers the holder posts are protected by
+//! `quarry-verbs` itself (they live in the CQ's in-flight table until their completion) and go
+//! back to the holder's pool from the completion ([`crate::bufpool::Posted::restore`]).
 //!
-//! # Failure and fallback
+//! # Failure, back-off and fallback
 //!
-//! A completion error or timeout breaks the connection (counted in `qp_errors`); the next read to
-//! that peer reconnects (`reconnects`). With [`VerbsConfig::fallback`] (`QUARRY_RDMA=auto`) a
-//! read that failed on verbs, or a peer that cannot be connected, is served by the TCP backend
-//! instead and the peer stays on TCP for [`VerbsConfig::fallback_for`] (logged, counted in
-//! `fallbacks`); without it (`on`) the error is returned. Drive errors of the holder are returned
-//! as they are either way. Ranges larger than one registered buffer are read in pieces, one buffer
-//! each, and joined (a copy); `read_shard_into` and `append_shard` go to the TCP backend.
+//! A completion error or timeout breaks the connection (counted in `qp_errors`); the next transfer
+//! reconnects (`reconnects`). A peer whose connection cannot be set up is retried with a jittered,
+//! doubling back-off ([`VerbsConfig::backoff_initial`] .. [`VerbsConfig::backoff_max`]), failing
+//! fast meanwhile. With [`VerbsConfig::fallback`] (`QUARRY_RDMA=auto`) a read that failed on verbs
+//! (reads are idempotent), or a peer that cannot be connected, is served by the TCP backend instead
+//! and the peer stays on TCP for [`VerbsConfig::fallback_for`] (logged, counted in `fallbacks`);
+//! without it (`on`) the error is returned. An append moves to TCP only if no byte of it can have
+//! moved (no connection, memory not registered, the holder did not know the connection); one that
+//! failed later fails (its shard writer fails, and the PUT goes on if its quorum holds). Drive
+//! errors of the holder are returned as they are either way.
 
 use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use quarry_disk::path::{validate_bucket, validate_key};
 use quarry_disk::Drive;
 use quarry_verbs::{
-    Access, AsyncCompletionQueue, Completion, ConnectOptions, Context, GidEntry, MrBuf, Opcode,
-    ProtectionDomain, QpCaps, QpEndpoint, QueuePair, RemoteBuf, WrId, ENDPOINT_LEN,
+    Access, AsyncCompletionQueue, ConnectOptions, Context, GidEntry, Opcode, ProtectionDomain,
+    QpCaps, QpEndpoint, QueuePair, RemoteBuf, WrId, ENDPOINT_LEN,
 };
-use tokio::sync::{oneshot, OwnedSemaphorePermit, Semaphore};
+use rand::Rng;
+use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use uuid::Uuid;
 
-use crate::bufpool::{BufPool, PooledBuf};
-use crate::dataplane::{DataPlane, DataPlaneError, DataPlaneStats, ShardData, ShardRange};
+use crate::bufpool::{BufPool, PooledBuf, Posted};
+use crate::dataplane::{
+    DataPlane, DataPlaneError, DataPlaneStats, PeerMetrics, PeerSnapshot, ShardData, ShardRange,
+    Transfer,
+};
 use crate::drive_proto::{self, METHOD_BASE};
 use crate::rdma::RDMA_PORT;
 use crate::rpc::{codes, RpcClient, RpcError};
@@ -79,12 +120,27 @@ use crate::rpc::{codes, RpcClient, RpcError};
 pub const METHOD_CONNECT: u16 = METHOD_BASE + 90;
 /// Control-RPC method: read a shard range and RDMA-WRITE it into the requester's buffer.
 pub const METHOD_READ: u16 = METHOD_BASE + 91;
-/// Version of the two messages above.
-pub const PROTOCOL_VERSION: u8 = 1;
-/// Error code of a holder whose RDMA WRITE failed (its connection is gone).
+/// Control-RPC method: RDMA-READ an append's bytes from the requester and write them to a shard
+/// writer.
+pub const METHOD_APPEND: u16 = METHOD_BASE + 92;
+/// Version of the messages above (2: appends).
+pub const PROTOCOL_VERSION: u8 = 2;
+/// Error code of a holder whose RDMA transfer failed (its connection is gone).
 pub const CODE_VERBS_FAILED: u16 = codes::APPLICATION_BASE + 900;
 /// Error code of a holder that does not know the connection id (restarted, or dropped it).
 pub const CODE_NO_CONNECTION: u16 = codes::APPLICATION_BASE + 901;
+
+/// Access the requester's pool is registered with: holders RDMA-WRITE GET chunks into it and
+/// RDMA-READ PUT chunks from it.
+pub fn requester_access() -> Access {
+    Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ
+}
+
+/// Access the holder's pool is registered with: drive reads land in it and are RDMA-WRITTEN
+/// from it; RDMA READs of appends land in it.
+pub fn holder_access() -> Access {
+    Access::LOCAL_WRITE
+}
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -254,10 +310,57 @@ pub fn decode_read(mut b: &[u8]) -> Result<ReadRequest, MessageError> {
     })
 }
 
-// ---------------------------------------------------------------------------------------------
-// Device and registered buffers
+/// An append: RDMA-READ `remote` (the requester's bytes) and write them as append `seq` of
+/// shard writer `writer` on drive `drive`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AppendRequest {
+    pub conn: u64,
+    pub drive: u16,
+    pub writer: Uuid,
+    pub seq: u64,
+    pub remote: RemoteBuf,
+}
 
-/// One node's open device: context, protection domain and the RoCE v2 GID of its address.
+pub fn encode_append(r: &AppendRequest) -> Bytes {
+    let mut b = BytesMut::with_capacity(64);
+    b.put_u8(PROTOCOL_VERSION);
+    b.put_u64_le(r.conn);
+    b.put_u16_le(r.drive);
+    b.put_slice(r.writer.as_bytes());
+    b.put_u64_le(r.seq);
+    b.put_u64_le(r.remote.addr);
+    b.put_u32_le(r.remote.rkey);
+    b.put_u64_le(r.remote.len);
+    b.freeze()
+}
+
+pub fn decode_append(mut b: &[u8]) -> Result<AppendRequest, MessageError> {
+    version(&mut b)?;
+    need(b, 8 + 2 + 16 + 8 + 8 + 4 + 8)?;
+    let conn = b.get_u64_le();
+    let drive = b.get_u16_le();
+    let mut id = [0u8; 16];
+    b.copy_to_slice(&mut id);
+    let seq = b.get_u64_le();
+    let remote = RemoteBuf {
+        addr: b.get_u64_le(),
+        rkey: b.get_u32_le(),
+        len: b.get_u64_le(),
+    };
+    done(b)?;
+    Ok(AppendRequest {
+        conn,
+        drive,
+        writer: Uuid::from_bytes(id),
+        seq,
+        remote,
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Device
+
+/// One node's open device: context, protection domain and the GID its queue pairs use.
 #[derive(Debug, Clone)]
 pub struct VerbsDevice {
     ctx: Context,
@@ -266,17 +369,40 @@ pub struct VerbsDevice {
 }
 
 impl VerbsDevice {
-    /// Opens `device` (or the first) and picks the RoCE v2 GID of `addr` (any, if `None`).
-    pub fn open(device: Option<&str>, addr: Option<IpAddr>) -> quarry_verbs::Result<VerbsDevice> {
+    /// Opens `device` (or the first one) and takes GID `gid_index` of port 1 when given (it must
+    /// be filled), else the RoCE v2 GID of `addr` (any RoCE v2 GID when `addr` is `None`).
+    pub fn open(
+        device: Option<&str>,
+        addr: Option<IpAddr>,
+        gid_index: Option<u32>,
+    ) -> quarry_verbs::Result<VerbsDevice> {
         let ctx = Context::open(device)?;
         ctx.active_port(RDMA_PORT)?;
-        let gid = ctx.select_roce_v2_gid(RDMA_PORT, addr)?;
+        let gid = match gid_index {
+            Some(i) => ctx.query_gid(RDMA_PORT, i)?.ok_or_else(|| {
+                quarry_verbs::Error::InvalidArgument(format!(
+                    "GID index {i} of {} port {RDMA_PORT} is empty",
+                    ctx.name()
+                ))
+            })?,
+            None => ctx.select_roce_v2_gid(RDMA_PORT, addr)?,
+        };
         let pd = ctx.alloc_pd()?;
         Ok(VerbsDevice { ctx, pd, gid })
     }
 
     pub fn name(&self) -> &str {
         self.ctx.name()
+    }
+
+    /// The protection domain every pool of this node is registered with.
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.pd
+    }
+
+    /// The GID (index, address, type) this node's queue pairs use.
+    pub fn gid(&self) -> &GidEntry {
+        &self.gid
     }
 
     /// A CQ (registered with tokio) and a prepared RC QP on it.
@@ -294,221 +420,89 @@ impl VerbsDevice {
     }
 }
 
-/// Registered buffers carved from one memory region, allocated once: a free list with a
-/// semaphore. Cheap to clone.
-#[derive(Clone)]
-pub struct MrPool {
-    inner: Arc<MrPoolInner>,
-}
-
-struct MrPoolInner {
-    free: Mutex<Vec<MrBuf>>,
-    available: Semaphore,
-    buf_size: usize,
-    count: usize,
-}
-
-impl fmt::Debug for MrPool {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MrPool")
-            .field("buf_size", &self.inner.buf_size)
-            .field("count", &self.inner.count)
-            .field("free", &self.free())
-            .finish()
-    }
-}
-
-impl MrPool {
-    /// `count` buffers of `buf_size` bytes in one region registered with `access`.
-    pub fn new(
-        dev: &VerbsDevice,
-        buf_size: usize,
-        count: usize,
-        access: Access,
-    ) -> quarry_verbs::Result<MrPool> {
-        let total = buf_size
-            .checked_mul(count)
-            .filter(|&t| t > 0)
-            .ok_or_else(|| {
-                quarry_verbs::Error::InvalidArgument(format!(
-                    "a pool of {count} x {buf_size} bytes"
-                ))
-            })?;
-        let bufs = dev.pd.alloc_region(total, access)?.into_bufs(buf_size)?;
-        let count = bufs.len();
-        Ok(MrPool {
-            inner: Arc::new(MrPoolInner {
-                free: Mutex::new(bufs),
-                available: Semaphore::new(count),
-                buf_size,
-                count,
-            }),
-        })
-    }
-
-    pub fn buf_size(&self) -> usize {
-        self.inner.buf_size
-    }
-
-    /// Buffers in the free list now.
-    pub fn free(&self) -> usize {
-        lock(&self.inner.free).len()
-    }
-
-    pub fn count(&self) -> usize {
-        self.inner.count
-    }
-
-    /// Waits for a free buffer.
-    async fn get(&self) -> Option<MrBuf> {
-        let permit = self.inner.available.acquire().await.ok()?;
-        permit.forget();
-        let b = lock(&self.inner.free).pop();
-        if b.is_none() {
-            // Cannot happen (a permit per free buffer); keep the count right anyway.
-            self.inner.available.add_permits(1);
-        }
-        b
-    }
-
-    fn put(&self, buf: MrBuf) {
-        lock(&self.inner.free).push(buf);
-        self.inner.available.add_permits(1);
-    }
-}
-
-/// Where a [`Lease`]'s buffer goes when the `Bytes` over it is dropped.
-enum Home {
-    Pool(MrPool),
-    Slot(Arc<Mutex<Option<MrBuf>>>),
-}
-
-/// The owner behind a `Bytes` over the first `len` bytes of a registered buffer.
-struct Lease {
-    buf: Option<MrBuf>,
-    len: usize,
-    home: Home,
-}
-
-impl AsRef<[u8]> for Lease {
-    fn as_ref(&self) -> &[u8] {
-        match &self.buf {
-            Some(b) => &b.as_slice()[..self.len.min(b.len())],
-            None => &[],
-        }
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        if let Some(b) = self.buf.take() {
-            match &self.home {
-                Home::Pool(p) => p.put(b),
-                Home::Slot(s) => *lock(s) = Some(b),
-            }
-        }
-    }
-}
-
-/// The holder's buffer as a drive read target: the drive fills it, then its `Bytes` is dropped and
-/// the buffer comes back through the slot, ready to post (no copy).
-struct DriveTarget {
-    buf: Option<MrBuf>,
-    len: usize,
-    slot: Arc<Mutex<Option<MrBuf>>>,
-}
-
-impl quarry_disk::ShardBuf for DriveTarget {
-    fn as_mut_slice(&mut self) -> &mut [u8] {
-        match &mut self.buf {
-            Some(b) => {
-                let n = self.len.min(b.len());
-                &mut b.as_mut_slice()[..n]
-            }
-            None => &mut [],
-        }
-    }
-
-    fn into_bytes(mut self: Box<Self>) -> Bytes {
-        Bytes::from_owner(Lease {
-            buf: self.buf.take(),
-            len: self.len,
-            home: Home::Slot(self.slot.clone()),
-        })
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
-        self
-    }
-}
-
-impl Drop for DriveTarget {
-    fn drop(&mut self) {
-        if let Some(b) = self.buf.take() {
-            *lock(&self.slot) = Some(b);
-        }
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // Holder side
 
 /// Settings of a [`VerbsResponder`].
 #[derive(Debug, Clone)]
 pub struct ResponderConfig {
-    pub buf_size: usize,
-    /// Registered source buffers (also the bound on reads being served at once).
-    pub buffers: usize,
-    /// Connections kept at most; older ones are dropped first.
+    /// Connections kept at most (`QUARRY_RDMA_MAX_CONNECTIONS`); the oldest go first.
     pub max_connections: usize,
-    /// Work requests per connection (at least the requesters' credits).
+    /// Work requests per connection (at least the requesters' credits and append permits).
     pub depth: u32,
-    /// Bound on the RDMA WRITE of one read, from post to completion.
-    pub write_timeout: Duration,
+    /// Bound on one RDMA WRITE or READ, from post to completion, and on waiting for a buffer.
+    pub op_timeout: Duration,
 }
 
 impl Default for ResponderConfig {
     fn default() -> Self {
         ResponderConfig {
-            buf_size: crate::dataplane::DEFAULT_BUF_SIZE,
-            buffers: 16,
             max_connections: 256,
             depth: 64,
-            write_timeout: Duration::from_secs(10),
+            op_timeout: Duration::from_secs(10),
         }
     }
 }
 
-/// One connection of the holder: its QP and the waiters of its posted WRITEs.
+/// A posted work request of the holder: who waits, and the ticket that makes its buffer a
+/// pooled buffer again.
+struct Waiter {
+    tx: oneshot::Sender<(Result<(), String>, Option<PooledBuf>)>,
+    posted: Posted,
+}
+
+type Waiters = Arc<Mutex<HashMap<WrId, Waiter>>>;
+
+/// One connection of the holder: its QP and the waiters of its posted WRITEs and READs.
 struct HolderConn {
     qp: QueuePair,
-    waiters: Arc<Mutex<HashMap<WrId, oneshot::Sender<Completion>>>>,
-    task: tokio::task::JoinHandle<()>,
+    waiters: Waiters,
+    /// Set when the connection is dropped: its completion task drains the QP and ends.
+    closed: watch::Sender<bool>,
     created: Instant,
 }
 
 impl Drop for HolderConn {
     fn drop(&mut self) {
+        // Flushes whatever is posted; the completion task gives the buffers back to the pool
+        // from the flush completions, then ends (it holds the QP until it is drained).
         let _ = self.qp.set_error();
-        // The task drains the flushed WRITEs (their buffers go back to the pool) and ends; it is
-        // not aborted, so no buffer stays in the CQ table longer than the QP.
-        let _ = &self.task;
+        let _ = self.closed.send(true);
     }
 }
 
-/// The holder side of the verbs GET: answers [`METHOD_CONNECT`] and [`METHOD_READ`] for a
-/// [`crate::DriveServer`] (see [`crate::DriveServer::with_verbs`]).
+/// What a holder posts.
+enum HolderOp {
+    /// RDMA WRITE WITH IMMEDIATE of the first `len` bytes into `remote`.
+    Write {
+        len: usize,
+        remote: RemoteBuf,
+        imm: u32,
+    },
+    /// RDMA READ of `len` bytes from `remote`.
+    Read { len: usize, remote: RemoteBuf },
+}
+
+#[derive(Default)]
+struct HolderCounters {
+    writes: AtomicU64,
+    written_bytes: AtomicU64,
+    fetches: AtomicU64,
+    fetched_bytes: AtomicU64,
+    errors: AtomicU64,
+    connections_total: AtomicU64,
+}
+
+/// The holder side of the verbs data plane: answers [`METHOD_CONNECT`] and [`METHOD_READ`] for a
+/// [`crate::DriveServer`] (see [`crate::DriveServer::with_verbs`]) and fetches the bytes of
+/// [`METHOD_APPEND`] for it ([`VerbsResponder::fetch`]).
 pub struct VerbsResponder {
     dev: VerbsDevice,
-    pool: MrPool,
+    pool: BufPool,
     config: ResponderConfig,
     conns: Mutex<HashMap<u64, Arc<HolderConn>>>,
     next_conn: AtomicU64,
-    pub(crate) served_bytes: AtomicU64,
+    counters: HolderCounters,
 }
 
 impl fmt::Debug for VerbsResponder {
@@ -524,27 +518,89 @@ fn rpc_err(code: u16, m: impl Into<String>) -> RpcError {
     RpcError::remote(code, m)
 }
 
+/// The holder's drive read target: the drive fills the pooled buffer, then the `Bytes` it makes
+/// of it are dropped and the buffer comes back through the slot, ready to post (no copy).
+struct Landing {
+    buf: Option<PooledBuf>,
+    slot: Arc<Mutex<Option<PooledBuf>>>,
+}
+
+/// The owner behind the `Bytes` a [`Landing`] becomes.
+struct Landed {
+    buf: Option<PooledBuf>,
+    slot: Arc<Mutex<Option<PooledBuf>>>,
+}
+
+impl AsRef<[u8]> for Landed {
+    fn as_ref(&self) -> &[u8] {
+        self.buf.as_deref().unwrap_or(&[])
+    }
+}
+
+impl Drop for Landed {
+    fn drop(&mut self) {
+        if let Some(b) = self.buf.take() {
+            *lock(&self.slot) = Some(b);
+        }
+    }
+}
+
+impl quarry_disk::ShardBuf for Landing {
+    fn as_mut_slice(&mut self) -> &mut [u8] {
+        match &mut self.buf {
+            Some(b) => b,
+            None => &mut [],
+        }
+    }
+
+    fn into_bytes(mut self: Box<Self>) -> Bytes {
+        Bytes::from_owner(Landed {
+            buf: self.buf.take(),
+            slot: self.slot.clone(),
+        })
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
+        self
+    }
+}
+
+impl Drop for Landing {
+    fn drop(&mut self) {
+        if let Some(b) = self.buf.take() {
+            *lock(&self.slot) = Some(b);
+        }
+    }
+}
+
 impl VerbsResponder {
-    pub fn new(dev: VerbsDevice, config: ResponderConfig) -> quarry_verbs::Result<VerbsResponder> {
-        let pool = MrPool::new(
-            &dev,
-            config.buf_size,
-            config.buffers.max(1),
-            Access::LOCAL_READ,
-        )?;
+    /// A holder on `dev` whose drive reads and fetched appends land in `pool`, which must be
+    /// registered with `dev`'s protection domain ([`BufPool::registered`], [`holder_access`]).
+    pub fn new(
+        dev: VerbsDevice,
+        pool: BufPool,
+        config: ResponderConfig,
+    ) -> Result<VerbsResponder, String> {
+        if !pool.is_registered() {
+            return Err("the verbs holder needs a registered buffer pool".into());
+        }
         Ok(VerbsResponder {
             dev,
             pool,
             config,
             conns: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(rand::random::<u32>() as u64 + 1),
-            served_bytes: AtomicU64::new(0),
+            counters: HolderCounters::default(),
         })
     }
 
-    /// Whether `method` is one of this responder's.
+    /// Whether `method` is one of the verbs data plane's.
     pub fn handles(method: u16) -> bool {
-        method == METHOD_CONNECT || method == METHOD_READ
+        matches!(method, METHOD_CONNECT | METHOD_READ | METHOD_APPEND)
     }
 
     /// Connections open now.
@@ -552,22 +608,53 @@ impl VerbsResponder {
         lock(&self.conns).len()
     }
 
-    /// Payload bytes written to requesters.
+    /// Payload bytes RDMA-WRITTEN to requesters (GET).
     pub fn served_bytes(&self) -> u64 {
-        self.served_bytes.load(Ordering::Relaxed)
+        self.counters.written_bytes.load(Ordering::Relaxed)
     }
 
+    /// Payload bytes RDMA-READ from requesters (PUT appends).
+    pub fn fetched_bytes(&self) -> u64 {
+        self.counters.fetched_bytes.load(Ordering::Relaxed)
+    }
+
+    /// The registered pool drive reads and fetched appends land in.
+    pub fn pool(&self) -> &BufPool {
+        &self.pool
+    }
+
+    /// The holder's figures, in the data plane's shape (bytes out: GET chunks written; bytes in:
+    /// PUT chunks read).
+    pub fn stats(&self) -> DataPlaneStats {
+        let c = &self.counters;
+        let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        DataPlaneStats {
+            transfers: g(&c.writes) + g(&c.fetches),
+            bytes_in: g(&c.fetched_bytes),
+            bytes_out: g(&c.written_bytes),
+            errors: g(&c.errors),
+            connects: g(&c.connections_total),
+            ..DataPlaneStats::default()
+        }
+    }
+
+    /// Answers [`METHOD_CONNECT`] and [`METHOD_READ`] (appends go through
+    /// [`VerbsResponder::fetch`], called by the drive server that owns the shard writers).
     pub async fn handle(
         &self,
         method: u16,
         payload: Bytes,
         drives: &[Arc<dyn Drive>],
     ) -> Result<Bytes, RpcError> {
-        match method {
+        let r = match method {
             METHOD_CONNECT => self.connect(&payload),
             METHOD_READ => self.read(&payload, drives).await,
             m => Err(RpcError::unknown_method(m)),
+        };
+        if r.is_err() {
+            self.counters.errors.fetch_add(1, Ordering::Relaxed);
         }
+        r
     }
 
     fn connect(&self, payload: &[u8]) -> Result<Bytes, RpcError> {
@@ -580,45 +667,87 @@ impl VerbsResponder {
         let qp = prepared
             .connect(&theirs, &ConnectOptions::default())
             .map_err(fail)?;
-        let waiters: Arc<Mutex<HashMap<WrId, oneshot::Sender<Completion>>>> = Arc::default();
-        let task = tokio::spawn(holder_completions(cq, waiters.clone(), self.pool.clone()));
+        let waiters: Waiters = Arc::default();
+        let (closed, closed_rx) = watch::channel(false);
+        tokio::spawn(holder_completions(
+            cq,
+            qp.clone(),
+            waiters.clone(),
+            closed_rx,
+        ));
         let id = self.next_conn.fetch_add(1, Ordering::Relaxed);
-        let mut conns = lock(&self.conns);
-        // The requester's previous connection is dead on its side: drop ours (its QP goes to
-        // error and its completion task drains it).
-        conns.remove(&replaces);
-        while conns.len() >= self.config.max_connections.max(1) {
-            let oldest = conns.iter().min_by_key(|(_, c)| c.created).map(|(k, _)| *k);
-            match oldest {
-                Some(k) => conns.remove(&k),
-                None => break,
-            };
-        }
-        conns.insert(
-            id,
-            Arc::new(HolderConn {
-                qp,
-                waiters,
-                task,
-                created: Instant::now(),
-            }),
-        );
+        let dropped: Vec<Arc<HolderConn>> = {
+            let mut conns = lock(&self.conns);
+            // The requester's previous connection is dead on its side: drop ours (its QP goes to
+            // error and its completion task drains it).
+            let mut dropped: Vec<Arc<HolderConn>> = conns.remove(&replaces).into_iter().collect();
+            while conns.len() >= self.config.max_connections.max(1) {
+                let oldest = conns.iter().min_by_key(|(_, c)| c.created).map(|(k, _)| *k);
+                match oldest.and_then(|k| conns.remove(&k)) {
+                    Some(c) => dropped.push(c),
+                    None => break,
+                }
+            }
+            conns.insert(
+                id,
+                Arc::new(HolderConn {
+                    qp,
+                    waiters,
+                    closed,
+                    created: Instant::now(),
+                }),
+            );
+            dropped
+        };
+        drop(dropped);
+        self.counters
+            .connections_total
+            .fetch_add(1, Ordering::Relaxed);
         tracing::debug!(conn = id, remote = %theirs, "verbs: accepted a connection");
         Ok(encode_connected(id, &mine))
     }
 
+    fn conn(&self, id: u64) -> Result<Arc<HolderConn>, RpcError> {
+        lock(&self.conns)
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| rpc_err(CODE_NO_CONNECTION, format!("no verbs connection {id}")))
+    }
+
+    fn drop_conn(&self, id: u64) {
+        let c = lock(&self.conns).remove(&id);
+        drop(c);
+    }
+
+    async fn buffer(&self) -> Result<PooledBuf, RpcError> {
+        tokio::time::timeout(self.config.op_timeout, self.pool.get())
+            .await
+            .map_err(|_| {
+                rpc_err(
+                    CODE_VERBS_FAILED,
+                    format!(
+                        "no registered buffer free within {:?}",
+                        self.config.op_timeout
+                    ),
+                )
+            })
+    }
+
     async fn read(&self, payload: &[u8], drives: &[Arc<dyn Drive>]) -> Result<Bytes, RpcError> {
         let r = decode_read(payload).map_err(|e| rpc_err(codes::BAD_REQUEST, e.to_string()))?;
-        let conn = lock(&self.conns).get(&r.conn).cloned().ok_or_else(|| {
+        validate_bucket(&r.bucket)
+            .and_then(|_| validate_key(&r.key))
+            .map_err(|e| {
+                let (code, message) = drive_proto::encode_drive_error(&e);
+                rpc_err(code, message)
+            })?;
+        let conn = self.conn(r.conn)?;
+        let d = drives.get(r.drive as usize).cloned().ok_or_else(|| {
             rpc_err(
-                CODE_NO_CONNECTION,
-                format!("no verbs connection {}", r.conn),
+                drive_proto::codes::NO_SUCH_DRIVE,
+                format!("no drive {}", r.drive),
             )
         })?;
-        let d = drives
-            .get(r.drive as usize)
-            .cloned()
-            .ok_or_else(|| rpc_err(codes::BAD_REQUEST, format!("no drive {}", r.drive)))?;
         let len = r.len as usize;
         if len > self.pool.buf_size() || r.remote.len < u64::from(r.len) {
             return Err(rpc_err(
@@ -629,17 +758,12 @@ impl VerbsResponder {
                 ),
             ));
         }
-        let timeout = self.config.write_timeout;
-        let buf = tokio::time::timeout(timeout, self.pool.get())
-            .await
-            .ok()
-            .flatten()
-            .ok_or_else(|| rpc_err(CODE_VERBS_FAILED, "no registered buffer free in time"))?;
+        let mut buf = self.buffer().await?;
+        buf.set_len(len);
         // The drive reads straight into the registered buffer.
         let slot = Arc::new(Mutex::new(None));
-        let target = DriveTarget {
+        let target = Landing {
             buf: Some(buf),
-            len,
             slot: slot.clone(),
         };
         let read = d
@@ -651,122 +775,199 @@ impl VerbsResponder {
                 r.offset,
                 Box::new(target),
             )
-            .await;
-        let got = match read {
-            Ok(bytes) => {
-                let n = bytes.len();
-                drop(bytes);
-                Ok(n)
-            }
-            Err(e) => Err(e),
-        };
+            .await
+            .map(|bytes| bytes.len());
         let buf = lock(&slot).take();
+        let n = read.map_err(|e| {
+            let (code, message) = drive_proto::encode_drive_error(&e);
+            rpc_err(code, message)
+        })?;
         let Some(buf) = buf else {
             return Err(rpc_err(codes::INTERNAL, "the drive kept the read buffer"));
         };
-        let n = match got {
-            Ok(n) => n,
-            Err(e) => {
-                self.pool.put(buf);
-                let (code, message) = drive_proto::encode_drive_error(&e);
-                return Err(rpc_err(code, message));
-            }
-        };
         if n != len {
-            self.pool.put(buf);
             return Err(rpc_err(
                 codes::INTERNAL,
                 format!("the drive read {n} of {len} bytes"),
             ));
         }
+        let op = HolderOp::Write {
+            len,
+            remote: r.remote,
+            imm: r.tag,
+        };
+        drop(self.post(&conn, r.conn, buf, op).await?);
+        self.counters.writes.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .written_bytes
+            .fetch_add(len as u64, Ordering::Relaxed);
+        Ok(Bytes::copy_from_slice(&(len as u32).to_le_bytes()))
+    }
+
+    /// The bytes of an append, RDMA-READ from the requester into a registered buffer of this
+    /// node's pool, as `Bytes` over that buffer. The caller (the drive server) has waited for the
+    /// append's turn.
+    pub async fn fetch(&self, req: &AppendRequest) -> Result<Bytes, RpcError> {
+        let conn = self.conn(req.conn)?;
+        let len = usize::try_from(req.remote.len)
+            .ok()
+            .filter(|&n| n <= self.pool.buf_size())
+            .ok_or_else(|| {
+                rpc_err(
+                    codes::BAD_REQUEST,
+                    format!(
+                        "a verbs append of {} bytes exceeds the {}-byte buffers",
+                        req.remote.len,
+                        self.pool.buf_size()
+                    ),
+                )
+            })?;
+        if len == 0 {
+            return Ok(Bytes::new());
+        }
+        let buf = self.buffer().await?;
+        let op = HolderOp::Read {
+            len,
+            remote: req.remote,
+        };
+        let r = self.post(&conn, req.conn, buf, op).await;
+        let mut buf = match r {
+            Ok(b) => b,
+            Err(e) => {
+                self.counters.errors.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
+        buf.set_len(len);
+        self.counters.fetches.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .fetched_bytes
+            .fetch_add(len as u64, Ordering::Relaxed);
+        Ok(buf.into_bytes())
+    }
+
+    /// Posts `op` from / into `buf` on `conn` and waits for its completion; the buffer comes back
+    /// from it. Any failure drops the connection (its QP goes to error; the buffer returns to the
+    /// pool from the flush).
+    async fn post(
+        &self,
+        conn: &HolderConn,
+        id: u64,
+        buf: PooledBuf,
+        op: HolderOp,
+    ) -> Result<PooledBuf, RpcError> {
+        let (mr, posted) = buf
+            .into_posted()
+            .map_err(|_| rpc_err(codes::INTERNAL, "a holder buffer is not registered"))?;
         let (tx, rx) = oneshot::channel();
         {
             // Post and register under one lock, so the completion task cannot miss the waiter.
             let mut waiters = lock(&conn.waiters);
-            match conn.qp.post_write(buf, len, r.remote, Some(r.tag)) {
-                Ok(id) => {
-                    waiters.insert(id, tx);
+            let r = match op {
+                HolderOp::Write { len, remote, imm } => {
+                    conn.qp.post_write(mr, len, remote, Some(imm))
+                }
+                HolderOp::Read { len, remote } => conn.qp.post_read(mr, len, remote),
+            };
+            match r {
+                Ok(wr) => {
+                    waiters.insert(wr, Waiter { tx, posted });
                 }
                 Err(e) => {
-                    if let Some(b) = e.buf {
-                        self.pool.put(b);
-                    }
                     drop(waiters);
-                    self.drop_conn(r.conn);
+                    if let Some(mr) = e.buf {
+                        drop(posted.restore(mr));
+                    }
+                    self.drop_conn(id);
                     return Err(rpc_err(
                         CODE_VERBS_FAILED,
-                        format!("post RDMA WRITE: {}", e.error),
+                        format!("post RDMA request: {}", e.error),
                     ));
                 }
             }
         }
-        let c = match tokio::time::timeout(timeout, rx).await {
-            Ok(Ok(c)) => c,
-            _ => {
-                // The buffer stays in the CQ table until the flush returns it (to the pool).
-                self.drop_conn(r.conn);
-                return Err(rpc_err(
+        let timeout = self.config.op_timeout;
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok((Ok(()), Some(buf)))) => Ok(buf),
+            Ok(Ok((Err(e), _))) => {
+                self.drop_conn(id);
+                Err(rpc_err(
                     CODE_VERBS_FAILED,
-                    format!("RDMA WRITE not completed within {timeout:?}"),
-                ));
+                    format!("RDMA request failed: {e}"),
+                ))
             }
-        };
-        let status = c.result();
-        if let Some(b) = c.buf {
-            self.pool.put(b);
+            Ok(Ok((Ok(()), None))) | Ok(Err(_)) => {
+                self.drop_conn(id);
+                Err(rpc_err(
+                    CODE_VERBS_FAILED,
+                    "the connection closed under the RDMA request",
+                ))
+            }
+            Err(_) => {
+                // The buffer stays in the CQ table until the flush gives it back to the pool.
+                self.drop_conn(id);
+                Err(rpc_err(
+                    CODE_VERBS_FAILED,
+                    format!("RDMA request not completed within {timeout:?}"),
+                ))
+            }
         }
-        if let Err(e) = status {
-            self.drop_conn(r.conn);
-            return Err(rpc_err(
-                CODE_VERBS_FAILED,
-                format!("RDMA WRITE failed: {e}"),
-            ));
-        }
-        self.served_bytes.fetch_add(len as u64, Ordering::Relaxed);
-        Ok(Bytes::copy_from_slice(&(len as u32).to_le_bytes()))
-    }
-
-    fn drop_conn(&self, id: u64) {
-        lock(&self.conns).remove(&id);
     }
 }
 
-/// The holder's completion loop: each WRITE completion goes to its waiter, or its buffer back to
-/// the pool when nobody waits (timed out, flushed). Ends once the QP is gone and drained.
+/// The holder's completion loop: each completion goes to its waiter with its buffer (made a
+/// pooled buffer again), or back to the pool when nobody waits. Ends once the connection is
+/// closed or failed and every posted request has come back.
 async fn holder_completions(
     cq: AsyncCompletionQueue,
-    waiters: Arc<Mutex<HashMap<WrId, oneshot::Sender<Completion>>>>,
-    pool: MrPool,
+    qp: QueuePair,
+    waiters: Waiters,
+    mut closed: watch::Receiver<bool>,
 ) {
     let mut out = Vec::new();
+    let mut failed = false;
     loop {
-        out.clear();
-        if cq.next(&mut out, 32).await.is_err() {
+        if (failed || *closed.borrow()) && qp.in_flight() == 0 {
             break;
         }
-        let mut failed = false;
+        out.clear();
+        let open = !*closed.borrow();
+        tokio::select! {
+            r = cq.next(&mut out, 32) => {
+                if let Err(e) = r {
+                    // Nothing more can be polled: the buffers still posted are freed with the
+                    // QP (after ibv_destroy_qp), and counted as lost by their tickets.
+                    tracing::error!(error = %e, "verbs holder: polling the CQ failed");
+                    let _ = qp.set_error();
+                    break;
+                }
+            }
+            _ = closed.changed(), if open => continue,
+        }
         for mut c in out.drain(..) {
             failed |= !c.is_ok();
+            let status = c.result().map_err(|e| e.to_string());
             let w = lock(&waiters).remove(&c.wr_id);
-            match w {
-                Some(tx) => {
-                    if let Err(mut c) = tx.send(c) {
-                        if let Some(b) = c.buf.take() {
-                            pool.put(b);
-                        }
-                    }
+            match (w, c.buf.take()) {
+                (Some(w), Some(mr)) => {
+                    let buf = w.posted.restore(mr);
+                    // A waiter that gave up drops the buffer: it goes back to the pool.
+                    let _ = w.tx.send((status, Some(buf)));
                 }
-                None => {
-                    if let Some(b) = c.buf.take() {
-                        pool.put(b);
-                    }
+                (Some(w), None) => {
+                    let _ = w.tx.send((status, None));
+                }
+                (None, _) => {
+                    tracing::error!(wr = c.wr_id.0, "verbs holder: a completion nobody posted");
                 }
             }
         }
-        if failed && cq.cq().in_flight() == 0 {
-            break;
+        if failed {
+            let _ = qp.set_error();
         }
     }
+    // Waiters left (none, unless polling failed) learn that their request is gone.
+    lock(&waiters).clear();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -775,86 +976,114 @@ async fn holder_completions(
 /// Settings of a [`VerbsDataPlane`].
 #[derive(Debug, Clone)]
 pub struct VerbsConfig {
-    /// Bytes of one registered buffer (a read of more goes in pieces).
-    pub buf_size: usize,
-    /// Registered buffers (one region).
-    pub buffers: usize,
-    /// Receives pre-posted per connection: the bound on reads in flight per peer.
+    /// Receives pre-posted per connection: the bound on reads in flight per connection (and as
+    /// many appends).
     pub credits: u32,
-    /// Bound on one read: waiting for a credit and a buffer, the request, the completion.
+    /// RC connections kept to each peer, used in turn (`QUARRY_RDMA_QP_PER_PEER`).
+    pub qp_per_peer: usize,
+    /// Bound on one transfer: waiting for a credit, the request, the completion.
     pub transfer_timeout: Duration,
-    /// `QUARRY_RDMA=auto`: on a verbs failure read over TCP and keep the peer on TCP for
+    /// `QUARRY_RDMA=auto`: on a verbs failure move to TCP and keep the peer on TCP for
     /// `fallback_for`; `false` (`on`): return the error.
     pub fallback: bool,
     pub fallback_for: Duration,
+    /// Back-off between attempts to connect a peer whose connection set-up failed.
+    pub backoff_initial: Duration,
+    pub backoff_max: Duration,
 }
 
 impl Default for VerbsConfig {
     fn default() -> Self {
         VerbsConfig {
-            buf_size: crate::dataplane::DEFAULT_BUF_SIZE,
-            buffers: 32,
             credits: 16,
+            qp_per_peer: 2,
             transfer_timeout: Duration::from_secs(10),
             fallback: true,
             fallback_for: Duration::from_secs(30),
+            backoff_initial: Duration::from_millis(200),
+            backoff_max: Duration::from_secs(30),
         }
     }
 }
 
-/// Counters of the verbs backend.
+/// Counters of the verbs backend (the requester side).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct VerbsStats {
     /// Reads completed over verbs, and their payload bytes.
     pub reads: u64,
     pub bytes: u64,
-    /// Reads served by the TCP backend instead (fallback).
+    /// Appends completed over verbs (the holder RDMA-READ them), and their payload bytes.
+    pub appends: u64,
+    pub append_bytes: u64,
+    /// Reads and appends served by the TCP backend instead (fallback, or memory that is not
+    /// registered).
     pub tcp_reads: u64,
-    /// Connections made (the first per peer and every reconnect).
+    pub tcp_appends: u64,
+    /// Connections made (the first per queue pair and every reconnect).
     pub connects: u64,
     pub reconnects: u64,
-    /// Reads that failed on the verbs path (QP in error, completion error, timeout, failed
+    /// Transfers that failed on the verbs path (QP in error, completion error, timeout, failed
     /// request); each breaks its connection.
     pub qp_errors: u64,
     /// Times a peer was switched to TCP.
     pub fallbacks: u64,
     pub errors: u64,
     pub timeouts: u64,
+    /// Transfers refused at once because the peer's connection set-up is backing off.
+    pub fast_failures: u64,
 }
 
 #[derive(Default)]
 struct Counters {
     reads: AtomicU64,
     bytes: AtomicU64,
+    appends: AtomicU64,
+    append_bytes: AtomicU64,
     tcp_reads: AtomicU64,
+    tcp_appends: AtomicU64,
     connects: AtomicU64,
     reconnects: AtomicU64,
     qp_errors: AtomicU64,
     fallbacks: AtomicU64,
     errors: AtomicU64,
     timeouts: AtomicU64,
+    fast_failures: AtomicU64,
 }
 
-type Delivery = Result<(MrBuf, u32), String>;
+fn bump(a: &AtomicU64) {
+    a.fetch_add(1, Ordering::Relaxed);
+}
 
-/// A buffer lent to the peer for one WRITE WITH IMMEDIATE, with its credit.
-struct Pending {
-    buf: MrBuf,
-    _credit: OwnedSemaphorePermit,
-    tx: oneshot::Sender<Delivery>,
+/// What a read's completion delivers: its slot and the bytes written, or why the QP failed.
+type Delivery = Result<(PooledBuf, u32), String>;
+
+/// Memory lent to the peer for one transfer.
+enum Lent {
+    /// A slot the holder RDMA-WRITEs into, with the read's credit.
+    Slot {
+        buf: PooledBuf,
+        _credit: OwnedSemaphorePermit,
+        tx: oneshot::Sender<Delivery>,
+    },
+    /// Bytes the holder RDMA-READs (an append), with its permit.
+    Source {
+        _data: Bytes,
+        _permit: OwnedSemaphorePermit,
+    },
 }
 
 struct PendingTable {
     /// Set (under the lock) once the QP is dead: nothing may be added any more.
     broken: bool,
-    map: HashMap<u32, Pending>,
+    map: HashMap<u32, Lent>,
 }
 
-/// One requester connection to a peer.
+/// One requester connection (RC queue pair) to a peer.
 struct Conn {
     id: u64,
     qp: QueuePair,
     credits: Arc<Semaphore>,
+    appends: Arc<Semaphore>,
     pending: Arc<Mutex<PendingTable>>,
     next_tag: AtomicU32,
     dead: Arc<AtomicBool>,
@@ -865,14 +1094,30 @@ impl Conn {
         self.dead.load(Ordering::Acquire)
     }
 
-    /// Moves the QP to error; the completion task drains it and fails what is pending.
+    /// Moves the QP to error; the completion task drains it and releases what is pending.
     fn break_qp(&self) {
         let _ = self.qp.set_error();
     }
+
+    /// Lends `lent` to the peer under a fresh tag; `None` if the QP is already dead.
+    fn lend(&self, lent: Lent) -> Option<u32> {
+        let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
+        let mut p = lock(&self.pending);
+        if p.broken {
+            return None;
+        }
+        p.map.insert(tag, lent);
+        Some(tag)
+    }
+
+    /// Takes back what was lent under `tag`: the peer is known to be done with it.
+    fn settle(&self, tag: u32) -> Option<Lent> {
+        lock(&self.pending).map.remove(&tag)
+    }
 }
 
-/// A read whose buffer is lent to the peer: if dropped before it is settled (its future was
-/// cancelled), the QP is moved to error so the buffer comes back only after the drain.
+/// A transfer whose memory is lent to the peer: if dropped before it is settled (its future was
+/// cancelled), the QP is moved to error so the memory comes back only after the drain.
 struct Unsettled<'a> {
     conn: &'a Conn,
     tag: u32,
@@ -887,24 +1132,53 @@ impl Drop for Unsettled<'_> {
     }
 }
 
+/// One queue pair slot of a peer.
 #[derive(Default)]
-struct PeerState {
+struct QpSlot {
     conn: Option<Arc<Conn>>,
-    tcp_until: Option<Instant>,
-    connected_before: bool,
-    /// Id (at the holder) of the last connection, replaced by the next one.
+    /// Id (at the holder) of the slot's last connection, replaced by the next one.
     last_conn: u64,
+    connected_before: bool,
 }
 
-/// The verbs backend of [`DataPlane`] (GET reads; see the module docs).
+#[derive(Default)]
+struct Health {
+    /// While set and in the future, the peer is served over TCP (auto).
+    tcp_until: Option<Instant>,
+    /// Failed connection set-ups in a row, and when the next attempt may be made.
+    failures: u32,
+    down_until: Option<Instant>,
+    last_error: String,
+}
+
+/// Everything the requester keeps about one peer.
+struct Peer {
+    slots: Vec<tokio::sync::Mutex<QpSlot>>,
+    next: AtomicUsize,
+    health: Mutex<Health>,
+    metrics: Arc<crate::dataplane::PeerCounters>,
+}
+
+/// Why an append over verbs did not happen.
+enum AppendFailure {
+    /// No byte can have moved: the append may go over TCP.
+    NothingMoved(DataPlaneError),
+    /// The holder refused it (a drive error): as it is.
+    Refused(DataPlaneError),
+    /// The connection failed under it: its bytes may have moved; it fails.
+    Broken(DataPlaneError),
+}
+
+/// The verbs backend of [`DataPlane`] (see the module docs).
 pub struct VerbsDataPlane {
     dev: VerbsDevice,
     rpc: RpcClient,
     tcp: Arc<dyn DataPlane>,
-    pool: MrPool,
+    pool: BufPool,
     config: VerbsConfig,
-    peers: Mutex<HashMap<String, Arc<tokio::sync::Mutex<PeerState>>>>,
+    peers: Mutex<HashMap<String, Arc<Peer>>>,
     counters: Counters,
+    metrics: PeerMetrics,
 }
 
 impl fmt::Debug for VerbsDataPlane {
@@ -925,20 +1199,19 @@ fn verr(peer: &str, reason: impl Into<String>) -> DataPlaneError {
 }
 
 impl VerbsDataPlane {
-    /// A verbs data plane on `dev`, calling peers over `rpc`, with `tcp` for fallback, for
-    /// `read_shard_into` and for appends.
+    /// A verbs data plane on `dev`, calling peers over `rpc`, with `tcp` for fallback and for
+    /// memory that is not registered. `pool` is the node's data pool, registered with `dev`'s
+    /// protection domain ([`requester_access`]); `tcp` should read into the same pool.
     pub fn new(
         dev: VerbsDevice,
         rpc: RpcClient,
         tcp: Arc<dyn DataPlane>,
+        pool: BufPool,
         config: VerbsConfig,
-    ) -> quarry_verbs::Result<VerbsDataPlane> {
-        let pool = MrPool::new(
-            &dev,
-            config.buf_size,
-            config.buffers.max(1),
-            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-        )?;
+    ) -> Result<VerbsDataPlane, String> {
+        if !pool.is_registered() {
+            return Err("the verbs data plane needs a registered buffer pool".into());
+        }
         Ok(VerbsDataPlane {
             dev,
             rpc,
@@ -947,6 +1220,7 @@ impl VerbsDataPlane {
             config,
             peers: Mutex::new(HashMap::new()),
             counters: Counters::default(),
+            metrics: PeerMetrics::new("verbs"),
         })
     }
 
@@ -956,53 +1230,96 @@ impl VerbsDataPlane {
         VerbsStats {
             reads: g(&c.reads),
             bytes: g(&c.bytes),
+            appends: g(&c.appends),
+            append_bytes: g(&c.append_bytes),
             tcp_reads: g(&c.tcp_reads),
+            tcp_appends: g(&c.tcp_appends),
             connects: g(&c.connects),
             reconnects: g(&c.reconnects),
             qp_errors: g(&c.qp_errors),
             fallbacks: g(&c.fallbacks),
             errors: g(&c.errors),
             timeouts: g(&c.timeouts),
+            fast_failures: g(&c.fast_failures),
         }
     }
 
-    /// The registered buffers.
-    pub fn registered(&self) -> &MrPool {
-        &self.pool
+    pub fn config(&self) -> &VerbsConfig {
+        &self.config
     }
 
-    /// Moves the QP to `peer` to the error state, as a completion error would (fault injection
-    /// for tests and operators): reads in flight fail with [`DataPlaneError::Verbs`], the next
-    /// read reconnects (or falls back to TCP). `false` if there is no connection.
+    /// Moves the QPs to `peer` to the error state, as a completion error would (fault injection
+    /// for tests): transfers in flight fail with [`DataPlaneError::Verbs`], the next transfer
+    /// reconnects (or falls back to TCP). `false` if there is no connection.
     pub fn inject_qp_error(&self, peer: &str) -> bool {
-        let state = lock(&self.peers).get(peer).cloned();
-        let Some(state) = state else { return false };
-        let Ok(s) = state.try_lock() else {
-            return false;
-        };
-        match &s.conn {
-            Some(c) => c.qp.set_error().is_ok(),
-            None => false,
-        }
+        self.break_peer(Some(peer)) > 0
     }
 
-    fn peer(&self, peer: &str) -> Arc<tokio::sync::Mutex<PeerState>> {
+    /// Moves the live QPs of `peer` (of every peer with `None`) to error; how many.
+    fn break_peer(&self, peer: Option<&str>) -> usize {
+        let peers: Vec<Arc<Peer>> = lock(&self.peers)
+            .iter()
+            .filter(|(k, _)| peer.is_none_or(|p| p == k.as_str()))
+            .map(|(_, v)| v.clone())
+            .collect();
+        let mut n = 0;
+        for p in peers {
+            for slot in &p.slots {
+                // A slot being connected right now is skipped: its connection is new anyway.
+                if let Ok(s) = slot.try_lock() {
+                    if let Some(c) = s.conn.as_ref().filter(|c| !c.is_dead()) {
+                        if c.qp.set_error().is_ok() {
+                            n += 1;
+                        }
+                    }
+                }
+            }
+        }
+        n
+    }
+
+    fn peer(&self, peer: &str) -> Arc<Peer> {
         lock(&self.peers)
             .entry(peer.to_owned())
-            .or_default()
+            .or_insert_with(|| {
+                Arc::new(Peer {
+                    slots: (0..self.config.qp_per_peer.max(1))
+                        .map(|_| tokio::sync::Mutex::new(QpSlot::default()))
+                        .collect(),
+                    next: AtomicUsize::new(0),
+                    health: Mutex::new(Health::default()),
+                    metrics: self.metrics.peer(peer),
+                })
+            })
             .clone()
     }
 
-    /// The live connection to `peer`, made if needed; `Ok(None)`: use TCP for now.
-    async fn conn(&self, peer: &str) -> Result<Option<Arc<Conn>>, DataPlaneError> {
-        let state = self.peer(peer);
-        let mut s = state.lock().await;
-        if let Some(until) = s.tcp_until {
-            if Instant::now() < until {
-                return Ok(None);
+    /// A live connection to `peer` (the next of its slots, connected if needed); `Ok(None)`: use
+    /// TCP for now.
+    async fn conn(&self, peer: &str, p: &Peer) -> Result<Option<Arc<Conn>>, DataPlaneError> {
+        {
+            let mut h = lock(&p.health);
+            let now = Instant::now();
+            if let Some(until) = h.tcp_until {
+                if now < until {
+                    return Ok(None);
+                }
+                h.tcp_until = None;
             }
-            s.tcp_until = None;
+            if let Some(until) = h.down_until.filter(|&u| u > now) {
+                bump(&self.counters.fast_failures);
+                return Err(DataPlaneError::PeerDown {
+                    peer: peer.to_owned(),
+                    retry_in: until - now,
+                    last_error: format!(
+                        "verbs connection set-up failed {} time(s) in a row: {}",
+                        h.failures, h.last_error
+                    ),
+                });
+            }
         }
+        let i = p.next.fetch_add(1, Ordering::Relaxed) % p.slots.len();
+        let mut s = p.slots[i].lock().await;
         if let Some(c) = &s.conn {
             if !c.is_dead() {
                 return Ok(Some(c.clone()));
@@ -1010,44 +1327,75 @@ impl VerbsDataPlane {
         }
         s.conn = None;
         let replaces = s.last_conn;
-        match tokio::time::timeout(self.config.transfer_timeout, self.connect(peer, replaces)).await
+        let made = match tokio::time::timeout(
+            self.config.transfer_timeout,
+            self.connect(peer, replaces, &p.metrics),
+        )
+        .await
         {
-            Ok(Ok(c)) => {
+            Ok(r) => r,
+            Err(_) => Err(verr(peer, "connecting timed out")),
+        };
+        match made {
+            Ok(c) => {
                 s.last_conn = c.id;
-                self.counters.connects.fetch_add(1, Ordering::Relaxed);
+                bump(&self.counters.connects);
+                bump(&p.metrics.connects);
                 if s.connected_before {
-                    self.counters.reconnects.fetch_add(1, Ordering::Relaxed);
+                    bump(&self.counters.reconnects);
+                    bump(&p.metrics.reconnects);
                 }
                 s.connected_before = true;
                 s.conn = Some(c.clone());
+                let mut h = lock(&p.health);
+                h.failures = 0;
+                h.down_until = None;
                 Ok(Some(c))
             }
-            Ok(Err(e)) => self.fail_peer(&mut s, peer, e),
-            Err(_) => self.fail_peer(&mut s, peer, verr(peer, "connecting timed out")),
+            Err(e) => {
+                drop(s);
+                p.metrics.error(e.kind());
+                let mut h = lock(&p.health);
+                h.failures = h.failures.saturating_add(1);
+                let delay = crate::rpc::backoff(
+                    self.config.backoff_initial,
+                    self.config.backoff_max,
+                    h.failures,
+                    rand::thread_rng().gen_range(0.5..=1.0),
+                );
+                h.down_until = Some(Instant::now() + delay);
+                h.last_error = e.to_string();
+                if self.config.fallback {
+                    self.fall_back(peer, p, &mut h, &e);
+                    Ok(None)
+                } else {
+                    tracing::warn!(peer, failures = h.failures, retry_in = ?delay, error = %e, "RDMA: cannot connect to this peer over verbs");
+                    Err(e)
+                }
+            }
         }
     }
 
-    fn fail_peer(
+    /// Serves `peer` over TCP for a while (auto), saying so once per switch.
+    fn fall_back(&self, peer: &str, p: &Peer, h: &mut Health, why: &DataPlaneError) {
+        if h.tcp_until.is_none() {
+            bump(&self.counters.fallbacks);
+            bump(&p.metrics.fallbacks);
+            tracing::warn!(peer, error = %why, "RDMA: verbs failed with this peer; using TCP for {:?}", self.config.fallback_for);
+        }
+        h.tcp_until = Some(Instant::now() + self.config.fallback_for);
+    }
+
+    async fn connect(
         &self,
-        s: &mut PeerState,
         peer: &str,
-        e: DataPlaneError,
-    ) -> Result<Option<Arc<Conn>>, DataPlaneError> {
-        if self.config.fallback {
-            self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
-            s.tcp_until = Some(Instant::now() + self.config.fallback_for);
-            tracing::warn!(peer, error = %e, "RDMA: verbs unusable to this peer; using TCP for {:?}", self.config.fallback_for);
-            Ok(None)
-        } else {
-            Err(e)
-        }
-    }
-
-    async fn connect(&self, peer: &str, replaces: u64) -> Result<Arc<Conn>, DataPlaneError> {
+        replaces: u64,
+        metrics: &Arc<crate::dataplane::PeerCounters>,
+    ) -> Result<Arc<Conn>, DataPlaneError> {
         let credits = self.config.credits.max(1);
         let (cq, prepared) = self
             .dev
-            .qp(credits)
+            .qp(credits * 2)
             .map_err(|e| verr(peer, format!("create QP: {e}")))?;
         for _ in 0..credits {
             prepared
@@ -1078,69 +1426,54 @@ impl VerbsDataPlane {
             id,
             qp: qp.clone(),
             credits: Arc::new(Semaphore::new(credits as usize)),
+            appends: Arc::new(Semaphore::new(credits as usize)),
             pending: pending.clone(),
             next_tag: AtomicU32::new(1),
             dead: dead.clone(),
         });
+        metrics.active.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(requester_completions(
             cq,
             qp,
             pending,
             dead,
-            self.pool.clone(),
             peer.to_owned(),
+            metrics.clone(),
         ));
         tracing::debug!(peer, conn = id, remote = %theirs, "verbs: connected");
         Ok(conn)
     }
 
-    /// One piece (at most one buffer) over verbs.
+    /// One piece (one registered buffer) over verbs: the holder writes `range` into `buf`.
     async fn read_piece(
         &self,
         peer: &str,
         conn: &Conn,
         drive: u16,
         range: &ShardRange<'_>,
-    ) -> Result<Bytes, DataPlaneError> {
+        buf: PooledBuf,
+    ) -> Result<PooledBuf, DataPlaneError> {
         let credit = conn
             .credits
             .clone()
             .acquire_owned()
             .await
             .map_err(|_| verr(peer, "connection closed"))?;
-        let buf = self
-            .pool
-            .get()
-            .await
-            .ok_or_else(|| verr(peer, "registered pool closed"))?;
         let len = range.len;
-        let Some(remote) = buf.remote_range(0..len) else {
-            self.pool.put(buf);
-            return Err(DataPlaneError::TooLarge {
-                len,
-                reason: "larger than a registered buffer".into(),
-            });
-        };
-        let tag = conn.next_tag.fetch_add(1, Ordering::Relaxed);
+        let remote = buf.remote(0..len).ok_or_else(|| DataPlaneError::TooLarge {
+            len,
+            reason: "larger than its registered buffer".into(),
+        })?;
         let (tx, rx) = oneshot::channel();
-        {
-            let mut p = lock(&conn.pending);
-            if p.broken {
-                drop(p);
-                self.pool.put(buf);
-                return Err(verr(peer, "the queue pair is in error"));
-            }
-            p.map.insert(
-                tag,
-                Pending {
-                    buf,
-                    _credit: credit,
-                    tx,
-                },
-            );
-        }
+        let tag = conn
+            .lend(Lent::Slot {
+                buf,
+                _credit: credit,
+                tx,
+            })
+            .ok_or_else(|| verr(peer, "the queue pair is in error"))?;
         // From here until the read is settled, dropping this future (cancellation) gives up the
-        // QP: the holder may still write into the lent buffer, so it is released only after the
+        // QP: the holder may still write into the lent slot, so it is released only after the
         // drain.
         let mut guard = Unsettled {
             conn,
@@ -1173,7 +1506,7 @@ impl VerbsDataPlane {
             a = &mut call => a,
             d = &mut rx => {
                 guard.armed = false;
-                return self.delivered(peer, d, len);
+                return delivered(peer, d, len);
             }
         };
         match answer {
@@ -1181,12 +1514,9 @@ impl VerbsDataPlane {
             Err(RpcError::Remote { code, message })
                 if code != CODE_VERBS_FAILED && code != CODE_NO_CONNECTION =>
             {
-                // The holder did not write: the buffer and credit are free again.
+                // The holder did not write: the slot and credit are free again.
                 guard.armed = false;
-                let p = lock(&conn.pending).map.remove(&tag);
-                if let Some(p) = p {
-                    self.pool.put(p.buf);
-                }
+                drop(conn.settle(tag));
                 if code == codes::UNKNOWN_METHOD {
                     return Err(verr(
                         peer,
@@ -1201,7 +1531,7 @@ impl VerbsDataPlane {
             }
             Err(e) => {
                 // The holder may or may not have written: the QP is given up (drained, then the
-                // buffer is released).
+                // slot is released).
                 conn.break_qp();
                 return Err(verr(peer, format!("read request: {e}")));
             }
@@ -1209,80 +1539,133 @@ impl VerbsDataPlane {
         match tokio::time::timeout(self.config.transfer_timeout, rx).await {
             Ok(d) => {
                 guard.armed = false;
-                self.delivered(peer, d, len)
+                delivered(peer, d, len)
             }
             Err(_) => {
                 conn.break_qp();
-                self.counters.timeouts.fetch_add(1, Ordering::Relaxed);
+                bump(&self.counters.timeouts);
                 Err(verr(peer, "no completion in time"))
             }
         }
     }
 
-    /// What the completion task delivered for one read: its buffer as `Bytes` (no copy), or why
-    /// the QP failed.
-    fn delivered(
-        &self,
-        peer: &str,
-        d: Result<Delivery, oneshot::error::RecvError>,
-        len: usize,
-    ) -> Result<Bytes, DataPlaneError> {
-        match d {
-            Ok(Ok((buf, n))) if n as usize == len => Ok(Bytes::from_owner(Lease {
-                buf: Some(buf),
-                len,
-                home: Home::Pool(self.pool.clone()),
-            })),
-            Ok(Ok((buf, n))) => {
-                self.pool.put(buf);
-                Err(verr(peer, format!("{n} bytes written, {len} expected")))
-            }
-            Ok(Err(reason)) => Err(verr(peer, reason)),
-            Err(_) => Err(verr(peer, "connection closed")),
-        }
-    }
-
+    /// Reads `range` into the registered buffers `dst` over `conn` (one piece per buffer).
     async fn read_verbs(
         &self,
         peer: &str,
         conn: &Conn,
         drive: u16,
         range: &ShardRange<'_>,
-    ) -> Result<Vec<Bytes>, DataPlaneError> {
-        let size = self.pool.buf_size();
-        let mut pieces = Vec::new();
-        let mut at = 0usize;
-        loop {
-            let n = (range.len - at).min(size);
-            let offset =
-                range
-                    .offset
-                    .checked_add(at as u64)
-                    .ok_or_else(|| DataPlaneError::TooLarge {
-                        len: range.len,
-                        reason: "offset overflows".into(),
-                    })?;
-            pieces.push(ShardRange {
+        mut dst: Vec<PooledBuf>,
+    ) -> Result<Vec<PooledBuf>, DataPlaneError> {
+        let plan = crate::dataplane::plan_pieces(range, &dst)?;
+        dst.truncate(plan.len());
+        let reads = plan.iter().zip(dst).map(|(&(offset, len), buf)| {
+            let piece = ShardRange {
                 offset,
-                len: n,
+                len,
                 ..*range
-            });
-            at += n;
-            if at >= range.len {
-                break;
+            };
+            async move { self.read_piece(peer, conn, drive, &piece, buf).await }
+        });
+        let after = self.config.transfer_timeout * 2;
+        let got = tokio::time::timeout(after, futures::future::join_all(reads))
+            .await
+            .map_err(|_| DataPlaneError::Timeout {
+                peer: peer.to_owned(),
+                after,
+            })?;
+        got.into_iter().collect()
+    }
+
+    /// One append over verbs: the holder RDMA-READs `data` (at `remote`) and writes it.
+    async fn append_verbs(
+        &self,
+        peer: &str,
+        conn: &Conn,
+        req: AppendRequest,
+        data: Bytes,
+    ) -> Result<(), AppendFailure> {
+        let permit = conn
+            .appends
+            .clone()
+            .acquire_owned()
+            .await
+            .map_err(|_| AppendFailure::NothingMoved(verr(peer, "connection closed")))?;
+        let tag = conn
+            .lend(Lent::Source {
+                _data: data,
+                _permit: permit,
+            })
+            .ok_or_else(|| AppendFailure::NothingMoved(verr(peer, "the queue pair is in error")))?;
+        let mut guard = Unsettled {
+            conn,
+            tag,
+            armed: true,
+        };
+        let req = AppendRequest {
+            conn: conn.id,
+            ..req
+        };
+        let answer = self
+            .rpc
+            .call_with_timeout(
+                peer,
+                METHOD_APPEND,
+                encode_append(&req),
+                self.config.transfer_timeout,
+            )
+            .await;
+        match answer {
+            Ok(_) => {
+                guard.armed = false;
+                drop(conn.settle(tag));
+                Ok(())
+            }
+            Err(RpcError::Remote { code, message })
+                if code == CODE_NO_CONNECTION || code == codes::UNKNOWN_METHOD =>
+            {
+                // The holder did not touch the bytes: it does not know the connection (it
+                // restarted), or does not serve verbs appends.
+                guard.armed = false;
+                drop(conn.settle(tag));
+                if code == CODE_NO_CONNECTION {
+                    conn.break_qp();
+                }
+                Err(AppendFailure::NothingMoved(verr(
+                    peer,
+                    format!("append refused ({code}): {message}"),
+                )))
+            }
+            Err(RpcError::Remote { code, message }) if code != CODE_VERBS_FAILED => {
+                // A drive or writer error: the holder answered after it was done with the bytes.
+                guard.armed = false;
+                drop(conn.settle(tag));
+                Err(AppendFailure::Refused(DataPlaneError::Remote {
+                    peer: peer.to_owned(),
+                    code,
+                    message,
+                }))
+            }
+            Err(e) => {
+                // The holder may still be reading: the QP is given up and the bytes stay lent
+                // until it is drained.
+                conn.break_qp();
+                Err(AppendFailure::Broken(verr(peer, format!("append: {e}"))))
             }
         }
-        let reads = pieces.iter().map(|p| self.read_piece(peer, conn, drive, p));
-        let got = tokio::time::timeout(
-            self.config.transfer_timeout * 2,
-            futures::future::join_all(reads),
-        )
-        .await
-        .map_err(|_| DataPlaneError::Timeout {
-            peer: peer.to_owned(),
-            after: self.config.transfer_timeout * 2,
-        })?;
-        got.into_iter().collect()
+    }
+
+    /// Counts a failed verbs transfer; it breaks its connection and, in auto mode, moves the peer
+    /// to TCP for a while.
+    fn transfer_failed(&self, peer: &str, p: &Peer, conn: &Conn, e: &DataPlaneError) {
+        bump(&self.counters.errors);
+        bump(&self.counters.qp_errors);
+        p.metrics.error(e.kind());
+        conn.break_qp();
+        if self.config.fallback {
+            self.fall_back(peer, p, &mut lock(&p.health), e);
+        }
     }
 
     async fn tcp_read(
@@ -1290,9 +1673,13 @@ impl VerbsDataPlane {
         peer: &str,
         drive: u16,
         range: &ShardRange<'_>,
+        dst: Option<Vec<PooledBuf>>,
     ) -> Result<ShardData, DataPlaneError> {
-        self.counters.tcp_reads.fetch_add(1, Ordering::Relaxed);
-        self.tcp.read_shard(peer, drive, range).await
+        bump(&self.counters.tcp_reads);
+        match dst {
+            Some(dst) => self.tcp.read_shard_into(peer, drive, range, dst).await,
+            None => self.tcp.read_shard(peer, drive, range).await,
+        }
     }
 }
 
@@ -1305,21 +1692,43 @@ fn rpc_to_dp(peer: &str, e: RpcError) -> DataPlaneError {
             peer: peer.to_owned(),
             after,
         },
+        // The peer cannot be reached at all: unreachable, as for TCP (its drives are offline).
+        other if other.is_unreachable() => DataPlaneError::Connect {
+            peer: peer.to_owned(),
+            source: std::io::Error::other(other.to_string()),
+        },
         other => verr(peer, other.to_string()),
     }
 }
 
-/// The requester's completion loop: each immediate hands its buffer to the waiting read (after
+/// What the completion task delivered for one read: its slot, filled, or why the QP failed.
+fn delivered(
+    peer: &str,
+    d: Result<Delivery, oneshot::error::RecvError>,
+    len: usize,
+) -> Result<PooledBuf, DataPlaneError> {
+    match d {
+        Ok(Ok((mut buf, n))) if n as usize == len => {
+            buf.set_len(len);
+            Ok(buf)
+        }
+        Ok(Ok((_, n))) => Err(verr(peer, format!("{n} bytes written, {len} expected"))),
+        Ok(Err(reason)) => Err(verr(peer, reason)),
+        Err(_) => Err(verr(peer, "connection closed")),
+    }
+}
+
+/// The requester's completion loop: each immediate hands its slot to the waiting read (after
 /// reposting the receive). A failed completion (a flush after `set_error`, or a real error) marks
 /// the connection dead; once every posted receive is flushed (the QP is drained and can no longer
-/// be written through), the pending buffers go back to the pool and their reads fail.
+/// be reached through), what is lent goes back and the transfers waiting on it fail.
 async fn requester_completions(
     cq: AsyncCompletionQueue,
     qp: QueuePair,
     pending: Arc<Mutex<PendingTable>>,
     dead: Arc<AtomicBool>,
-    pool: MrPool,
     peer: String,
+    metrics: Arc<crate::dataplane::PeerCounters>,
 ) {
     let mut out = Vec::new();
     let mut error: Option<String> = None;
@@ -1337,15 +1746,14 @@ async fn requester_completions(
                         error.get_or_insert(format!("repost receive: {}", e.error));
                         let _ = qp.set_error();
                     }
-                    let p = lock(&pending).map.remove(&tag);
-                    if let Some(p) = p {
-                        if let Err(Ok((buf, _))) = p.tx.send(Ok((p.buf, c.byte_len))) {
-                            pool.put(buf);
-                        }
+                    let lent = lock(&pending).map.remove(&tag);
+                    if let Some(Lent::Slot { buf, tx, .. }) = lent {
+                        // A read that gave up drops the slot: it goes home.
+                        let _ = tx.send(Ok((buf, c.byte_len)));
                     }
                 }
                 (Err(e), ..) => {
-                    if error.is_none() {
+                    if error.is_none() && !e.is_flush() {
                         tracing::warn!(peer, error = %e, "verbs: completion error; the connection is dropped");
                     }
                     error.get_or_insert(format!("completion error: {e}"));
@@ -1360,18 +1768,20 @@ async fn requester_completions(
         }
     }
     dead.store(true, Ordering::Release);
+    metrics.active.fetch_sub(1, Ordering::Relaxed);
     let reason = format!(
         "the queue pair is in error ({})",
         error.unwrap_or_else(|| "closed".into())
     );
-    let drained: Vec<Pending> = {
+    let drained: Vec<Lent> = {
         let mut p = lock(&pending);
         p.broken = true;
         p.map.drain().map(|(_, v)| v).collect()
     };
-    for p in drained {
-        pool.put(p.buf);
-        let _ = p.tx.send(Err(reason.clone()));
+    for lent in drained {
+        if let Lent::Slot { tx, .. } = lent {
+            let _ = tx.send(Err(reason.clone()));
+        }
     }
 }
 
@@ -1382,18 +1792,30 @@ impl DataPlane for VerbsDataPlane {
     }
 
     fn pool(&self) -> &BufPool {
-        self.tcp.pool()
+        &self.pool
     }
 
     fn stats(&self) -> DataPlaneStats {
         let mut s = self.tcp.stats();
         let v = self.verbs_stats();
-        s.transfers += v.reads;
+        s.transfers += v.reads + v.appends;
         s.bytes_in += v.bytes;
+        s.bytes_out += v.append_bytes;
         s.errors += v.errors;
         s.timeouts += v.timeouts;
         s.connects += v.connects;
+        s.fast_failures += v.fast_failures;
         s
+    }
+
+    fn peer_stats(&self) -> Vec<PeerSnapshot> {
+        let mut out = self.metrics.snapshot();
+        out.extend(self.tcp.peer_stats());
+        out
+    }
+
+    fn reset(&self, peer: Option<&str>) -> usize {
+        self.break_peer(peer) + self.tcp.reset(peer)
     }
 
     async fn read_shard(
@@ -1402,40 +1824,12 @@ impl DataPlane for VerbsDataPlane {
         drive: u16,
         range: &ShardRange<'_>,
     ) -> Result<ShardData, DataPlaneError> {
-        let conn = match self.conn(peer).await? {
-            Some(c) => c,
-            None => return self.tcp_read(peer, drive, range).await,
-        };
-        match self.read_verbs(peer, &conn, drive, range).await {
-            Ok(pieces) => {
-                self.counters.reads.fetch_add(1, Ordering::Relaxed);
-                self.counters
-                    .bytes
-                    .fetch_add(range.len as u64, Ordering::Relaxed);
-                Ok(ShardData::from_bytes(pieces, range.len))
-            }
-            Err(e @ DataPlaneError::Remote { .. }) => {
-                self.counters.errors.fetch_add(1, Ordering::Relaxed);
-                Err(e)
-            }
-            Err(e) => {
-                self.counters.errors.fetch_add(1, Ordering::Relaxed);
-                self.counters.qp_errors.fetch_add(1, Ordering::Relaxed);
-                conn.break_qp();
-                if self.config.fallback {
-                    let state = self.peer(peer);
-                    let mut s = state.lock().await;
-                    if s.tcp_until.is_none() {
-                        self.counters.fallbacks.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(peer, error = %e, "RDMA: verbs read failed; using TCP for {:?}", self.config.fallback_for);
-                    }
-                    s.tcp_until = Some(Instant::now() + self.config.fallback_for);
-                    drop(s);
-                    return self.tcp_read(peer, drive, range).await;
-                }
-                Err(e)
-            }
+        if range.len > self.pool.buf_size() {
+            // Several buffers: rare (no block's chunk is that large); TCP takes them itself.
+            return self.tcp_read(peer, drive, range, None).await;
         }
+        let buf = self.pool.get_or_alloc();
+        self.read_shard_into(peer, drive, range, vec![buf]).await
     }
 
     async fn read_shard_into(
@@ -1445,8 +1839,48 @@ impl DataPlane for VerbsDataPlane {
         range: &ShardRange<'_>,
         dst: Vec<PooledBuf>,
     ) -> Result<ShardData, DataPlaneError> {
-        // The caller's buffers are not registered: TCP reads straight into them.
-        self.tcp.read_shard_into(peer, drive, range, dst).await
+        if dst.is_empty() || dst.iter().any(|b| !b.is_registered()) {
+            // Memory the peer cannot write into (the pool was empty): TCP reads straight into it.
+            return self.tcp_read(peer, drive, range, Some(dst)).await;
+        }
+        let started = Instant::now();
+        let p = self.peer(peer);
+        let conn = match self.conn(peer, &p).await {
+            Ok(Some(c)) => c,
+            Ok(None) => return self.tcp_read(peer, drive, range, Some(dst)).await,
+            Err(e) => {
+                bump(&self.counters.errors);
+                return Err(e);
+            }
+        };
+        match self.read_verbs(peer, &conn, drive, range, dst).await {
+            Ok(bufs) => {
+                bump(&self.counters.reads);
+                self.counters
+                    .bytes
+                    .fetch_add(range.len as u64, Ordering::Relaxed);
+                p.metrics
+                    .record(Transfer::Read, range.len, started.elapsed());
+                Ok(ShardData::from_buffers(bufs, range.len))
+            }
+            Err(e @ DataPlaneError::Remote { .. }) => {
+                bump(&self.counters.errors);
+                p.metrics.error(e.kind());
+                Err(e)
+            }
+            Err(e) => {
+                if matches!(e, DataPlaneError::Timeout { .. }) {
+                    bump(&self.counters.timeouts);
+                }
+                self.transfer_failed(peer, &p, &conn, &e);
+                if self.config.fallback {
+                    // Reads are idempotent: read the range again over TCP, into buffers of its
+                    // own (the slots lent over verbs come back only once the QP is drained).
+                    return self.tcp_read(peer, drive, range, None).await;
+                }
+                Err(e)
+            }
+        }
     }
 
     async fn append_shard(
@@ -1457,7 +1891,62 @@ impl DataPlane for VerbsDataPlane {
         seq: u64,
         data: Bytes,
     ) -> Result<(), DataPlaneError> {
-        self.tcp.append_shard(peer, drive, writer, seq, data).await
+        let remote = match self.pool.remote_of(&data) {
+            Some(r) if !data.is_empty() => r,
+            // Bytes outside the registered pool (a fresh allocation, inline data): TCP.
+            _ => {
+                bump(&self.counters.tcp_appends);
+                return self.tcp.append_shard(peer, drive, writer, seq, data).await;
+            }
+        };
+        let started = Instant::now();
+        let p = self.peer(peer);
+        let conn = match self.conn(peer, &p).await {
+            Ok(Some(c)) => c,
+            Ok(None) => {
+                bump(&self.counters.tcp_appends);
+                return self.tcp.append_shard(peer, drive, writer, seq, data).await;
+            }
+            Err(e) => {
+                bump(&self.counters.errors);
+                return Err(e);
+            }
+        };
+        let len = data.len();
+        let req = AppendRequest {
+            conn: conn.id,
+            drive,
+            writer,
+            seq,
+            remote,
+        };
+        match self.append_verbs(peer, &conn, req, data.clone()).await {
+            Ok(()) => {
+                bump(&self.counters.appends);
+                self.counters
+                    .append_bytes
+                    .fetch_add(len as u64, Ordering::Relaxed);
+                p.metrics.record(Transfer::Append, len, started.elapsed());
+                Ok(())
+            }
+            Err(AppendFailure::Refused(e)) => {
+                bump(&self.counters.errors);
+                p.metrics.error(e.kind());
+                Err(e)
+            }
+            Err(AppendFailure::NothingMoved(e)) => {
+                self.transfer_failed(peer, &p, &conn, &e);
+                if self.config.fallback {
+                    bump(&self.counters.tcp_appends);
+                    return self.tcp.append_shard(peer, drive, writer, seq, data).await;
+                }
+                Err(e)
+            }
+            Err(AppendFailure::Broken(e)) => {
+                self.transfer_failed(peer, &p, &conn, &e);
+                Err(e)
+            }
+        }
     }
 }
 
@@ -1494,6 +1983,32 @@ mod tests {
         let mut long = good.to_vec();
         long.push(0);
         assert_eq!(decode_connect(&long), Err(MessageError::Trailing(1)));
+    }
+
+    #[test]
+    fn append_messages_round_trip_and_reject_garbage() {
+        let r = AppendRequest {
+            conn: 77,
+            drive: 2,
+            writer: Uuid::new_v4(),
+            seq: 41,
+            remote: RemoteBuf {
+                addr: 0x7f00_1234_0000,
+                rkey: 0xbeef,
+                len: (1 << 20) + 32,
+            },
+        };
+        let enc = encode_append(&r);
+        assert_eq!(decode_append(&enc).unwrap(), r);
+        for n in 0..enc.len() {
+            assert!(decode_append(&enc[..n]).is_err(), "{n}");
+        }
+        let mut long = enc.to_vec();
+        long.push(1);
+        assert_eq!(decode_append(&long), Err(MessageError::Trailing(1)));
+        let mut old = enc.to_vec();
+        old[0] = 1;
+        assert_eq!(decode_append(&old), Err(MessageError::Version(1)));
     }
 
     #[test]

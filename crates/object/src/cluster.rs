@@ -251,7 +251,9 @@ pub async fn open_cluster(spec: ClusterSpec, cfg: ObjectConfig) -> Result<Arc<Er
         node = %t.nodes[spec.local_node],
         "joined the cluster"
     );
-    let server = ErasureServer::open_sets(deployment_id, sets, cfg)?;
+    // Stripes and chunks live in the data plane's pool (registered with the device over verbs).
+    let buffers = spec.rpc.data_plane().pool().clone();
+    let server = ErasureServer::open_sets_with_buffers(deployment_id, sets, cfg, buffers)?;
     server.set_cluster_view(crate::info::ClusterView {
         topology: spec.topology.clone(),
         local_node: spec.local_node,

@@ -445,11 +445,14 @@ impl ErasureSet {
         let mut sink = ShardSink::new(
             drives,
             &upload.erasure.distribution,
-            tmp_id,
-            data_dir,
-            number,
+            crate::put::ShardFiles {
+                tmp_id,
+                data_dir,
+                part: number,
+            },
             0, // parts are never inline: they become shard files of the object
             wq,
+            self.buffers.clone(),
         );
         let mut hasher = match (&upload.checksum_algorithm, &opts.hashers) {
             (None, _) => None,

@@ -12,6 +12,7 @@ use quarry_disk::{
     Drive, DriveError, ErasureInfo, ObjectMeta, PartInfo, ShardWriter, META_VERSION,
 };
 use quarry_erasure::{bitrot, Erasure, BITROT_BLAKE3, CODEC_RS_VANDERMONDE};
+use quarry_net::{BufPool, PooledBuf};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::warn;
@@ -76,6 +77,25 @@ impl BlockReader {
     }
 }
 
+/// `count` pieces of `len` bytes each, as many cut from one pooled buffer as fit in it (a fresh
+/// allocation when the pool is empty, or for a piece larger than a buffer). The pool is never
+/// waited on: a request holding buffers must not wait for more (two such could deadlock).
+pub(crate) fn pieces_of(pool: &BufPool, count: usize, len: usize) -> Vec<PooledBuf> {
+    if len == 0 || len > pool.buf_size() {
+        return (0..count).map(|_| PooledBuf::heap(len)).collect();
+    }
+    let per = pool.buf_size() / len;
+    let mut out = Vec::with_capacity(count);
+    while out.len() < count {
+        let here = per.min(count - out.len());
+        match pool.get_or_alloc().split_even(len, here) {
+            Ok(p) => out.extend(p),
+            Err(_) => out.extend((0..here).map(|_| PooledBuf::heap(len))),
+        }
+    }
+    out
+}
+
 /// One drive's writer: a task that appends framed chunks to the shard file.
 struct DriveWriter {
     tx: mpsc::Sender<Bytes>,
@@ -92,7 +112,7 @@ impl DriveWriter {
         let task = tokio::spawn(async move {
             let r = async {
                 while let Some(b) = rx.recv().await {
-                    w.write(&b).await?;
+                    w.write_bytes(b).await?;
                 }
                 w.finish().await
             }
@@ -124,7 +144,10 @@ pub(crate) struct ShardSink {
     failed: Vec<bool>,
     /// Drive positions that could not open a shard file because they are full.
     full: Vec<bool>,
+    /// Chunks of a block encoded for inline storage (reused from block to block).
     scratch: Vec<Vec<u8>>,
+    /// Where the framed chunks of a block are encoded for the writers.
+    buffers: BufPool,
 }
 
 /// What one drive ended up with.
@@ -137,17 +160,29 @@ pub(crate) enum ShardOutcome {
     },
 }
 
+/// Which shard files a [`ShardSink`] writes: `tmp/<tmp_id>/<data_dir>/part.<part>` on each drive.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ShardFiles {
+    pub tmp_id: Uuid,
+    pub data_dir: Uuid,
+    pub part: u32,
+}
+
 impl ShardSink {
     pub(crate) fn new(
         drives: Vec<Arc<dyn Drive>>,
         distribution: &[u8],
-        tmp_id: Uuid,
-        data_dir: Uuid,
-        part: u32,
+        files: ShardFiles,
         inline_limit: usize,
         write_quorum: usize,
+        buffers: BufPool,
     ) -> Self {
         let n = drives.len();
+        let ShardFiles {
+            tmp_id,
+            data_dir,
+            part,
+        } = files;
         ShardSink {
             shard_of: distribution.iter().map(|&s| s as usize - 1).collect(),
             drives,
@@ -161,6 +196,7 @@ impl ShardSink {
             failed: vec![false; n],
             full: vec![false; n],
             scratch: Vec::new(),
+            buffers,
         }
     }
 
@@ -188,35 +224,53 @@ impl ShardSink {
     }
 
     /// Encodes one block of object data and hands each drive its framed chunk.
+    ///
+    /// While the object may still be stored inline the chunks are framed into per-drive
+    /// buffers. After that, the block is encoded straight into pooled buffers (registered with
+    /// the RDMA device when verbs is on): data chunks copied in once, parity computed into its
+    /// place, each hash written in front of its chunk. Every writer then gets its framed chunk as
+    /// `Bytes` over that buffer, so a remote writer sends it from there without another copy
+    /// (over verbs the holder RDMA-READs it in place).
     pub(crate) async fn write_block(&mut self, erasure: &Erasure, block: &[u8]) -> Result<()> {
-        let mut shards = std::mem::take(&mut self.scratch);
-        erasure
-            .encode(block, &mut shards)
-            .map_err(|e| Error::Internal(e.to_string()))?;
-        let framed_len = bitrot::HASH_LEN + shards.first().map_or(0, |s| s.len());
-        let result = self.send_shards(&shards, framed_len).await;
-        self.scratch = shards;
-        result
-    }
-
-    async fn send_shards(&mut self, shards: &[Vec<u8>], framed_len: usize) -> Result<()> {
-        if let Some(bufs) = &mut self.inline {
+        let framed_len = erasure.framed_len(block.len());
+        if let Some(bufs) = &self.inline {
             if bufs[0].len() + framed_len <= self.inline_limit {
-                for (pos, buf) in bufs.iter_mut().enumerate() {
-                    bitrot::frame_into(&shards[self.shard_of[pos]], buf);
+                let mut shards = std::mem::take(&mut self.scratch);
+                let encoded = erasure.encode(block, &mut shards);
+                if encoded.is_ok() {
+                    if let Some(bufs) = &mut self.inline {
+                        for (pos, buf) in bufs.iter_mut().enumerate() {
+                            bitrot::frame_into(&shards[self.shard_of[pos]], buf);
+                        }
+                    }
                 }
-                return Ok(());
+                self.scratch = shards;
+                return encoded.map_err(|e| Error::Internal(e.to_string()));
             }
             self.open_writers().await?;
         }
+        let n = erasure.total_shards();
+        let mut pieces = pieces_of(&self.buffers, n, framed_len);
+        {
+            let mut slots: Vec<&mut [u8]> = pieces
+                .iter_mut()
+                .map(|p| {
+                    p.set_len(framed_len);
+                    &mut p[..]
+                })
+                .collect();
+            erasure
+                .encode_framed(block, &mut slots)
+                .map_err(|e| Error::Internal(e.to_string()))?;
+        }
+        let framed: Vec<Bytes> = pieces.into_iter().map(PooledBuf::into_bytes).collect();
         let mut sends = Vec::with_capacity(self.drives.len());
         for (pos, w) in self.writers.iter().enumerate() {
             if let Some(w) = w {
-                let mut framed = Vec::with_capacity(framed_len);
-                bitrot::frame_into(&shards[self.shard_of[pos]], &mut framed);
-                sends.push((pos, w.tx.clone(), Bytes::from(framed)));
+                sends.push((pos, w.tx.clone(), framed[self.shard_of[pos]].clone()));
             }
         }
+        drop(framed);
         let results = futures::future::join_all(
             sends
                 .into_iter()
@@ -367,11 +421,14 @@ impl ErasureSet {
         let mut sink = ShardSink::new(
             self.drives.clone(),
             &distribution,
-            tmp_id,
-            data_dir,
-            1,
+            ShardFiles {
+                tmp_id,
+                data_dir,
+                part: 1,
+            },
             self.cfg.inline_limit,
             write_quorum,
+            self.buffers.clone(),
         );
         let mut reader = BlockReader::new(body, erasure.block_size());
         let mut md5 = Md5::new();

@@ -138,13 +138,25 @@ impl ErasureServer {
         sets: Vec<SetSpec>,
         cfg: ObjectConfig,
     ) -> Result<Arc<ErasureServer>> {
+        Self::open_sets_with_buffers(deployment_id, sets, cfg, crate::set::default_buffers())
+    }
+
+    /// Like [`Self::open_sets`], with GET stripes and PUT chunks in `buffers` (a cluster node's
+    /// data-plane pool, registered with the RDMA device when verbs is on).
+    pub fn open_sets_with_buffers(
+        deployment_id: Uuid,
+        sets: Vec<SetSpec>,
+        cfg: ObjectConfig,
+        buffers: quarry_net::BufPool,
+    ) -> Result<Arc<ErasureServer>> {
         if sets.is_empty() {
             return Err(Error::Internal("no erasure sets".into()));
         }
         let mut out = Vec::with_capacity(sets.len());
         for (drives, locker) in sets {
             let (heal_tx, heal_rx) = mpsc::channel(HEAL_QUEUE);
-            let mut set = ErasureSet::new(drives, cfg.clone(), deployment_id, heal_tx)?;
+            let mut set = ErasureSet::new(drives, cfg.clone(), deployment_id, heal_tx)?
+                .with_buffers(buffers.clone());
             if let Some(l) = locker {
                 set = set.with_locker(l);
             }

@@ -110,20 +110,10 @@ impl ErasureSet {
         self
     }
 
-    /// `count` pieces of `len` bytes, cut from one pooled buffer when they fit (a fresh
-    /// allocation when the pool is empty or they do not): the stripe a block's chunks land in.
+    /// `count` pieces of `len` bytes, cut from one pooled buffer when they fit (the stripe a
+    /// block's chunks land in; see [`crate::put::pieces_of`]).
     pub(crate) fn stripe(&self, count: usize, len: usize) -> Vec<PooledBuf> {
-        if count == 0 || len == 0 {
-            return (0..count).map(|_| PooledBuf::heap(len)).collect();
-        }
-        let total = count.saturating_mul(len);
-        let buf = if total <= self.buffers.buf_size() {
-            self.buffers.get_or_alloc()
-        } else {
-            PooledBuf::heap(total)
-        };
-        buf.split_even(len, count)
-            .unwrap_or_else(|_| (0..count).map(|_| PooledBuf::heap(len)).collect())
+        crate::put::pieces_of(&self.buffers, count, len)
     }
 
     pub fn drive_count(&self) -> usize {

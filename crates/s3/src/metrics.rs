@@ -341,7 +341,7 @@ impl Metrics {
                 u8::from(d.online)
             );
         }
-        let gauges: [(&str, &str, &str, u64); 14] = [
+        let gauges: [(&str, &str, &str, u64); 15] = [
             (
                 "quarry_heal_queue_length",
                 "gauge",
