@@ -8,5 +8,5 @@ cargo build -p quarry
 export QUARRY_BIN=$PWD/target/debug/quarry
 export QUARRY_VM_TEST_CARGO_ARGS="-p quarry-integration --test s3"
 export QUARRY_VM_GUEST_NAME=cluster-verbs-tests
-export QUARRY_VM_GUEST_ENV="QUARRY_RDMA=on QUARRY_BIN=$QUARRY_BIN"
+export QUARRY_VM_GUEST_ENV="QUARRY_RDMA=on QUARRY_RDMA_POOL_BYTES=64MiB QUARRY_BIN=$QUARRY_BIN"
 exec scripts/vm/verbs-tests.sh rdma::vm_cluster "$@"

@@ -47,7 +47,7 @@ GUEST=$TARGET/vm/$GUEST_NAME.guest.sh
     echo '}'
     for b in "${BINS[@]}"; do
         printf 'echo "==> %s"\n' "$(basename "$b")"
-        printf '%q --include-ignored --test-threads 1' "$b"
+        printf '%q --include-ignored --test-threads 1 --nocapture' "$b"
         for f in "$@"; do printf ' %q' "$f"; done
         echo ' 2>&1 | tee /tmp/test.log'
         printf 'check %q /tmp/test.log "${PIPESTATUS[0]}"\n' "$(basename "$b")"

@@ -518,7 +518,20 @@ impl TestServer {
         headers: &[(&str, &str)],
         body: Vec<u8>,
     ) -> reqwest::Response {
-        let url = format!("{}{}", self.endpoint(), path_and_query);
+        self.signed_node(self.front, method, path_and_query, headers, body)
+            .await
+    }
+
+    /// [`TestServer::signed`], sent to node `i`.
+    pub async fn signed_node(
+        &self,
+        i: usize,
+        method: &str,
+        path_and_query: &str,
+        headers: &[(&str, &str)],
+        body: Vec<u8>,
+    ) -> reqwest::Response {
+        let url = format!("{}{}", self.node_endpoint(i), path_and_query);
         let signed = sign_headers(
             method,
             &url,

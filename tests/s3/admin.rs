@@ -202,3 +202,75 @@ async fn admin_calls_fail_clearly() {
         expect_raw_error(resp, 403, "AccessDenied").await;
     }
 }
+
+/// `quarry admin reset-connections` drops a node's data-plane connections; transfers go on over
+/// new ones. A single node has no data plane and says so.
+#[tokio::test]
+async fn admin_reset_connections_drops_data_connections_and_transfers_go_on() {
+    let s = TestServer::start_cluster(2, 2, 4).await;
+    s.create_bucket("rst").await;
+    let c = s.client();
+    let data = random_bytes(3 * MIB + 5);
+    c.put_object()
+        .bucket("rst")
+        .key("k")
+        .body(aws_sdk_s3::primitives::ByteStream::from(data.clone()))
+        .send()
+        .await
+        .expect("PUT");
+    let get = || async {
+        c.get_object()
+            .bucket("rst")
+            .key("k")
+            .send()
+            .await
+            .expect("GET")
+            .body
+            .collect()
+            .await
+            .expect("body")
+            .to_vec()
+    };
+    assert_bytes_eq(&get().await, &data, "before the reset");
+    let connects = |text: &str| -> f64 {
+        text.lines()
+            .filter(|l| l.starts_with("quarry_dataplane_peer_connects_total{backend=\"tcp\""))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    };
+    let metrics = || async {
+        reqwest::get(format!("{}/metrics", s.endpoint()))
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("metrics body")
+    };
+    let before = connects(&metrics().await);
+    assert!(before >= 1.0, "data connections were made");
+    let out = as_root(&s, "reset-connections", &[]).await;
+    let (stdout, stderr) = text(&out);
+    assert!(out.status.success(), "stdout: {stdout}\nstderr: {stderr}");
+    assert!(
+        stdout.starts_with("Dropped ") && stdout.contains("every peer"),
+        "{stdout}"
+    );
+    let n: u64 = stdout
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .expect("a count");
+    assert!(n >= 1, "idle data connections to drop: {stdout}");
+    assert_bytes_eq(&get().await, &data, "after the reset");
+    assert!(connects(&metrics().await) > before, "reconnected");
+
+    let single = TestServer::start_single(2).await;
+    let out = as_root(&single, "reset-connections", &["127.0.0.1:1"]).await;
+    let (stdout, stderr) = text(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "stdout: {stdout}\nstderr: {stderr}"
+    );
+    assert!(stderr.contains("NotImplemented"), "{stderr}");
+}

@@ -51,6 +51,20 @@ pub enum AdminCommand {
     Info(Connection),
     /// Show every drive: its set, node, state and space.
     Drives(Connection),
+    /// Drop the node's data-plane connections to PEER (host:port; default: every peer), as a
+    /// failure would: transfers on them fail over or are retried, the next ones reconnect (for
+    /// RDMA: the queue pairs go to the error state and are rebuilt).
+    ResetConnections(ResetArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ResetArgs {
+    #[command(flatten)]
+    pub conn: Connection,
+
+    /// The peer (host:port as in the drive list). Default: every peer.
+    #[arg(value_name = "PEER")]
+    pub peer: Option<String>,
 }
 
 /// Where the server is and who calls it.
@@ -181,6 +195,24 @@ async fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
                 let info: Info = serde_json::from_str(&body)
                     .with_context(|| format!("the server's answer is not cluster info: {body}"))?;
                 print!("{}", format_info(&info));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        AdminCommand::ResetConnections(a) => {
+            let query: Vec<(&str, &str)> = a.peer.iter().map(|p| ("peer", p.as_str())).collect();
+            let body = call(&a.conn, "POST", "data-plane/reset", &query, STATUS_TIMEOUT).await?;
+            if a.conn.json {
+                println!("{body}");
+            } else {
+                let v: serde_json::Value = serde_json::from_str(&body).with_context(|| {
+                    format!("the server's answer is not a reset report: {body}")
+                })?;
+                let n = v["reset"].as_u64().unwrap_or(0);
+                println!(
+                    "Dropped {n} data-plane connection{} to {}; the next transfers reconnect.",
+                    if n == 1 { "" } else { "s" },
+                    a.peer.as_deref().unwrap_or("every peer")
+                );
             }
             Ok(ExitCode::SUCCESS)
         }

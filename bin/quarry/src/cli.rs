@@ -581,6 +581,74 @@ mod tests {
     }
 
     #[test]
+    fn rdma_settings_come_from_flags_or_the_file_and_bad_ones_are_refused() {
+        let s = settings_of(&["server"]);
+        assert_eq!(s.rdma, quarry_net::rdma::RdmaSettings::default());
+        let s = settings_of(&[
+            "server",
+            "--rdma",
+            "on",
+            "--rdma-device",
+            "rxe0",
+            "--rdma-gid-index",
+            "3",
+            "--rdma-qp-per-peer",
+            "8",
+            "--rdma-pool-bytes",
+            "64MiB",
+            "--rdma-max-connections",
+            "1000",
+        ]);
+        assert_eq!(
+            s.rdma,
+            quarry_net::rdma::RdmaSettings {
+                mode: quarry_net::rdma::RdmaMode::On,
+                device: Some("rxe0".into()),
+                gid_index: Some(3),
+                qp_per_peer: 8,
+                pool_bytes: 64 << 20,
+                max_connections: 1000,
+            }
+        );
+        for bad in [
+            &["server", "--rdma-qp-per-peer", "0"][..],
+            &["server", "--rdma-qp-per-peer", "257"],
+            &["server", "--rdma-pool-bytes", "100MiB"],
+            &["server", "--rdma-pool-bytes", "1MiB"],
+            &["server", "--rdma-max-connections", "1001"],
+            &["server", "--rdma-gid-index", "x"],
+        ] {
+            let e = Cli::command()
+                .try_get_matches_from(std::iter::once("quarry").chain(bad.iter().copied()))
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("QUARRY_RDMA_"), "{bad:?}: {e}");
+        }
+        // The file: sizes as text or as a number; a flag wins.
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("q.toml");
+        std::fs::write(
+            &f,
+            "version = 1\nrdma_pool_bytes = \"32MiB\"\nrdma_qp_per_peer = 4\nrdma_gid_index = 1\nrdma_max_connections = 9\n",
+        )
+        .unwrap();
+        let path = f.to_str().unwrap();
+        let s = settings_of(&["server", "--config", path]);
+        assert_eq!(
+            (
+                s.rdma.pool_bytes,
+                s.rdma.qp_per_peer,
+                s.rdma.gid_index,
+                s.rdma.max_connections
+            ),
+            (32 << 20, 4, Some(1), 9)
+        );
+        std::fs::write(&f, "version = 1\nrdma_pool_bytes = 33554432\n").unwrap();
+        let s = settings_of(&["server", "--config", path, "--rdma-qp-per-peer", "3"]);
+        assert_eq!((s.rdma.pool_bytes, s.rdma.qp_per_peer), (32 << 20, 3));
+    }
+
+    #[test]
     fn durations() {
         assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_duration("30m"), Ok(Duration::from_secs(1800)));

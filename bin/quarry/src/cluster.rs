@@ -303,16 +303,18 @@ mod verbs {
             holder_buffers = holder_pool.stats().capacity,
             "RDMA: buffer pools registered"
         );
-        let holder = VerbsResponder::new(
-            dev.clone(),
-            holder_pool.clone(),
-            ResponderConfig {
-                max_connections: rdma.max_connections,
-                ..ResponderConfig::default()
-            },
-        )
-        .map_err(anyhow::Error::msg)
-        .context("RDMA: cannot set up the holder side of the verbs data plane")?;
+        let holder = Arc::new(
+            VerbsResponder::new(
+                dev.clone(),
+                holder_pool.clone(),
+                ResponderConfig {
+                    max_connections: rdma.max_connections,
+                    ..ResponderConfig::default()
+                },
+            )
+            .map_err(anyhow::Error::msg)
+            .context("RDMA: cannot set up the holder side of the verbs data plane")?,
+        );
         let config = RpcConfig::default();
         // Its own control connections (no cycle through the client that holds the plane).
         let control = RpcClient::new(identity.clone(), config.clone());
@@ -333,10 +335,11 @@ mod verbs {
             },
         )
         .map_err(anyhow::Error::msg)
-        .context("RDMA: cannot set up the verbs data plane")?;
+        .context("RDMA: cannot set up the verbs data plane")?
+        .with_holder(holder.clone());
         if rpc.set_data_plane(Arc::new(plane)).is_err() {
             anyhow::bail!("RDMA: the RPC client already had a data plane");
         }
-        Ok(server.with_pool(holder_pool).with_verbs(Arc::new(holder)))
+        Ok(server.with_pool(holder_pool).with_verbs(holder))
     }
 }

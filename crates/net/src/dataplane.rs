@@ -229,6 +229,10 @@ pub enum DataPlaneError {
     /// flight fail with this), a failed connection set-up.
     #[error("RDMA transfer with {peer} failed: {reason}")]
     Verbs { peer: String, reason: String },
+    /// The peer had no registered memory free for the transfer and touched nothing (the verbs
+    /// backend moves it over TCP instead).
+    #[error("peer {peer} is busy: {reason}")]
+    Busy { peer: String, reason: String },
 }
 
 impl DataPlaneError {
@@ -259,6 +263,7 @@ impl DataPlaneError {
             DataPlaneError::Remote { .. } => "remote",
             DataPlaneError::TooLarge { .. } => "too_large",
             DataPlaneError::Verbs { .. } => "verbs",
+            DataPlaneError::Busy { .. } => "busy",
         }
     }
 }
@@ -467,6 +472,19 @@ pub trait DataPlane: Send + Sync + fmt::Debug {
     /// flight on them fail, the next transfer connects anew. Returns how many were dropped.
     fn reset(&self, _peer: Option<&str>) -> usize {
         0
+    }
+
+    /// The buffer pools of the node's data path, by name: `data` (this backend's pool), and for
+    /// verbs also `holder` (the pool the node serves its peers from).
+    fn pools(&self) -> Vec<(&'static str, crate::bufpool::BufPoolStats)> {
+        vec![("data", self.pool().stats())]
+    }
+
+    /// What the node's holder side (serving its peers' transfers) moved, when this backend has
+    /// one of its own (verbs: bytes RDMA-WRITTEN to peers are `bytes_out`, appends RDMA-READ from
+    /// them `bytes_in`).
+    fn holder_stats(&self) -> Option<DataPlaneStats> {
+        None
     }
 
     /// Reads `range` of drive `drive` of `peer` (`host:port`) into buffers taken from

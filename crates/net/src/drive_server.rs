@@ -646,6 +646,8 @@ impl DriveServer {
         self.fetch_turn(&w, req.writer, req.seq).await?;
         let data = match v.fetch(&req).await {
             Ok(d) => d,
+            // Busy: nothing was fetched and the requester sends this append over TCP instead.
+            Err(e) if e.code() == Some(crate::verbs_dataplane::CODE_BUSY) => return Err(e),
             Err(e) => {
                 let (code, message) = match &e {
                     RpcError::Remote { code, message } => (*code, message.clone()),

@@ -39,10 +39,10 @@ pub mod verbs_dataplane;
 pub mod wire;
 
 pub use auth::{ClusterSecret, Identity};
-pub use bufpool::{BufPool, BufPoolConfig, PooledBuf};
+pub use bufpool::{BufPool, BufPoolConfig, BufPoolStats, PooledBuf};
 pub use dataplane::{
-    DataPlane, DataPlaneError, DataPlaneStats, ShardData, ShardRange, TcpDataPlane,
-    TcpDataPlaneConfig, DEFAULT_BUF_SIZE,
+    DataPlane, DataPlaneError, DataPlaneStats, PeerSnapshot, ShardData, ShardRange, TcpDataPlane,
+    TcpDataPlaneConfig, DEFAULT_BUF_SIZE, LATENCY_BUCKETS,
 };
 pub use drive_server::{DriveServer, DriveServerConfig};
 pub use remote_drive::{RemoteDrive, RemoteDriveConfig};

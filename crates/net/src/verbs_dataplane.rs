@@ -91,7 +91,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -129,6 +129,14 @@ pub const PROTOCOL_VERSION: u8 = 2;
 pub const CODE_VERBS_FAILED: u16 = codes::APPLICATION_BASE + 900;
 /// Error code of a holder that does not know the connection id (restarted, or dropped it).
 pub const CODE_NO_CONNECTION: u16 = codes::APPLICATION_BASE + 901;
+/// Error code of a holder with no registered buffer free for the transfer right now: it touched
+/// nothing, and the requester moves these bytes over TCP instead (load shedding, not a failure:
+/// the connection stays).
+pub const CODE_BUSY: u16 = codes::APPLICATION_BASE + 902;
+
+/// How long a holder waits for a free registered buffer before it answers [`CODE_BUSY`]: long
+/// enough to ride out a burst, short next to the requester's timeout.
+pub const BUSY_WAIT: Duration = Duration::from_millis(250);
 
 /// Access the requester's pool is registered with: holders RDMA-WRITE GET chunks into it and
 /// RDMA-READ PUT chunks from it.
@@ -491,6 +499,8 @@ struct HolderCounters {
     fetched_bytes: AtomicU64,
     errors: AtomicU64,
     connections_total: AtomicU64,
+    /// Transfers answered [`CODE_BUSY`] (no registered buffer free).
+    busy: AtomicU64,
 }
 
 /// The holder side of the verbs data plane: answers [`METHOD_CONNECT`] and [`METHOD_READ`] for a
@@ -651,7 +661,7 @@ impl VerbsResponder {
             METHOD_READ => self.read(&payload, drives).await,
             m => Err(RpcError::unknown_method(m)),
         };
-        if r.is_err() {
+        if r.as_ref().is_err_and(|e| e.code() != Some(CODE_BUSY)) {
             self.counters.errors.fetch_add(1, Ordering::Relaxed);
         }
         r
@@ -719,16 +729,19 @@ impl VerbsResponder {
         drop(c);
     }
 
+    /// A free registered buffer, or [`CODE_BUSY`] after [`BUSY_WAIT`]: a holder never makes a
+    /// requester wait out its timeout for memory (the requester sends those bytes over TCP).
     async fn buffer(&self) -> Result<PooledBuf, RpcError> {
-        tokio::time::timeout(self.config.op_timeout, self.pool.get())
+        if let Some(b) = self.pool.try_get() {
+            return Ok(b);
+        }
+        tokio::time::timeout(BUSY_WAIT, self.pool.get())
             .await
             .map_err(|_| {
+                self.counters.busy.fetch_add(1, Ordering::Relaxed);
                 rpc_err(
-                    CODE_VERBS_FAILED,
-                    format!(
-                        "no registered buffer free within {:?}",
-                        self.config.op_timeout
-                    ),
+                    CODE_BUSY,
+                    format!("no registered buffer free within {BUSY_WAIT:?}"),
                 )
             })
     }
@@ -1031,6 +1044,8 @@ pub struct VerbsStats {
     pub timeouts: u64,
     /// Transfers refused at once because the peer's connection set-up is backing off.
     pub fast_failures: u64,
+    /// Transfers the holder answered busy (no registered buffer free), moved over TCP instead.
+    pub busy: u64,
 }
 
 #[derive(Default)]
@@ -1048,6 +1063,7 @@ struct Counters {
     errors: AtomicU64,
     timeouts: AtomicU64,
     fast_failures: AtomicU64,
+    busy: AtomicU64,
 }
 
 fn bump(a: &AtomicU64) {
@@ -1072,11 +1088,63 @@ enum Lent {
     },
 }
 
-struct PendingTable {
-    /// Set (under the lock) once the QP is dead: nothing may be added any more.
+/// What a connection has lent to its peer, by tag (the immediate data of the peer's WRITE, or the
+/// key of an append), until it is settled or the QP is known drained. Pure bookkeeping, no verbs:
+/// the invariants below are unit-tested.
+///
+/// - A tag is never given to two loans at once (tags wrap after 2^32 loans; one still lent is
+///   skipped), so an immediate always settles the loan it was meant for.
+/// - Once [`LendTable::drain`] ran (the QP is dead and drained), nothing can be lent any more, so
+///   no loan can be left behind a drain.
+/// - Whatever a loan holds (a slot and its credit, or an append's bytes and its permit) is held
+///   until it is settled or drained, not until the future that lent it ends.
+struct LendTable<T> {
+    /// Set once the QP is dead: nothing may be added any more.
     broken: bool,
-    map: HashMap<u32, Lent>,
+    map: HashMap<u32, T>,
+    next_tag: u32,
 }
+
+impl<T> LendTable<T> {
+    fn new() -> Self {
+        LendTable {
+            broken: false,
+            map: HashMap::new(),
+            next_tag: 1,
+        }
+    }
+
+    /// Lends `item` under a tag no other loan has; `Err(item)` once drained.
+    fn lend(&mut self, item: T) -> Result<u32, T> {
+        if self.broken {
+            return Err(item);
+        }
+        // At most `map.len()` tags are taken, so this finds a free one within that many steps.
+        let mut tag = self.next_tag;
+        while self.map.contains_key(&tag) {
+            tag = tag.wrapping_add(1);
+        }
+        self.next_tag = tag.wrapping_add(1);
+        self.map.insert(tag, item);
+        Ok(tag)
+    }
+
+    fn settle(&mut self, tag: u32) -> Option<T> {
+        self.map.remove(&tag)
+    }
+
+    fn is_lent(&self, tag: u32) -> bool {
+        self.map.contains_key(&tag)
+    }
+
+    /// Everything still lent; nothing can be lent from now on.
+    fn drain(&mut self) -> Vec<T> {
+        self.broken = true;
+        self.map.drain().map(|(_, v)| v).collect()
+    }
+}
+
+type PendingTable = LendTable<Lent>;
 
 /// One requester connection (RC queue pair) to a peer.
 struct Conn {
@@ -1085,7 +1153,6 @@ struct Conn {
     credits: Arc<Semaphore>,
     appends: Arc<Semaphore>,
     pending: Arc<Mutex<PendingTable>>,
-    next_tag: AtomicU32,
     dead: Arc<AtomicBool>,
 }
 
@@ -1101,18 +1168,12 @@ impl Conn {
 
     /// Lends `lent` to the peer under a fresh tag; `None` if the QP is already dead.
     fn lend(&self, lent: Lent) -> Option<u32> {
-        let tag = self.next_tag.fetch_add(1, Ordering::Relaxed);
-        let mut p = lock(&self.pending);
-        if p.broken {
-            return None;
-        }
-        p.map.insert(tag, lent);
-        Some(tag)
+        lock(&self.pending).lend(lent).ok()
     }
 
     /// Takes back what was lent under `tag`: the peer is known to be done with it.
     fn settle(&self, tag: u32) -> Option<Lent> {
-        lock(&self.pending).map.remove(&tag)
+        lock(&self.pending).settle(tag)
     }
 }
 
@@ -1126,7 +1187,7 @@ struct Unsettled<'a> {
 
 impl Drop for Unsettled<'_> {
     fn drop(&mut self) {
-        if self.armed && lock(&self.conn.pending).map.contains_key(&self.tag) {
+        if self.armed && lock(&self.conn.pending).is_lent(self.tag) {
             self.conn.break_qp();
         }
     }
@@ -1165,6 +1226,9 @@ enum AppendFailure {
     NothingMoved(DataPlaneError),
     /// The holder refused it (a drive error): as it is.
     Refused(DataPlaneError),
+    /// The holder had no registered buffer free: nothing moved, the connection is fine; these
+    /// bytes go over TCP.
+    Busy,
     /// The connection failed under it: its bytes may have moved; it fails.
     Broken(DataPlaneError),
 }
@@ -1179,6 +1243,8 @@ pub struct VerbsDataPlane {
     peers: Mutex<HashMap<String, Arc<Peer>>>,
     counters: Counters,
     metrics: PeerMetrics,
+    /// This node's holder side, for its figures ([`DataPlane::holder_stats`]).
+    holder: std::sync::OnceLock<Arc<VerbsResponder>>,
 }
 
 impl fmt::Debug for VerbsDataPlane {
@@ -1221,7 +1287,14 @@ impl VerbsDataPlane {
             peers: Mutex::new(HashMap::new()),
             counters: Counters::default(),
             metrics: PeerMetrics::new("verbs"),
+            holder: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Reports `holder` (this node's holder side) with this data plane's figures.
+    pub fn with_holder(self, holder: Arc<VerbsResponder>) -> Self {
+        let _ = self.holder.set(holder);
+        self
     }
 
     pub fn verbs_stats(&self) -> VerbsStats {
@@ -1241,6 +1314,7 @@ impl VerbsDataPlane {
             errors: g(&c.errors),
             timeouts: g(&c.timeouts),
             fast_failures: g(&c.fast_failures),
+            busy: g(&c.busy),
         }
     }
 
@@ -1417,10 +1491,7 @@ impl VerbsDataPlane {
         let qp = prepared
             .connect(&theirs, &ConnectOptions::default())
             .map_err(|e| verr(peer, format!("connect QP: {e}")))?;
-        let pending = Arc::new(Mutex::new(PendingTable {
-            broken: false,
-            map: HashMap::new(),
-        }));
+        let pending = Arc::new(Mutex::new(PendingTable::new()));
         let dead = Arc::new(AtomicBool::new(false));
         let conn = Arc::new(Conn {
             id,
@@ -1428,7 +1499,6 @@ impl VerbsDataPlane {
             credits: Arc::new(Semaphore::new(credits as usize)),
             appends: Arc::new(Semaphore::new(credits as usize)),
             pending: pending.clone(),
-            next_tag: AtomicU32::new(1),
             dead: dead.clone(),
         });
         metrics.active.fetch_add(1, Ordering::Relaxed);
@@ -1517,6 +1587,12 @@ impl VerbsDataPlane {
                 // The holder did not write: the slot and credit are free again.
                 guard.armed = false;
                 drop(conn.settle(tag));
+                if code == CODE_BUSY {
+                    return Err(DataPlaneError::Busy {
+                        peer: peer.to_owned(),
+                        reason: message,
+                    });
+                }
                 if code == codes::UNKNOWN_METHOD {
                     return Err(verr(
                         peer,
@@ -1621,6 +1697,11 @@ impl VerbsDataPlane {
                 guard.armed = false;
                 drop(conn.settle(tag));
                 Ok(())
+            }
+            Err(RpcError::Remote { code, .. }) if code == CODE_BUSY => {
+                guard.armed = false;
+                drop(conn.settle(tag));
+                Err(AppendFailure::Busy)
             }
             Err(RpcError::Remote { code, message })
                 if code == CODE_NO_CONNECTION || code == codes::UNKNOWN_METHOD =>
@@ -1746,7 +1827,7 @@ async fn requester_completions(
                         error.get_or_insert(format!("repost receive: {}", e.error));
                         let _ = qp.set_error();
                     }
-                    let lent = lock(&pending).map.remove(&tag);
+                    let lent = lock(&pending).settle(tag);
                     if let Some(Lent::Slot { buf, tx, .. }) = lent {
                         // A read that gave up drops the slot: it goes home.
                         let _ = tx.send(Ok((buf, c.byte_len)));
@@ -1773,11 +1854,7 @@ async fn requester_completions(
         "the queue pair is in error ({})",
         error.unwrap_or_else(|| "closed".into())
     );
-    let drained: Vec<Lent> = {
-        let mut p = lock(&pending);
-        p.broken = true;
-        p.map.drain().map(|(_, v)| v).collect()
-    };
+    let drained: Vec<Lent> = lock(&pending).drain();
     for lent in drained {
         if let Lent::Slot { tx, .. } = lent {
             let _ = tx.send(Err(reason.clone()));
@@ -1816,6 +1893,18 @@ impl DataPlane for VerbsDataPlane {
 
     fn reset(&self, peer: Option<&str>) -> usize {
         self.break_peer(peer) + self.tcp.reset(peer)
+    }
+
+    fn pools(&self) -> Vec<(&'static str, crate::bufpool::BufPoolStats)> {
+        let mut out = vec![("data", self.pool.stats())];
+        if let Some(h) = self.holder.get() {
+            out.push(("holder", h.pool().stats()));
+        }
+        out
+    }
+
+    fn holder_stats(&self) -> Option<DataPlaneStats> {
+        self.holder.get().map(|h| h.stats())
     }
 
     async fn read_shard(
@@ -1867,6 +1956,11 @@ impl DataPlane for VerbsDataPlane {
                 bump(&self.counters.errors);
                 p.metrics.error(e.kind());
                 Err(e)
+            }
+            Err(DataPlaneError::Busy { .. }) => {
+                // The holder had no buffer free and wrote nothing: this read goes over TCP.
+                bump(&self.counters.busy);
+                self.tcp_read(peer, drive, range, None).await
             }
             Err(e) => {
                 if matches!(e, DataPlaneError::Timeout { .. }) {
@@ -1929,6 +2023,11 @@ impl DataPlane for VerbsDataPlane {
                 p.metrics.record(Transfer::Append, len, started.elapsed());
                 Ok(())
             }
+            Err(AppendFailure::Busy) => {
+                bump(&self.counters.busy);
+                bump(&self.counters.tcp_appends);
+                self.tcp.append_shard(peer, drive, writer, seq, data).await
+            }
             Err(AppendFailure::Refused(e)) => {
                 bump(&self.counters.errors);
                 p.metrics.error(e.kind());
@@ -1983,6 +2082,76 @@ mod tests {
         let mut long = good.to_vec();
         long.push(0);
         assert_eq!(decode_connect(&long), Err(MessageError::Trailing(1)));
+    }
+
+    #[test]
+    fn a_tag_is_never_lent_twice_even_when_tags_wrap() {
+        let mut t: LendTable<&str> = LendTable::new();
+        t.next_tag = u32::MAX - 1;
+        let a = t.lend("a").unwrap();
+        let b = t.lend("b").unwrap();
+        let c = t.lend("c").unwrap();
+        assert_eq!((a, b, c), (u32::MAX - 1, u32::MAX, 0));
+        // Around again, past loans still out: their tags are skipped.
+        t.next_tag = u32::MAX - 1;
+        let d = t.lend("d").unwrap();
+        assert_eq!(d, 1, "the first free tag after the three lent ones");
+        assert_eq!(t.settle(b), Some("b"));
+        assert_eq!(t.settle(b), None, "settled once");
+        t.next_tag = u32::MAX - 1;
+        assert_eq!(
+            t.lend("e").unwrap(),
+            u32::MAX,
+            "a settled tag is free again"
+        );
+        assert!(t.is_lent(a) && t.is_lent(c) && t.is_lent(d));
+    }
+
+    #[test]
+    fn nothing_is_lent_after_a_drain_and_the_drain_returns_everything() {
+        let mut t: LendTable<u8> = LendTable::new();
+        let tags: Vec<u32> = (0..5).map(|i| t.lend(i).unwrap()).collect();
+        assert_eq!(t.settle(tags[2]), Some(2));
+        let mut left = t.drain();
+        left.sort();
+        assert_eq!(left, vec![0, 1, 3, 4]);
+        assert_eq!(t.lend(9), Err(9), "a dead QP takes no new loan");
+        assert!(!t.is_lent(tags[0]));
+        assert!(t.drain().is_empty());
+    }
+
+    /// A credit is held by its loan, not by the future that lent it: at most `credits` reads
+    /// can be out at once, a settled or drained loan gives its credit back, a dropped future
+    /// does not.
+    #[tokio::test]
+    async fn credits_bound_the_loans_and_come_back_only_with_them() {
+        let credits = Arc::new(Semaphore::new(3));
+        let mut t: LendTable<OwnedSemaphorePermit> = LendTable::new();
+        let mut tags = Vec::new();
+        for _ in 0..3 {
+            let p = credits.clone().try_acquire_owned().unwrap();
+            tags.push(t.lend(p).unwrap());
+        }
+        assert!(
+            credits.clone().try_acquire_owned().is_err(),
+            "no fourth read while three are out"
+        );
+        // The future of a read that lent one is dropped: its loan (and credit) stays.
+        let waiting = credits.clone().acquire_owned();
+        drop(waiting);
+        assert_eq!(credits.available_permits(), 0);
+        drop(t.settle(tags[0]));
+        assert_eq!(
+            credits.available_permits(),
+            1,
+            "settled: the credit is back"
+        );
+        drop(t.drain());
+        assert_eq!(
+            credits.available_permits(),
+            3,
+            "drained: every credit is back"
+        );
     }
 
     #[test]

@@ -707,3 +707,100 @@ async fn a_read_of_many_buffers_is_pipelined_in_windows_and_exact() {
     assert_eq!(dp.stats().connects, 1);
     assert_eq!(dp.pool().stats().in_use, 0);
 }
+
+/// Per-peer figures move with reads and appends, pooled pieces of one buffer are read into in
+/// place, a whole chunk written with `write_bytes` is one append of the caller's bytes, and a
+/// reset drops the idle connections (the next transfer reconnects).
+#[tokio::test]
+async fn per_peer_figures_stripe_pieces_direct_appends_and_reset() {
+    let node = Node::new(3 * BUF).await;
+    let client = RpcClient::new(identity("client"), rpc_config());
+    let dp = plane(plane_config());
+    // A stripe: one pooled buffer cut into two pieces, each the target of one read.
+    let stripe = dp.pool().try_get().unwrap();
+    let base = stripe.addr();
+    let pieces = stripe.split_even(BUF / 2, 2).unwrap();
+    let mut got = Vec::new();
+    for (i, p) in pieces.into_iter().enumerate() {
+        let r = node.range((i * 1000) as u64, BUF / 2);
+        got.push(
+            t(dp.read_shard_into(&node.addr, 0, &r, vec![p]))
+                .await
+                .unwrap(),
+        );
+    }
+    for (i, d) in got.into_iter().enumerate() {
+        let b = d.into_bytes();
+        assert_eq!(
+            b.as_ptr() as usize,
+            base + i * (BUF / 2),
+            "piece {i} read in place"
+        );
+        assert_eq!(&b[..], &node.data[i * 1000..i * 1000 + BUF / 2]);
+    }
+    assert_eq!(dp.pool().stats().in_use, 0, "the stripe went home");
+
+    let r = RemoteDrive::with_data_plane(
+        client.clone(),
+        node.addr.clone(),
+        0,
+        "http://x/d0",
+        RemoteDriveConfig {
+            append_chunk: BUF,
+            ..RemoteDriveConfig::for_client(&client)
+        },
+        dp.clone(),
+    );
+    let (tmp_id, dd) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut w = t(r.create_shard_writer(tmp_id, dd, 1)).await.unwrap();
+    let chunk = Bytes::from(pattern(BUF - 100, 3));
+    t(w.write(b"gathered first")).await.unwrap();
+    t(w.write_bytes(chunk.clone())).await.unwrap();
+    t(w.finish()).await.unwrap();
+    let on_disk = std::fs::read(
+        node.local
+            .root()
+            .join(".quarry.sys/tmp")
+            .join(tmp_id.to_string())
+            .join(dd.to_string())
+            .join("part.1"),
+    )
+    .unwrap();
+    let mut want = b"gathered first".to_vec();
+    want.extend_from_slice(&chunk);
+    assert!(on_disk == want, "gathered bytes, then the chunk, in order");
+
+    let peers = dp.peer_stats();
+    assert_eq!(peers.len(), 1, "{peers:?}");
+    let p = &peers[0];
+    assert_eq!((p.backend, p.peer.as_str()), ("tcp", node.addr.as_str()));
+    assert_eq!((p.reads, p.read_bytes), (2, BUF as u64));
+    assert_eq!(p.appends, 2, "the gathered bytes and the chunk: {p:?}");
+    assert_eq!(p.append_bytes, want.len() as u64);
+    assert_eq!(p.latency_buckets.last().copied(), Some(4));
+    assert!(p.active_connections >= 1 && p.connects >= 1, "{p:?}");
+    assert!(p.errors.is_empty(), "{p:?}");
+
+    // A reset drops the idle connections; the next read makes a new one.
+    assert!(dp.reset(Some(&node.addr)) >= 1);
+    assert_eq!(dp.peer_stats()[0].active_connections, 0);
+    assert_eq!(dp.reset(Some("127.0.0.1:1")), 0, "no such peer");
+    let d = t(dp.read_shard(&node.addr, 0, &node.range(5, 10)))
+        .await
+        .unwrap();
+    assert_eq!(&d.into_bytes()[..], &node.data[5..15]);
+    let p = &dp.peer_stats()[0];
+    assert_eq!(p.connects, peers[0].connects + 1, "{p:?}");
+    // A failed transfer is counted by kind.
+    let _ = t(dp.read_shard(
+        &node.addr,
+        0,
+        &ShardRange {
+            data_dir: Uuid::new_v4(),
+            ..node.range(0, 10)
+        },
+    ))
+    .await
+    .unwrap_err();
+    assert_eq!(dp.peer_stats()[0].errors, vec![("remote", 1)]);
+}

@@ -473,6 +473,39 @@ async fn appends_are_fetched_by_the_holder_in_order_byte_exact() {
     t(w.finish()).await.expect("finish after a reconnect");
     let v = r.dp.verbs_stats();
     assert!(v.reconnects >= 1 && v.qp_errors >= 1, "{v:?}");
+
+    // Appends over verbs vs TCP inside the VM (ratios only: Soft-RoCE under TCG is emulated).
+    let chunk = pattern(512 * 1024 + 32, 4);
+    let n = 16;
+    let mut times = Vec::new();
+    for via_tcp in [false, true] {
+        let plane: Arc<dyn DataPlane> = if via_tcp { r.tcp.clone() } else { r.dp.clone() };
+        let d = RemoteDrive::with_data_plane(
+            r.rpc.clone(),
+            h.addr.clone(),
+            0,
+            "x",
+            RemoteDriveConfig::for_client(&r.rpc),
+            plane,
+        );
+        let mut w = t(d.create_shard_writer(Uuid::new_v4(), dd, 1))
+            .await
+            .unwrap();
+        let t0 = Instant::now();
+        for _ in 0..n {
+            t(w.write_bytes(registered_bytes(&r.pool, &chunk)))
+                .await
+                .unwrap();
+        }
+        t(w.finish()).await.unwrap();
+        times.push(t0.elapsed());
+    }
+    eprintln!(
+        "FIGURES: {n} appends of 512 KiB: verbs {:?}, tcp {:?}, tcp/verbs time ratio {:.2}",
+        times[0],
+        times[1],
+        times[1].as_secs_f64() / times[0].as_secs_f64()
+    );
 }
 
 async fn qp_error_case(fallback: bool) -> (VerbsStats, Vec<Result<(), DataPlaneError>>) {

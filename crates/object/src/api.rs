@@ -366,4 +366,12 @@ pub trait ObjectLayer: Send + Sync + 'static {
     ) -> Result<crate::scanner::HealReport> {
         Err(crate::Error::NotImplemented("heal"))
     }
+
+    /// Drops this node's data-plane connections to `peer` (to every peer with `None`), as a
+    /// failure would: transfers on them fail and are retried or served otherwise, the next one
+    /// reconnects (for verbs: the queue pairs go to the error state and are rebuilt). Returns how
+    /// many were dropped. The default has no data plane: `NotImplemented`.
+    async fn reset_data_plane(&self, _peer: Option<&str>) -> Result<usize> {
+        Err(crate::Error::NotImplemented("data-plane reset"))
+    }
 }

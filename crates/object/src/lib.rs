@@ -45,6 +45,8 @@ pub use multipart::{
 };
 pub use names::{check_bucket_name, check_key, MAX_KEY_LEN};
 pub use nslock::{LockGuard, Locker, NsGuard, NsLock};
+/// The data plane's figures as [`LayerStats`] carries them.
+pub use quarry_net::{BufPoolStats, DataPlaneStats, PeerSnapshot, LATENCY_BUCKETS};
 pub use scanner::{FailedObject, HealReport, HealedObject, REPORT_DETAILS};
 pub use server::{ErasureServer, Layout, Readiness};
 pub use set::ErasureSet;

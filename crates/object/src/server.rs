@@ -392,8 +392,22 @@ impl ObjectLayer for ErasureServer {
                 errors: d.errors,
                 timeouts: d.timeouts,
             });
+            stats.data_peers = plane.peer_stats();
+            stats.holder = plane.holder_stats();
+            stats.pools = plane.pools();
+        } else if let Some(set) = self.sets.first() {
+            stats.pools = vec![("data", set.buffers.stats())];
         }
         stats
+    }
+
+    async fn reset_data_plane(&self, peer: Option<&str>) -> Result<usize> {
+        match self.cluster.get() {
+            Some(view) => Ok(view.rpc.data_plane().reset(peer)),
+            None => Err(Error::NotImplemented(
+                "data-plane reset (a single node has no data plane)",
+            )),
+        }
     }
 
     async fn heal(&self, bucket: Option<&str>, prefix: &str) -> Result<HealReport> {

@@ -112,7 +112,7 @@ pub struct DriveState {
 }
 
 /// A snapshot of the object layer's state and counters (totals since start).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct LayerStats {
     pub drives: Vec<DriveState>,
     /// Objects waiting for the heal worker.
@@ -143,6 +143,12 @@ pub struct LayerStats {
     pub scan: ScanStats,
     /// Shard traffic per data-plane backend of this node (empty on a single node).
     pub data_planes: Vec<DataPlaneFigures>,
+    /// Shard traffic per backend and peer (empty on a single node).
+    pub data_peers: Vec<quarry_net::PeerSnapshot>,
+    /// What this node's holder side moved for its peers (verbs only).
+    pub holder: Option<quarry_net::DataPlaneStats>,
+    /// The buffer pools of the data path, by name (`data`; `holder` with verbs).
+    pub pools: Vec<(&'static str, quarry_net::BufPoolStats)>,
 }
 
 /// What one data-plane backend moved, for the metrics.

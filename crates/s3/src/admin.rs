@@ -43,6 +43,8 @@ pub enum AdminOp {
     Info,
     /// `GET /quarry/admin/v1/drives`.
     Drives,
+    /// `POST /quarry/admin/v1/data-plane/reset` (`?peer=host:port`, else every peer).
+    ResetDataPlane,
     /// An unknown call, version or method: this error, but only for the root user (others are
     /// told nothing about the admin API).
     Invalid { code: S3ErrorCode, message: String },
@@ -56,6 +58,7 @@ impl AdminOp {
             AdminOp::HealStatus => "AdminHealStatus",
             AdminOp::Info => "AdminInfo",
             AdminOp::Drives => "AdminDrives",
+            AdminOp::ResetDataPlane => "AdminResetDataPlane",
             AdminOp::Invalid { .. } => "Admin",
         }
     }
@@ -87,6 +90,7 @@ fn parse_call(method: &Method, path: &str) -> Result<AdminOp, S3Error> {
         "heal/status" => (AdminOp::HealStatus, Method::GET),
         "info" => (AdminOp::Info, Method::GET),
         "drives" => (AdminOp::Drives, Method::GET),
+        "data-plane/reset" => (AdminOp::ResetDataPlane, Method::POST),
         _ => {
             return Err(S3Error::new(
                 S3ErrorCode::InvalidRequest,
@@ -125,6 +129,17 @@ pub(crate) async fn handle(ctx: &ReqCtx, op: AdminOp) -> ApiResult<Response> {
         AdminOp::Drives => {
             let info = ctx.layer().info().await?;
             json(&DrivesJson::from(&info))
+        }
+        AdminOp::ResetDataPlane => {
+            let peer = ctx.query.get("peer").filter(|p| !p.is_empty());
+            let reset = ctx.layer().reset_data_plane(peer).await?;
+            tracing::info!(
+                peer = peer.unwrap_or("*"),
+                reset,
+                user = %ctx.auth.access_key,
+                "admin data-plane reset"
+            );
+            json(&serde_json::json!({ "peer": peer, "reset": reset }))
         }
         AdminOp::Invalid { code, message } => Err(ApiError::new(code, message)),
     }
@@ -550,6 +565,14 @@ mod tests {
         assert_eq!(
             p(Method::GET, "/quarry/admin/v1/info"),
             Some(Ok(AdminOp::Info))
+        );
+        assert_eq!(
+            p(Method::POST, "/quarry/admin/v1/data-plane/reset"),
+            Some(Ok(AdminOp::ResetDataPlane))
+        );
+        assert_eq!(
+            p(Method::GET, "/quarry/admin/v1/data-plane/reset"),
+            Some(Err(S3ErrorCode::MethodNotAllowed))
         );
         assert_eq!(
             p(Method::GET, "/quarry/admin/v1/drives/"),

@@ -20,13 +20,8 @@ use http::header::{HeaderValue, CONTENT_TYPE};
 use http::StatusCode;
 use quarry_object::LayerStats;
 
-/// A data-plane series: name, type, help, and how to read it from a backend's figures.
-type Series = (
-    &'static str,
-    &'static str,
-    &'static str,
-    fn(&quarry_object::DataPlaneFigures) -> u64,
-);
+/// A series: name, type, help, and how to read it from one item's figures.
+type Series<T> = (&'static str, &'static str, &'static str, fn(&T) -> u64);
 
 /// Distinct operation names tracked; later ones are counted as `Other`.
 const MAX_OPS: usize = 96;
@@ -269,7 +264,7 @@ impl Metrics {
         }
 
         if !layer.data_planes.is_empty() {
-            let series: [Series; 5] = [
+            let series: [Series<quarry_object::DataPlaneFigures>; 5] = [
                 (
                     "quarry_dataplane_transfers_total",
                     "counter",
@@ -313,6 +308,9 @@ impl Metrics {
                 }
             }
         }
+
+        render_peers(&mut out, layer);
+        render_pools(&mut out, layer);
 
         let online = layer.drives.iter().filter(|d| d.online).count();
         header(
@@ -441,6 +439,230 @@ impl Metrics {
     }
 }
 
+/// Per backend and peer: transfers, bytes, errors by kind, latency, connections.
+fn render_peers(out: &mut String, layer: &LayerStats) {
+    let peers = &layer.data_peers;
+    if peers.is_empty() {
+        return;
+    }
+    let l = |p: &quarry_object::PeerSnapshot| {
+        format!(
+            "backend=\"{}\",peer=\"{}\"",
+            escape(p.backend),
+            escape(&p.peer)
+        )
+    };
+    header(
+        out,
+        "quarry_dataplane_peer_transfers_total",
+        "counter",
+        "Shard transfers completed with a peer, by backend and operation (read: a GET chunk received; append: a PUT chunk sent).",
+    );
+    for p in peers {
+        let _ = writeln!(
+            out,
+            "quarry_dataplane_peer_transfers_total{{{},op=\"read\"}} {}",
+            l(p),
+            p.reads
+        );
+        let _ = writeln!(
+            out,
+            "quarry_dataplane_peer_transfers_total{{{},op=\"append\"}} {}",
+            l(p),
+            p.appends
+        );
+    }
+    header(
+        out,
+        "quarry_dataplane_peer_bytes_total",
+        "counter",
+        "Shard payload bytes moved with a peer, by backend and direction.",
+    );
+    for p in peers {
+        let _ = writeln!(
+            out,
+            "quarry_dataplane_peer_bytes_total{{{},direction=\"received\"}} {}",
+            l(p),
+            p.read_bytes
+        );
+        let _ = writeln!(
+            out,
+            "quarry_dataplane_peer_bytes_total{{{},direction=\"sent\"}} {}",
+            l(p),
+            p.append_bytes
+        );
+    }
+    header(
+        out,
+        "quarry_dataplane_peer_errors_total",
+        "counter",
+        "Failed shard transfers with a peer, by backend and kind of error.",
+    );
+    for p in peers {
+        for (kind, n) in &p.errors {
+            let _ = writeln!(
+                out,
+                "quarry_dataplane_peer_errors_total{{{},kind=\"{}\"}} {n}",
+                l(p),
+                escape(kind)
+            );
+        }
+    }
+    header(
+        out,
+        "quarry_dataplane_peer_transfer_duration_seconds",
+        "histogram",
+        "Time of completed shard transfers with a peer, by backend.",
+    );
+    for p in peers {
+        for (bound, count) in quarry_object::LATENCY_BUCKETS
+            .iter()
+            .zip(&p.latency_buckets)
+        {
+            let _ = writeln!(out, "quarry_dataplane_peer_transfer_duration_seconds_bucket{{{},le=\"{bound}\"}} {count}", l(p));
+        }
+        let total = p.latency_buckets.last().copied().unwrap_or(0);
+        let _ = writeln!(
+            out,
+            "quarry_dataplane_peer_transfer_duration_seconds_bucket{{{},le=\"+Inf\"}} {total}",
+            l(p)
+        );
+        let _ = writeln!(
+            out,
+            "quarry_dataplane_peer_transfer_duration_seconds_sum{{{}}} {:.6}",
+            l(p),
+            p.latency_sum_seconds
+        );
+        let _ = writeln!(
+            out,
+            "quarry_dataplane_peer_transfer_duration_seconds_count{{{}}} {total}",
+            l(p)
+        );
+    }
+    let gauges: [Series<quarry_object::PeerSnapshot>; 4] = [
+        (
+            "quarry_dataplane_peer_connections",
+            "gauge",
+            "Data connections (queue pairs, for verbs) open to a peer now.",
+            |p| p.active_connections,
+        ),
+        (
+            "quarry_dataplane_peer_connects_total",
+            "counter",
+            "Data connections (queue pairs) made to a peer.",
+            |p| p.connects,
+        ),
+        (
+            "quarry_dataplane_peer_reconnects_total",
+            "counter",
+            "Queue pairs to a peer rebuilt after one failed (verbs).",
+            |p| p.reconnects,
+        ),
+        (
+            "quarry_dataplane_peer_fallbacks_total",
+            "counter",
+            "Times a peer was switched from verbs to TCP (QUARRY_RDMA=auto).",
+            |p| p.fallbacks,
+        ),
+    ];
+    for (name, kind, help, get) in gauges {
+        header(out, name, kind, help);
+        for p in peers {
+            let _ = writeln!(out, "{name}{{{}}} {}", l(p), get(p));
+        }
+    }
+}
+
+/// The data path's buffer pools, and what this node's verbs holder side served.
+fn render_pools(out: &mut String, layer: &LayerStats) {
+    if !layer.pools.is_empty() {
+        header(
+            out,
+            "quarry_buffer_pool_buffers",
+            "gauge",
+            "Buffers of a data-path pool, by state (capacity, in_use).",
+        );
+        for (name, p) in &layer.pools {
+            let _ = writeln!(
+                out,
+                "quarry_buffer_pool_buffers{{pool=\"{name}\",state=\"capacity\"}} {}",
+                p.capacity
+            );
+            let _ = writeln!(
+                out,
+                "quarry_buffer_pool_buffers{{pool=\"{name}\",state=\"in_use\"}} {}",
+                p.in_use
+            );
+        }
+        let series: [Series<quarry_object::BufPoolStats>; 3] = [
+            (
+                "quarry_buffer_pool_registered_bytes",
+                "gauge",
+                "Bytes of a pool registered (pinned) with the RDMA device; 0 without verbs.",
+                |p| p.registered_bytes,
+            ),
+            (
+                "quarry_buffer_pool_heap_fallbacks_total",
+                "counter",
+                "Buffers taken from the heap because the pool was empty (not registered: such transfers go over TCP).",
+                |p| p.heap_fallbacks,
+            ),
+            (
+                "quarry_buffer_pool_waits_total",
+                "counter",
+                "Requests for a buffer that waited for one to come back.",
+                |p| p.waits,
+            ),
+        ];
+        for (name, kind, help, get) in series {
+            header(out, name, kind, help);
+            for (pool, p) in &layer.pools {
+                let _ = writeln!(out, "{name}{{pool=\"{pool}\"}} {}", get(p));
+            }
+        }
+    }
+    if let Some(h) = &layer.holder {
+        header(
+            out,
+            "quarry_dataplane_holder_bytes_total",
+            "counter",
+            "Shard bytes this node's verbs holder side moved for its peers (written: GET chunks RDMA-WRITTEN to them; read: PUT chunks RDMA-READ from them).",
+        );
+        let _ = writeln!(
+            out,
+            "quarry_dataplane_holder_bytes_total{{backend=\"verbs\",direction=\"written\"}} {}",
+            h.bytes_out
+        );
+        let _ = writeln!(
+            out,
+            "quarry_dataplane_holder_bytes_total{{backend=\"verbs\",direction=\"read\"}} {}",
+            h.bytes_in
+        );
+        header(
+            out,
+            "quarry_dataplane_holder_connections_total",
+            "counter",
+            "Verbs connections this node accepted from peers.",
+        );
+        let _ = writeln!(
+            out,
+            "quarry_dataplane_holder_connections_total{{backend=\"verbs\"}} {}",
+            h.connects
+        );
+        header(
+            out,
+            "quarry_dataplane_holder_errors_total",
+            "counter",
+            "Peers' verbs requests this node's holder side failed.",
+        );
+        let _ = writeln!(
+            out,
+            "quarry_dataplane_holder_errors_total{{backend=\"verbs\"}} {}",
+            h.errors
+        );
+    }
+}
+
 fn header(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}");
     let _ = writeln!(out, "# TYPE {name} {kind}");
@@ -509,6 +731,42 @@ mod tests {
             heal_queue_len: 3,
             healed_objects_total: 7,
             get_copied_bytes_total: 4096,
+            data_peers: vec![quarry_object::PeerSnapshot {
+                backend: "verbs",
+                peer: "10.0.0.2:9000".into(),
+                reads: 3,
+                read_bytes: 3 << 20,
+                appends: 1,
+                append_bytes: 1 << 20,
+                connects: 2,
+                reconnects: 1,
+                fallbacks: 0,
+                active_connections: 2,
+                errors: vec![("verbs", 1)],
+                latency_buckets: {
+                    let mut b = vec![0u64; quarry_object::LATENCY_BUCKETS.len() + 1];
+                    for (i, v) in b.iter_mut().enumerate() {
+                        *v = if i >= 5 { 4 } else { 0 };
+                    }
+                    b
+                },
+                latency_sum_seconds: 0.01,
+            }],
+            pools: vec![(
+                "data",
+                quarry_object::BufPoolStats {
+                    capacity: 192,
+                    in_use: 5,
+                    registered_bytes: 192 << 20,
+                    ..Default::default()
+                },
+            )],
+            holder: Some(quarry_object::DataPlaneStats {
+                bytes_out: 77,
+                bytes_in: 55,
+                connects: 3,
+                ..Default::default()
+            }),
             ..Default::default()
         };
         let text = m.render(&layer);
@@ -532,6 +790,17 @@ mod tests {
             "quarry_heal_queue_length 3",
             "quarry_healed_objects_total 7",
             "quarry_get_copied_bytes_total 4096",
+            "quarry_dataplane_peer_transfers_total{backend=\"verbs\",peer=\"10.0.0.2:9000\",op=\"read\"} 3",
+            "quarry_dataplane_peer_bytes_total{backend=\"verbs\",peer=\"10.0.0.2:9000\",direction=\"sent\"} 1048576",
+            "quarry_dataplane_peer_errors_total{backend=\"verbs\",peer=\"10.0.0.2:9000\",kind=\"verbs\"} 1",
+            "quarry_dataplane_peer_transfer_duration_seconds_bucket{backend=\"verbs\",peer=\"10.0.0.2:9000\",le=\"+Inf\"} 4",
+            "quarry_dataplane_peer_transfer_duration_seconds_count{backend=\"verbs\",peer=\"10.0.0.2:9000\"} 4",
+            "quarry_dataplane_peer_connections{backend=\"verbs\",peer=\"10.0.0.2:9000\"} 2",
+            "quarry_dataplane_peer_reconnects_total{backend=\"verbs\",peer=\"10.0.0.2:9000\"} 1",
+            "quarry_buffer_pool_buffers{pool=\"data\",state=\"in_use\"} 5",
+            "quarry_buffer_pool_registered_bytes{pool=\"data\"} 201326592",
+            "quarry_dataplane_holder_bytes_total{backend=\"verbs\",direction=\"written\"} 77",
+            "quarry_dataplane_holder_bytes_total{backend=\"verbs\",direction=\"read\"} 55",
         ] {
             assert!(
                 text.lines().any(|l| l == want),
