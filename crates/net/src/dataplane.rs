@@ -315,6 +315,9 @@ pub struct PeerCounters {
     pub reconnects: AtomicU64,
     /// Times this peer was switched to the TCP backend (verbs only).
     pub fallbacks: AtomicU64,
+    /// Transfers the peer answered busy (no registered buffer free), moved over TCP instead
+    /// (verbs only).
+    pub shed: AtomicU64,
     /// Connections open now.
     pub active: AtomicU64,
     errors: Mutex<std::collections::BTreeMap<&'static str, u64>>,
@@ -401,6 +404,7 @@ impl PeerMetrics {
                     connects: g(&c.connects),
                     reconnects: g(&c.reconnects),
                     fallbacks: g(&c.fallbacks),
+                    shed: g(&c.shed),
                     active_connections: g(&c.active),
                     errors: lock(&c.errors).iter().map(|(k, v)| (*k, *v)).collect(),
                     latency_buckets,
@@ -427,6 +431,8 @@ pub struct PeerSnapshot {
     pub connects: u64,
     pub reconnects: u64,
     pub fallbacks: u64,
+    /// Transfers the peer shed (busy) to TCP.
+    pub shed: u64,
     pub active_connections: u64,
     /// Failed transfers by error kind.
     pub errors: Vec<(&'static str, u64)>,

@@ -1960,6 +1960,7 @@ impl DataPlane for VerbsDataPlane {
             Err(DataPlaneError::Busy { .. }) => {
                 // The holder had no buffer free and wrote nothing: this read goes over TCP.
                 bump(&self.counters.busy);
+                bump(&p.metrics.shed);
                 self.tcp_read(peer, drive, range, None).await
             }
             Err(e) => {
@@ -2025,6 +2026,7 @@ impl DataPlane for VerbsDataPlane {
             }
             Err(AppendFailure::Busy) => {
                 bump(&self.counters.busy);
+                bump(&p.metrics.shed);
                 bump(&self.counters.tcp_appends);
                 self.tcp.append_shard(peer, drive, writer, seq, data).await
             }

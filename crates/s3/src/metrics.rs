@@ -539,7 +539,7 @@ fn render_peers(out: &mut String, layer: &LayerStats) {
             l(p)
         );
     }
-    let gauges: [Series<quarry_object::PeerSnapshot>; 4] = [
+    let gauges: [Series<quarry_object::PeerSnapshot>; 5] = [
         (
             "quarry_dataplane_peer_connections",
             "gauge",
@@ -563,6 +563,12 @@ fn render_peers(out: &mut String, layer: &LayerStats) {
             "counter",
             "Times a peer was switched from verbs to TCP (QUARRY_RDMA=auto).",
             |p| p.fallbacks,
+        ),
+        (
+            "quarry_dataplane_peer_shed_total",
+            "counter",
+            "Transfers a busy peer (no registered buffer free) shed from verbs to TCP.",
+            |p| p.shed,
         ),
     ];
     for (name, kind, help, get) in gauges {
@@ -741,6 +747,7 @@ mod tests {
                 connects: 2,
                 reconnects: 1,
                 fallbacks: 0,
+                shed: 0,
                 active_connections: 2,
                 errors: vec![("verbs", 1)],
                 latency_buckets: {
