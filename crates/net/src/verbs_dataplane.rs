@@ -1757,10 +1757,14 @@ impl VerbsDataPlane {
         dst: Option<Vec<PooledBuf>>,
     ) -> Result<ShardData, DataPlaneError> {
         bump(&self.counters.tcp_reads);
-        match dst {
-            Some(dst) => self.tcp.read_shard_into(peer, drive, range, dst).await,
-            None => self.tcp.read_shard(peer, drive, range).await,
-        }
+        // Without the caller's buffers (they are still lent over a broken QP), fresh ones that
+        // never wait on the pool: a read served instead of a failed one must not queue behind
+        // the stripes that wait for it.
+        let dst = dst.unwrap_or_else(|| {
+            let n = range.len.div_ceil(self.pool.buf_size()).max(1);
+            (0..n).map(|_| self.pool.get_or_alloc()).collect()
+        });
+        self.tcp.read_shard_into(peer, drive, range, dst).await
     }
 }
 
@@ -1913,12 +1917,11 @@ impl DataPlane for VerbsDataPlane {
         drive: u16,
         range: &ShardRange<'_>,
     ) -> Result<ShardData, DataPlaneError> {
-        if range.len > self.pool.buf_size() {
-            // Several buffers: rare (no block's chunk is that large); TCP takes them itself.
-            return self.tcp_read(peer, drive, range, None).await;
-        }
-        let buf = self.pool.get_or_alloc();
-        self.read_shard_into(peer, drive, range, vec![buf]).await
+        // Buffers that never wait on the pool (a fresh one is not registered: that read goes
+        // over TCP, into it).
+        let n = range.len.div_ceil(self.pool.buf_size()).max(1);
+        let dst = (0..n).map(|_| self.pool.get_or_alloc()).collect();
+        self.read_shard_into(peer, drive, range, dst).await
     }
 
     async fn read_shard_into(
