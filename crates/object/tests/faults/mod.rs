@@ -1,4 +1,11 @@
-//! `FaultyDrive`: a [`Drive`] that wraps a real drive and injects faults drawn from a seed.
+//! Test support for the randomized fault tests (`fault_injection.rs`).
+//!
+//! - `FaultyDrive` (here): a [`Drive`] that wraps a real drive and injects faults drawn from a
+//!   seed;
+//! - [`model`]: the randomized run the tests share (operations against a model, invariants,
+//!   the summary line).
+//!
+//! # `FaultyDrive`
 //!
 //! Faults: I/O errors (before the call, or after it took effect: a lost acknowledgement), slow
 //! calls, torn shard writes (a prefix is written, then the write fails), a full disk (on calls
@@ -22,6 +29,8 @@
 //! one that depends on a background task's timing may need a few runs.
 
 #![allow(dead_code)]
+
+pub mod model;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
