@@ -1,7 +1,9 @@
-//! Test support for the randomized fault tests (`fault_injection.rs`).
+//! Test support for the randomized fault tests (`fault_injection.rs`, `cluster_faults.rs`).
 //!
 //! - `FaultyDrive` (here): a [`Drive`] that wraps a real drive and injects faults drawn from a
 //!   seed;
+//! - [`dataplane::FaultyDataPlane`]: the same for the network, a `DataPlane` that wraps the real
+//!   TCP data plane under remote drives;
 //! - [`model`]: the randomized run the tests share (operations against a model, invariants,
 //!   the summary line).
 //!
@@ -30,6 +32,7 @@
 
 #![allow(dead_code)]
 
+pub mod dataplane;
 pub mod model;
 
 use std::collections::HashMap;
