@@ -13,7 +13,10 @@
 //! A shard writer ([`Drive::create_shard_writer`]) opens a writer on the peer, then streams the
 //! bytes in appends of [`RemoteDriveConfig::append_chunk`] bytes, at most
 //! [`RemoteDriveConfig::appends_in_flight`] at once (the peer writes them in order whatever order
-//! they arrive in). `finish` waits for every append, then asks the peer to flush and fsync, as a
+//! they arrive in). That bound is a sliding window over the sequence numbers, not only a count:
+//! the peer answers an append that arrives ahead of the next one it can write at once (it keeps
+//! it), and refuses one more than its append window ahead, so while one append is slow the
+//! writer must not send the appends after it. `finish` waits for every append, then asks the peer to flush and fsync, as a
 //! local writer does. Dropping it without `finish` asks the peer to close the writer (best
 //! effort; a peer also drops writers that idle) and leaves the tmp data to `delete_tmp` or the
 //! peer's start-up sweep.
@@ -26,6 +29,7 @@
 //! transfer that broke is `Unusable`. Writer appends go through it too
 //! ([`DataPlane::append_shard`]); opening, finishing and aborting a writer are control calls.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -55,7 +59,10 @@ pub struct RemoteDriveConfig {
     pub slow_call_timeout: Duration,
     /// Bytes per append of a shard writer (writes are gathered up to this size).
     pub append_chunk: usize,
-    /// Appends of one shard writer in flight at once.
+    /// Appends of one shard writer in flight at once, and so how far an append may be ahead of
+    /// the oldest one still unanswered. At most the peer's append window
+    /// ([`crate::DriveServerConfig::append_window`], 16 by default), which refuses appends further
+    /// ahead.
     pub appends_in_flight: usize,
     /// Entries asked for per walk call; a longer walk is paged by marker.
     pub walk_page: usize,
@@ -392,6 +399,7 @@ impl Drive for RemoteDrive {
             chunk,
             seq: 0,
             in_flight: JoinSet::new(),
+            pending: BTreeSet::new(),
             done: false,
         }))
     }
@@ -669,7 +677,10 @@ struct RemoteShardWriter {
     chunk: usize,
     /// Appends sent so far.
     seq: u64,
-    in_flight: JoinSet<Result<()>>,
+    /// The appends in flight, each answering with its sequence number.
+    in_flight: JoinSet<(u64, Result<()>)>,
+    /// Sequence numbers of the appends in flight.
+    pending: BTreeSet<u64>,
     /// Finished, failed, or aborted: nothing more is sent.
     done: bool,
 }
@@ -679,24 +690,35 @@ impl RemoteShardWriter {
     async fn reap_one(&mut self) -> Result<()> {
         match self.in_flight.join_next().await {
             None => Ok(()),
-            Some(Ok(r)) => r,
+            Some(Ok((seq, r))) => {
+                self.pending.remove(&seq);
+                r
+            }
             Some(Err(e)) => Err(self.inner.io(format!("shard append task failed: {e}"))),
         }
     }
 
     async fn send(&mut self, data: Bytes) -> Result<()> {
-        let max = self.inner.config.appends_in_flight.max(1);
-        while self.in_flight.len() >= max {
+        let max = self.inner.config.appends_in_flight.max(1) as u64;
+        // Bounded by the distance to the oldest append in flight (which also bounds how many
+        // are in flight): the peer refuses appends too far ahead of the next one it can write.
+        while self
+            .pending
+            .first()
+            .is_some_and(|&oldest| self.seq - oldest >= max)
+        {
             self.reap_one().await?;
         }
         let (inner, writer, seq) = (self.inner.clone(), self.id, self.seq);
         self.seq += 1;
+        self.pending.insert(seq);
         self.in_flight.spawn(async move {
-            inner
+            let r = inner
                 .data
                 .append_shard(&inner.peer, inner.drive, writer, seq, data)
                 .await
-                .map_err(|e| inner.data_error(e))
+                .map_err(|e| inner.data_error(e));
+            (seq, r)
         });
         Ok(())
     }

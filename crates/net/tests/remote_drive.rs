@@ -1040,3 +1040,97 @@ mod erasure_set {
         assert!(t(layer.object_info("bkt", "new")).await.is_err());
     }
 }
+
+/// A data plane that holds append 0 of every shard writer back (a slow or new connection, a lost
+/// segment waiting for its retransmission) and passes every other call straight on.
+#[derive(Debug)]
+struct FirstAppendLate {
+    inner: Arc<dyn quarry_net::DataPlane>,
+    delay: Duration,
+}
+
+#[async_trait::async_trait]
+impl quarry_net::DataPlane for FirstAppendLate {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn pool(&self) -> &quarry_net::BufPool {
+        self.inner.pool()
+    }
+
+    fn stats(&self) -> quarry_net::DataPlaneStats {
+        self.inner.stats()
+    }
+
+    async fn read_shard(
+        &self,
+        peer: &str,
+        drive: u16,
+        range: &quarry_net::ShardRange<'_>,
+    ) -> Result<quarry_net::ShardData, quarry_net::DataPlaneError> {
+        self.inner.read_shard(peer, drive, range).await
+    }
+
+    async fn read_shard_into(
+        &self,
+        peer: &str,
+        drive: u16,
+        range: &quarry_net::ShardRange<'_>,
+        dst: Vec<quarry_net::PooledBuf>,
+    ) -> Result<quarry_net::ShardData, quarry_net::DataPlaneError> {
+        self.inner.read_shard_into(peer, drive, range, dst).await
+    }
+
+    async fn append_shard(
+        &self,
+        peer: &str,
+        drive: u16,
+        writer: Uuid,
+        seq: u64,
+        data: bytes::Bytes,
+    ) -> Result<(), quarry_net::DataPlaneError> {
+        if seq == 0 {
+            tokio::time::sleep(self.delay).await;
+        }
+        self.inner
+            .append_shard(peer, drive, writer, seq, data)
+            .await
+    }
+}
+
+/// One slow append must hold its writer back, not let the appends after it run further ahead of
+/// it than the peer keeps (its append window, 16): the peer refuses those, and the shard write
+/// failed although nothing was wrong but one slow transfer. (Found by cluster_faults in
+/// crates/object: a 5 MiB part failed its write quorum with no fault injected, while a new data
+/// connection was being set up under load.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_append_holds_its_writer_back_within_the_peers_window() {
+    let f = Fixture::new().await;
+    t(f.remote().make_volume("b")).await.unwrap();
+    let config = RemoteDriveConfig {
+        append_chunk: 1024,
+        appends_in_flight: 4,
+        ..RemoteDriveConfig::for_client(&f.client)
+    };
+    let plane = Arc::new(FirstAppendLate {
+        inner: f.client.data_plane(),
+        delay: Duration::from_millis(300),
+    });
+    let r = RemoteDrive::with_data_plane(
+        f.client.clone(),
+        f.addr.clone(),
+        0,
+        format!("http://{}/d0", f.addr),
+        config,
+        plane,
+    );
+    // 40 appends of 1 KiB; DriveServerConfig::default().append_window is 16.
+    let data = pattern(40 * 1024, 9);
+    let m = put_data(&r, "b", "k", &data, 1024).await;
+    let back = t(r.read_shard("b", "k", m.data_dir.unwrap(), 1, 0, data.len()))
+        .await
+        .unwrap();
+    assert!(back[..] == data[..]);
+    assert_eq!(f.handler.open_writers(), 0);
+}
