@@ -8,14 +8,15 @@
 //! Locks are granted by the nodes, as in a cluster (`DistLocker`).
 //!
 //! Shapes: 4 nodes x 1 drive (2+2), with small pooled buffers and appends, so every shard read
-//! is a pipelined read of several buffers and every shard many appends; and 3 nodes x 2 drives
-//! (3+3), with one buffer per read, where one node's faults touch two drives of the set.
+//! is a pipelined read of several buffers and every shard many appends; 3 nodes x 2 drives
+//! (3+3), with one buffer per read, where one node's faults touch two drives of the set; and the
+//! 4-node shape again with up to every drive faulty (beyond parity).
 //!
-//! Runs `QUARRY_FAULT_SEEDS` seeds (default 8 per shape) of `QUARRY_FAULT_OPS` operations
-//! (default 60); `QUARRY_FAULT_SEED=<n>` runs that one seed only (to replay a failure),
-//! `QUARRY_FAULT_BASE_SEED` moves the first seed. The invariants are the model's, plus, once the
-//! faults stop: every pooled buffer of the data plane is back in its pool and no shard writer is
-//! left open on any node.
+//! Runs `QUARRY_FAULT_SEEDS` seeds (default 8 per shape, 4 beyond parity) of
+//! `QUARRY_FAULT_OPS` operations (default 60); `QUARRY_FAULT_SEED=<n>` runs that one seed only
+//! (to replay a failure), `QUARRY_FAULT_BASE_SEED` moves the first seed. The invariants are the
+//! model's, plus, once the faults stop: every pooled buffer of the data plane is back in its pool
+//! and no shard writer is left open on any node.
 
 mod faults;
 
