@@ -8,7 +8,7 @@
 //! Locks are granted by the nodes, as in a cluster (`DistLocker`).
 //!
 //! Shapes: 4 nodes x 1 drive (2+2), with small pooled buffers and appends, so every shard read
-//! is a pipelined read of several buffers and every shard many appends; 3 nodes x 2 drives
+//! is a pipelined read of several buffers and a shard many appends; 3 nodes x 2 drives
 //! (3+3), with one buffer per read, where one node's faults touch two drives of the set; and the
 //! 4-node shape again with up to every drive faulty (beyond parity).
 //!
@@ -74,7 +74,8 @@ struct ClusterShape {
     /// Bytes of each pooled buffer of the client's data plane.
     buf_size: usize,
     buffers: usize,
-    /// Bytes per shard append.
+    /// Bytes per shard append of gathered writes (heals and part uploads write their shards so;
+    /// a PUT sends each framed chunk as its own append).
     append_chunk: usize,
 }
 
@@ -90,8 +91,8 @@ impl ClusterShape {
     }
 }
 
-/// 2+2 over four nodes; a 16 KiB block's 8 KiB chunk spans three 4 KiB buffers and each shard
-/// goes in 4 KiB appends.
+/// 2+2 over four nodes; a 16 KiB block's 8 KiB chunk spans three 4 KiB buffers, and healed and
+/// uploaded parts go in 4 KiB appends (a 5 MiB part in hundreds per drive).
 const FOUR_NODES: ClusterShape = ClusterShape {
     nodes: 4,
     drives_per_node: 1,
@@ -100,7 +101,7 @@ const FOUR_NODES: ClusterShape = ClusterShape {
     append_chunk: 4096,
 };
 
-/// 3+3 over three nodes of two drives; one buffer per shard read, larger appends.
+/// 3+3 over three nodes of two drives; one buffer per shard read, 64 KiB appends.
 const THREE_NODES_SIX_DRIVES: ClusterShape = ClusterShape {
     nodes: 3,
     drives_per_node: 2,

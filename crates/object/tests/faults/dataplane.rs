@@ -53,7 +53,8 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use quarry_net::data::DataError;
 use quarry_net::{
-    BufPool, DataPlane, DataPlaneError, DataPlaneStats, PooledBuf, ShardData, ShardRange,
+    BufPool, BufPoolStats, DataPlane, DataPlaneError, DataPlaneStats, PeerSnapshot, PooledBuf,
+    ShardData, ShardRange,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -541,8 +542,9 @@ fn read_call(what: &str, drive: u16, r: &ShardRange<'_>) -> String {
     )
 }
 
-/// Every method of the trait is forwarded here, in this one impl: a method the trait gains later
-/// must be added (and given its faults) here, or this does not compile.
+/// Every method of the trait is forwarded here, in this one impl, the ones with a default body
+/// too (a default would answer for this wrapper, not for the backend under it): a method the
+/// trait gains later must be added here, and given its faults if it moves shard bytes.
 #[async_trait]
 impl DataPlane for FaultyDataPlane {
     fn name(&self) -> &'static str {
@@ -555,6 +557,22 @@ impl DataPlane for FaultyDataPlane {
 
     fn stats(&self) -> DataPlaneStats {
         self.inner.stats()
+    }
+
+    fn peer_stats(&self) -> Vec<PeerSnapshot> {
+        self.inner.peer_stats()
+    }
+
+    fn reset(&self, peer: Option<&str>) -> usize {
+        self.inner.reset(peer)
+    }
+
+    fn pools(&self) -> Vec<(&'static str, BufPoolStats)> {
+        self.inner.pools()
+    }
+
+    fn holder_stats(&self) -> Option<DataPlaneStats> {
+        self.inner.holder_stats()
     }
 
     async fn read_shard(
