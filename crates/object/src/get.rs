@@ -47,6 +47,8 @@ pub(crate) struct ShardReader {
     pub(crate) data_dir: Option<uuid::Uuid>,
     /// Set once a missing or corrupt shard is seen, so the object is queued for heal once.
     pub(crate) damaged: AtomicBool,
+    /// The version's shards are inline in its metadata (no shard files).
+    pub(crate) inline: bool,
 }
 
 impl ShardReader {
@@ -86,6 +88,7 @@ impl ShardReader {
             holder,
             data_dir: meta.data_dir,
             damaged: AtomicBool::new(damaged),
+            inline: meta.inline.is_some(),
         })
     }
 
@@ -137,20 +140,25 @@ impl ShardReader {
         let framed_len = self
             .erasure
             .framed_len(self.erasure.block_len(part.size, block));
-        let dst = self.set.stripe(1, framed_len).pop()?;
+        let dst = if self.inline {
+            None
+        } else {
+            self.set.stripe(1, framed_len).pop()
+        };
         self.read_chunk_into(part, block, shard, dst).await
     }
 
     /// Reads and verifies shard `shard` of block `block` of `part` straight into `dst` (a piece
-    /// of the block's stripe buffer, at least the framed chunk long); `None` if it is missing,
-    /// unreadable or corrupt. The chunk returned is a slice of `dst`: no copy (but for inline
-    /// shards, which are copied out of the metadata and counted).
+    /// of the block's stripe buffer, at least the framed chunk long; a buffer of its own when
+    /// `None`); `None` if it is missing, unreadable or corrupt. The chunk returned is a slice of
+    /// `dst`: no copy (but for inline shards, which are copied out of the metadata and counted,
+    /// and need no `dst`).
     pub(crate) async fn read_chunk_into(
         &self,
         part: &PartInfo,
         block: u64,
         shard: usize,
-        mut dst: PooledBuf,
+        dst: Option<PooledBuf>,
     ) -> Option<Bytes> {
         let pos = self.holder[shard]?;
         let block_len = self.erasure.block_len(part.size, block);
@@ -174,9 +182,9 @@ impl ShardReader {
                     self.note_damage();
                     return None;
                 };
-                if dst.capacity() < framed_len {
-                    dst = PooledBuf::heap(framed_len);
-                }
+                let mut dst = dst
+                    .filter(|d| d.capacity() >= framed_len)
+                    .unwrap_or_else(|| PooledBuf::heap(framed_len));
                 dst.set_len(framed_len);
                 let drive = &self.set.drives[pos];
                 match drive
@@ -231,21 +239,28 @@ impl ShardReader {
         let block_len = self.erasure.block_len(part.size, block);
         let framed_len = self.erasure.framed_len(block_len);
         let mut shards: Vec<Option<Bytes>> = vec![None; n];
-        let mut data_pieces = self.set.stripe(k, framed_len).into_iter();
+        // Inline shards are copied out of the metadata: they need no stripe.
+        let inline = self.inline;
+        let mut data_pieces = if inline {
+            Vec::new().into_iter()
+        } else {
+            self.set.stripe(k, framed_len).into_iter()
+        };
         let mut parity_pieces: Option<std::vec::IntoIter<PooledBuf>> = None;
         let mut piece_for = |s: usize| {
-            if s < k {
+            if inline {
+                None
+            } else if s < k {
                 data_pieces.next()
             } else {
                 parity_pieces
                     .get_or_insert_with(|| self.set.stripe(n - k, framed_len).into_iter())
                     .next()
             }
-            .unwrap_or_else(|| PooledBuf::heap(framed_len))
         };
         // Data shards first: when they are all good no decoding is needed.
         let mut next = 0usize;
-        let read = |s: usize, dst: PooledBuf| async move {
+        let read = |s: usize, dst: Option<PooledBuf>| async move {
             (s, self.read_chunk_into(part, block, s, dst).await)
         };
         let mut inflight = FuturesUnordered::new();
