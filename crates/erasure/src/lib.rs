@@ -346,39 +346,8 @@ impl Erasure {
         shards: &[Option<&[u8]>],
         out: &mut [(usize, &mut [u8])],
     ) -> Result<(), ErasureError> {
-        let k = self.inner.data;
         let total = self.total_shards();
-        if shards.len() != total {
-            return Err(ErasureError::InvalidParams(format!(
-                "expected {total} shard slots ({k}+{}), got {}",
-                self.inner.parity,
-                shards.len()
-            )));
-        }
-        let mut present = 0;
-        let mut chunk_len = None;
-        for (index, shard) in shards.iter().enumerate() {
-            let Some(shard) = shard else { continue };
-            present += 1;
-            match chunk_len {
-                None => chunk_len = Some(shard.len()),
-                Some(expected) if expected != shard.len() => {
-                    return Err(ErasureError::ShardLength {
-                        index,
-                        expected,
-                        got: shard.len(),
-                    })
-                }
-                Some(_) => {}
-            }
-        }
-        if present < k {
-            return Err(ErasureError::TooFewShards {
-                have: present,
-                need: k,
-            });
-        }
-        let chunk_len = chunk_len.unwrap_or(0);
+        let chunk_len = self.present_chunk_len(shards.iter().map(|s| s.map(<[u8]>::len)))?;
         let mut named = vec![false; total];
         for (index, dst) in out.iter() {
             let i = *index;
@@ -427,44 +396,11 @@ impl Erasure {
         data_only: bool,
     ) -> Result<(), ErasureError> {
         let k = self.inner.data;
-        let total = self.total_shards();
-        if shards.len() != total {
-            return Err(ErasureError::InvalidParams(format!(
-                "expected {total} shard slots ({k}+{}), got {}",
-                self.inner.parity,
-                shards.len()
-            )));
-        }
-
-        let mut present = 0;
-        let mut chunk_len = None;
-        for (index, shard) in shards.iter().enumerate() {
-            let Some(shard) = shard else { continue };
-            present += 1;
-            match chunk_len {
-                None => chunk_len = Some(shard.len()),
-                Some(expected) if expected != shard.len() => {
-                    return Err(ErasureError::ShardLength {
-                        index,
-                        expected,
-                        got: shard.len(),
-                    })
-                }
-                Some(_) => {}
-            }
-        }
-        if present < k {
-            return Err(ErasureError::TooFewShards {
-                have: present,
-                need: k,
-            });
-        }
+        let chunk_len = self.present_chunk_len(shards.iter().map(|s| s.as_ref().map(Vec::len)))?;
         let wanted = if data_only { &shards[..k] } else { &shards[..] };
         if wanted.iter().all(Option::is_some) {
             return Ok(());
         }
-        // `present >= k >= 1`, so some shard set `chunk_len`.
-        let chunk_len = chunk_len.unwrap_or(0);
         if chunk_len == 0 {
             // An empty block: every chunk is empty, no math needed (and the codec refuses it).
             let wanted = if data_only { &mut shards[..k] } else { shards };
@@ -529,6 +465,50 @@ impl Erasure {
             }
         }
         Ok(())
+    }
+
+    /// Checks the k + m slots of a block (given as the lengths of the present chunks) and
+    /// returns the length the present chunks share: [`ErasureError::InvalidParams`] for the wrong
+    /// number of slots, [`ErasureError::ShardLength`] when present chunks differ, and
+    /// [`ErasureError::TooFewShards`] when fewer than k are present.
+    fn present_chunk_len(
+        &self,
+        lens: impl ExactSizeIterator<Item = Option<usize>>,
+    ) -> Result<usize, ErasureError> {
+        let k = self.inner.data;
+        let total = self.total_shards();
+        if lens.len() != total {
+            return Err(ErasureError::InvalidParams(format!(
+                "expected {total} shard slots ({k}+{}), got {}",
+                self.inner.parity,
+                lens.len()
+            )));
+        }
+        let mut present = 0;
+        let mut chunk_len = None;
+        for (index, len) in lens.enumerate() {
+            let Some(len) = len else { continue };
+            present += 1;
+            match chunk_len {
+                None => chunk_len = Some(len),
+                Some(expected) if expected != len => {
+                    return Err(ErasureError::ShardLength {
+                        index,
+                        expected,
+                        got: len,
+                    })
+                }
+                Some(_) => {}
+            }
+        }
+        if present < k {
+            return Err(ErasureError::TooFewShards {
+                have: present,
+                need: k,
+            });
+        }
+        // `present >= k >= 1`, so some chunk set the length.
+        Ok(chunk_len.unwrap_or(0))
     }
 
     fn block_size_u64(&self) -> u64 {
