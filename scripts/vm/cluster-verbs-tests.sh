@@ -4,9 +4,12 @@
 # on the host. Fails if the test fails or stays ignored, the VM times out, or no test ran.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-cargo build -p quarry
+# The build of scripts/test (a no-op after it): `--bins` or `-p quarry` would resolve features
+# differently and compile the workspace again.
+cargo build --workspace --all-targets
 export QUARRY_BIN=$PWD/target/debug/quarry
-export QUARRY_VM_TEST_CARGO_ARGS="-p quarry-integration --test s3"
+export QUARRY_VM_TEST_TARGET=s3
+export QUARRY_VM_TEST_PACKAGE=quarry-integration
 export QUARRY_VM_GUEST_NAME=cluster-verbs-tests
 export QUARRY_VM_GUEST_ENV="QUARRY_RDMA=on QUARRY_RDMA_POOL_BYTES=64MiB QUARRY_BIN=$QUARRY_BIN"
 exec scripts/vm/verbs-tests.sh rdma::vm_cluster "$@"

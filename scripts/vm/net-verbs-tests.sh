@@ -7,6 +7,7 @@
 #   scripts/vm/net-verbs-tests.sh [TEST-FILTER...]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-export QUARRY_VM_TEST_CARGO_ARGS="-p quarry-net --test verbs_dataplane"
+export QUARRY_VM_TEST_TARGET=verbs_dataplane
+export QUARRY_VM_TEST_PACKAGE=quarry-net
 export QUARRY_VM_GUEST_NAME=net-verbs-tests
 exec scripts/vm/verbs-tests.sh "$@"

@@ -10,24 +10,35 @@ cd "$(dirname "$0")/../.."
 ROOT=$(pwd)
 TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 
-# Which tests: quarry-verbs' by default; scripts/vm/net-verbs-tests.sh sets other cargo arguments.
-read -r -a TEST_ARGS <<<"${QUARRY_VM_TEST_CARGO_ARGS:--p quarry-verbs}"
+# Which tests: quarry-verbs' by default; the other scripts of scripts/vm/ pick a package and a
+# test target. The binaries always come from `cargo test --workspace --lib --tests`, never from -p
+# or --test: any narrower selection resolves features differently (dev-dependencies are unified only
+# across the selected targets) and scripts/test would compile the workspace a second time.
+TEST_ARGS=(--workspace --lib --tests)
+PACKAGE=${QUARRY_VM_TEST_PACKAGE:-quarry-verbs}
+TEST_TARGET=${QUARRY_VM_TEST_TARGET:-}
 GUEST_NAME=${QUARRY_VM_GUEST_NAME:-verbs-tests}
 echo "==> cargo test ${TEST_ARGS[*]} --no-run"
 # The test binaries, from cargo's JSON messages (one per test target).
 mapfile -t BINS < <(cargo test "${TEST_ARGS[@]}" --no-run --message-format=json |
     python3 -c '
 import json, sys
+package, target = sys.argv[1], sys.argv[2]
 for line in sys.stdin:
     try:
         m = json.loads(line)
     except ValueError:
         continue
-    if m.get("reason") == "compiler-artifact" and m.get("profile", {}).get("test") and m.get("executable"):
+    pid = m.get("package_id", "")
+    # "path+file:///...#quarry-verbs@0.1.0" (cargo >= 1.77) or "quarry-verbs 0.1.0 (path+...)".
+    mine = ("#" + package + "@") in pid or pid.startswith(package + " ")
+    if target and m.get("target", {}).get("name") != target:
+        continue
+    if mine and m.get("reason") == "compiler-artifact" and m.get("profile", {}).get("test") and m.get("executable"):
         print(m["executable"])
-')
+' "$PACKAGE" "$TEST_TARGET")
 if [ "${#BINS[@]}" -eq 0 ]; then
-    echo "error: no test binary built (run: cargo test ${TEST_ARGS[*]} --no-run)" >&2
+    echo "error: no test binary of $PACKAGE${TEST_TARGET:+ (target $TEST_TARGET)} built (run: cargo test ${TEST_ARGS[*]} --no-run)" >&2
     exit 1
 fi
 
