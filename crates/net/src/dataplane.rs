@@ -56,13 +56,13 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
-use rand::Rng;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use uuid::Uuid;
 
 use crate::auth::{self, AuthError, Identity};
+use crate::backoff::PeerBackoff;
 use crate::bufpool::{BufPool, BufPoolConfig, BufPoolError, PooledBuf, ALIGN};
 use crate::data::{BulkReceiver, BulkSender, DataError};
 use crate::drive_proto::{self, Request};
@@ -606,19 +606,12 @@ impl fmt::Debug for TcpDataPlane {
     }
 }
 
-#[derive(Default)]
-struct Health {
-    failures: u32,
-    down_until: Option<Instant>,
-    last_error: String,
-}
-
 /// The data connections to one peer.
 struct PeerConns {
     /// One permit per connection: the bound on transfers in flight to this peer.
     permits: Semaphore,
     idle: Mutex<Vec<DataConn>>,
-    health: Mutex<Health>,
+    health: Mutex<PeerBackoff>,
 }
 
 impl TcpDataPlane {
@@ -667,7 +660,7 @@ impl TcpDataPlane {
         let p = Arc::new(PeerConns {
             permits: Semaphore::new(self.config.connections_per_peer.max(1)),
             idle: Mutex::new(Vec::new()),
-            health: Mutex::new(Health::default()),
+            health: Mutex::new(PeerBackoff::default()),
         });
         peers.insert(addr.to_owned(), p.clone());
         p
@@ -788,16 +781,13 @@ impl TcpDataPlane {
     async fn connect(&self, addr: &str, p: &PeerConns) -> Result<DataConn, DataPlaneError> {
         {
             let h = lock(&p.health);
-            if let Some(until) = h.down_until {
-                let now = Instant::now();
-                if until > now {
-                    self.counters.fast_failures.fetch_add(1, Ordering::Relaxed);
-                    return Err(DataPlaneError::PeerDown {
-                        peer: addr.to_owned(),
-                        retry_in: until - now,
-                        last_error: h.last_error.clone(),
-                    });
-                }
+            if let Some(d) = h.down(Instant::now()) {
+                self.counters.fast_failures.fetch_add(1, Ordering::Relaxed);
+                return Err(DataPlaneError::PeerDown {
+                    peer: addr.to_owned(),
+                    retry_in: d.retry_in,
+                    last_error: d.last_error.to_owned(),
+                });
             }
         }
         match self.open(addr).await {
@@ -807,7 +797,7 @@ impl TcpDataPlane {
                 m.connects.fetch_add(1, Ordering::Relaxed);
                 m.active.fetch_add(1, Ordering::Relaxed);
                 c.open = Some(OpenGuard(m));
-                *lock(&p.health) = Health::default();
+                lock(&p.health).succeeded();
                 Ok(c)
             }
             Err(e) => {
@@ -815,16 +805,8 @@ impl TcpDataPlane {
                     .connect_failures
                     .fetch_add(1, Ordering::Relaxed);
                 let mut h = lock(&p.health);
-                h.failures = h.failures.saturating_add(1);
-                let delay = crate::rpc::backoff(
-                    self.config.backoff_initial,
-                    self.config.backoff_max,
-                    h.failures,
-                    rand::thread_rng().gen_range(0.5..=1.0),
-                );
-                h.down_until = Some(Instant::now() + delay);
-                h.last_error = e.to_string();
-                tracing::warn!(peer = %addr, failures = h.failures, retry_in = ?delay, error = %e, "data plane: peer unreachable");
+                let delay = h.failed(self.config.backoff_initial, self.config.backoff_max, &e);
+                tracing::warn!(peer = %addr, failures = h.failures(), retry_in = ?delay, error = %e, "data plane: peer unreachable");
                 Err(e)
             }
         }

@@ -26,6 +26,7 @@
 #![forbid(unsafe_code)]
 
 pub mod auth;
+mod backoff;
 pub mod bufpool;
 pub mod data;
 pub mod dataplane;

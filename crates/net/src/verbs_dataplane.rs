@@ -103,10 +103,10 @@ use quarry_verbs::{
     Access, AsyncCompletionQueue, ConnectOptions, Context, GidEntry, Opcode, ProtectionDomain,
     QpCaps, QpEndpoint, QueuePair, RemoteBuf, WrId, ENDPOINT_LEN,
 };
-use rand::Rng;
 use tokio::sync::{oneshot, watch, OwnedSemaphorePermit, Semaphore};
 use uuid::Uuid;
 
+use crate::backoff::PeerBackoff;
 use crate::bufpool::{BufPool, PooledBuf, Posted};
 use crate::dataplane::{
     DataPlane, DataPlaneError, DataPlaneStats, PeerMetrics, PeerSnapshot, ShardData, ShardRange,
@@ -1207,9 +1207,7 @@ struct Health {
     /// While set and in the future, the peer is served over TCP (auto).
     tcp_until: Option<Instant>,
     /// Failed connection set-ups in a row, and when the next attempt may be made.
-    failures: u32,
-    down_until: Option<Instant>,
-    last_error: String,
+    backoff: PeerBackoff,
 }
 
 /// Everything the requester keeps about one peer.
@@ -1380,14 +1378,14 @@ impl VerbsDataPlane {
                 }
                 h.tcp_until = None;
             }
-            if let Some(until) = h.down_until.filter(|&u| u > now) {
+            if let Some(d) = h.backoff.down(now) {
                 bump(&self.counters.fast_failures);
                 return Err(DataPlaneError::PeerDown {
                     peer: peer.to_owned(),
-                    retry_in: until - now,
+                    retry_in: d.retry_in,
                     last_error: format!(
                         "verbs connection set-up failed {} time(s) in a row: {}",
-                        h.failures, h.last_error
+                        d.failures, d.last_error
                     ),
                 });
             }
@@ -1421,29 +1419,21 @@ impl VerbsDataPlane {
                 }
                 s.connected_before = true;
                 s.conn = Some(c.clone());
-                let mut h = lock(&p.health);
-                h.failures = 0;
-                h.down_until = None;
+                lock(&p.health).backoff.succeeded();
                 Ok(Some(c))
             }
             Err(e) => {
                 drop(s);
                 p.metrics.error(e.kind());
                 let mut h = lock(&p.health);
-                h.failures = h.failures.saturating_add(1);
-                let delay = crate::rpc::backoff(
-                    self.config.backoff_initial,
-                    self.config.backoff_max,
-                    h.failures,
-                    rand::thread_rng().gen_range(0.5..=1.0),
-                );
-                h.down_until = Some(Instant::now() + delay);
-                h.last_error = e.to_string();
+                let delay =
+                    h.backoff
+                        .failed(self.config.backoff_initial, self.config.backoff_max, &e);
                 if self.config.fallback {
                     self.fall_back(peer, p, &mut h, &e);
                     Ok(None)
                 } else {
-                    tracing::warn!(peer, failures = h.failures, retry_in = ?delay, error = %e, "RDMA: cannot connect to this peer over verbs");
+                    tracing::warn!(peer, failures = h.backoff.failures(), retry_in = ?delay, error = %e, "RDMA: cannot connect to this peer over verbs");
                     Err(e)
                 }
             }

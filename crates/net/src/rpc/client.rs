@@ -19,13 +19,13 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use rand::Rng;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
 use super::{read_frame, write_loop, Outgoing, RpcConfig, RpcError};
 use crate::auth::{self, AuthError, Identity};
+use crate::backoff::PeerBackoff;
 use crate::dataplane::{DataPlane, TcpDataPlane, TcpDataPlaneConfig};
 use crate::wire::{self, Frame, FrameKind};
 
@@ -226,14 +226,14 @@ impl RpcClient {
             return PeerStatus::Unknown;
         };
         let h = lock(&p.health);
-        match h.down_until {
-            Some(until) if until > Instant::now() => PeerStatus::Down {
-                retry_in: until - Instant::now(),
-                consecutive_failures: h.failures,
-                last_error: h.last_error.clone(),
+        match h.backoff.down(Instant::now()) {
+            Some(d) => PeerStatus::Down {
+                retry_in: d.retry_in,
+                consecutive_failures: d.failures,
+                last_error: d.last_error.to_owned(),
             },
-            _ if h.failures == 0 && !h.ever_up => PeerStatus::Unknown,
-            _ => PeerStatus::Up,
+            None if h.backoff.failures() == 0 && !h.ever_up => PeerStatus::Unknown,
+            None => PeerStatus::Up,
         }
     }
 
@@ -252,9 +252,7 @@ impl RpcClient {
 
 #[derive(Default)]
 struct Health {
-    failures: u32,
-    down_until: Option<Instant>,
-    last_error: String,
+    backoff: PeerBackoff,
     ever_up: bool,
 }
 
@@ -301,10 +299,8 @@ impl Peer {
             Ok(c) => {
                 client.counters.connects.fetch_add(1, Ordering::Relaxed);
                 let mut h = lock(&self.health);
-                *h = Health {
-                    ever_up: true,
-                    ..Health::default()
-                };
+                h.backoff.succeeded();
+                h.ever_up = true;
                 drop(h);
                 let c = Arc::new(c);
                 *slot = Some(c.clone());
@@ -323,36 +319,21 @@ impl Peer {
 
     fn down_error(&self) -> Option<RpcError> {
         let h = lock(&self.health);
-        let until = h.down_until?;
-        let now = Instant::now();
-        (until > now).then(|| RpcError::PeerDown {
+        let d = h.backoff.down(Instant::now())?;
+        Some(RpcError::PeerDown {
             peer: self.addr.clone(),
-            retry_in: until - now,
-            last_error: h.last_error.clone(),
+            retry_in: d.retry_in,
+            last_error: d.last_error.to_owned(),
         })
     }
 
     fn mark_failed(&self, e: &RpcError, config: &RpcConfig) {
         let mut h = lock(&self.health);
-        h.failures = h.failures.saturating_add(1);
-        let delay = backoff(
-            config.backoff_initial,
-            config.backoff_max,
-            h.failures,
-            rand::thread_rng().gen_range(0.5..=1.0),
-        );
-        h.down_until = Some(Instant::now() + delay);
-        h.last_error = e.to_string();
-        tracing::warn!(peer = %self.addr, failures = h.failures, retry_in = ?delay, error = %e, "peer unreachable");
+        let delay = h
+            .backoff
+            .failed(config.backoff_initial, config.backoff_max, e);
+        tracing::warn!(peer = %self.addr, failures = h.backoff.failures(), retry_in = ?delay, error = %e, "peer unreachable");
     }
-}
-
-/// Delay before the next attempt after `failures` consecutive failures: `initial * 2^(failures-1)`,
-/// capped at `max`, times `jitter` (0.5–1.0).
-pub(crate) fn backoff(initial: Duration, max: Duration, failures: u32, jitter: f64) -> Duration {
-    let exp = failures.saturating_sub(1).min(30);
-    let base = initial.saturating_mul(1u32 << exp).min(max);
-    base.mul_f64(jitter.clamp(0.0, 1.0))
 }
 
 async fn connect(addr: &str, client: &Shared) -> Result<Conn, RpcError> {
@@ -601,22 +582,5 @@ impl Conn {
                 Err(self.shared.closed_error(&reason))
             }
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::backoff;
-    use std::time::Duration;
-
-    #[test]
-    fn backoff_doubles_caps_and_jitters() {
-        let ms = Duration::from_millis;
-        assert_eq!(backoff(ms(100), ms(10_000), 1, 1.0), ms(100));
-        assert_eq!(backoff(ms(100), ms(10_000), 2, 1.0), ms(200));
-        assert_eq!(backoff(ms(100), ms(10_000), 5, 1.0), ms(1600));
-        assert_eq!(backoff(ms(100), ms(10_000), 9, 1.0), ms(10_000));
-        assert_eq!(backoff(ms(100), ms(10_000), u32::MAX, 1.0), ms(10_000));
-        assert_eq!(backoff(ms(100), ms(10_000), 1, 0.5), ms(50));
     }
 }

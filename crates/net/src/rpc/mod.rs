@@ -25,7 +25,6 @@ use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
 
-pub(crate) use client::backoff;
 pub use client::{ClientStats, PeerStatus, RpcClient};
 pub use server::{RpcServer, ServerStats};
 
