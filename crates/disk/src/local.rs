@@ -243,7 +243,7 @@ impl LocalDrive {
     fn read_meta_sync(&self, bucket: &str, key: &str) -> Result<ObjectMeta> {
         let (bucket_dir, obj_dir) = self.object_dir(bucket, key)?;
         match fs::read(obj_dir.join(META_FILE)) {
-            Ok(b) => ObjectMeta::from_bytes(&b),
+            Ok(b) => ObjectMeta::from_shared(b.into()),
             Err(e) if is_not_found(&e) => Err(not_found(&bucket_dir)),
             Err(e) => Err(e.into()),
         }

@@ -1,7 +1,9 @@
 //! `quarry.meta`: the per-drive, per-object metadata file. Versioned JSON.
 
 use std::collections::BTreeMap;
+use std::ops::Range;
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -61,26 +63,30 @@ pub struct ObjectMeta {
     pub data_dir: Option<Uuid>,
     pub parts: Vec<PartInfo>,
     /// This drive's framed shard bytes when the object is small enough to be stored inline.
+    /// Decoded with [`ObjectMeta::from_shared`] they are a slice of the file's bytes, and a GET
+    /// hands slices of them to the body: inline shards are not copied either.
     #[serde(default, with = "inline_b64", skip_serializing_if = "Option::is_none")]
-    pub inline: Option<Vec<u8>>,
+    pub inline: Option<Bytes>,
 }
 
 mod inline_b64 {
     use base64::Engine;
+    use bytes::Bytes;
     use serde::{Deserialize, Deserializer, Serializer};
 
-    pub fn serialize<S: Serializer>(v: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+    pub fn serialize<S: Serializer>(v: &Option<Bytes>, s: S) -> Result<S::Ok, S::Error> {
         match v {
             Some(b) => s.serialize_some(&base64::engine::general_purpose::STANDARD.encode(b)),
             None => s.serialize_none(),
         }
     }
 
-    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Bytes>, D::Error> {
         let s: Option<String> = Option::deserialize(d)?;
         s.map(|s| {
             base64::engine::general_purpose::STANDARD
                 .decode(s)
+                .map(Bytes::from)
                 .map_err(serde::de::Error::custom)
         })
         .transpose()
@@ -140,15 +146,29 @@ impl ObjectMeta {
 
     /// Decodes `quarry.meta`. The `version` field is read first and alone: a version other
     /// than [`META_VERSION`] is `UnsupportedVersion` whatever the rest looks like; a header
-    /// that does not parse, or inline data of the wrong length, is `CorruptMeta`.
+    /// that does not parse, or inline data of the wrong length, is `CorruptMeta`. The inline
+    /// data is copied out of `b`; [`ObjectMeta::from_shared`] slices it instead.
     pub fn from_bytes(b: &[u8]) -> Result<ObjectMeta, DriveError> {
+        Self::decode(b, |r| Bytes::copy_from_slice(&b[r]))
+    }
+
+    /// As [`ObjectMeta::from_bytes`], but the inline data is a slice of `b` (no copy): what
+    /// drives and the RPC use, which hold the file's bytes as [`Bytes`] already.
+    pub fn from_shared(b: Bytes) -> Result<ObjectMeta, DriveError> {
+        Self::decode(&b, |r| b.slice(r))
+    }
+
+    fn decode(
+        b: &[u8],
+        inline: impl FnOnce(Range<usize>) -> Bytes,
+    ) -> Result<ObjectMeta, DriveError> {
         let (mut meta, inline_len, end) = parse_header(b)?;
         let rest = &b[end..];
         meta.inline = match inline_len {
             None if rest.is_empty() => None,
             None => return Err(corrupt(format!("{} bytes after the header", rest.len()))),
             Some(n) => match rest.split_first() {
-                Some((b'\n', data)) if data.len() as u64 == n => Some(data.to_vec()),
+                Some((b'\n', data)) if data.len() as u64 == n => Some(inline(end + 1..b.len())),
                 _ => {
                     return Err(corrupt(format!(
                         "inline data should be {n} bytes, the file holds {} after the header",
@@ -265,6 +285,7 @@ mod tests {
     use super::*;
 
     fn sample(inline: Option<Vec<u8>>) -> ObjectMeta {
+        let inline = inline.map(Bytes::from);
         ObjectMeta {
             version: META_VERSION,
             size: 12345,
@@ -305,6 +326,17 @@ mod tests {
         ] {
             let b = m.to_bytes();
             assert_eq!(ObjectMeta::from_bytes(&b).unwrap(), m);
+            // from_shared decodes the same, its inline data a slice of the file's bytes.
+            let shared = Bytes::from(b.clone());
+            let from_shared = ObjectMeta::from_shared(shared.clone()).unwrap();
+            assert_eq!(from_shared, m);
+            if let Some(i) = &from_shared.inline {
+                let file = shared.as_ptr_range();
+                assert!(
+                    file.contains(&i.as_ptr()) || i.is_empty(),
+                    "inline data was copied"
+                );
+            }
             let mut no_inline = m.clone();
             no_inline.inline = None;
             assert_eq!(

@@ -733,7 +733,7 @@ impl Reader {
 
     fn meta(&mut self) -> Result<ObjectMeta, ProtoError> {
         let b = self.blob()?;
-        ObjectMeta::from_bytes(&b).map_err(|e| ProtoError::Meta(e.to_string()))
+        ObjectMeta::from_shared(b).map_err(|e| ProtoError::Meta(e.to_string()))
     }
 
     fn upload(&mut self) -> Result<UploadMeta, ProtoError> {
@@ -1131,7 +1131,7 @@ mod tests {
                 size: 77,
                 etag: "x".into(),
             }],
-            inline,
+            inline: inline.map(Into::into),
         }
     }
 

@@ -152,7 +152,7 @@ fn meta(key: &str, size: u64, data_dir: Option<Uuid>, inline: Option<Vec<u8>>) -
             size,
             etag: key.to_owned(),
         }],
-        inline,
+        inline: inline.map(Into::into),
     }
 }
 

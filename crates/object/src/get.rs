@@ -151,8 +151,7 @@ impl ShardReader {
     /// Reads and verifies shard `shard` of block `block` of `part` straight into `dst` (a piece
     /// of the block's stripe buffer, at least the framed chunk long; a buffer of its own when
     /// `None`); `None` if it is missing, unreadable or corrupt. The chunk returned is a slice of
-    /// `dst`: no copy (but for inline shards, which are copied out of the metadata and counted,
-    /// and need no `dst`).
+    /// `dst`, or for inline shards (which need no `dst`) of the metadata: no copy either way.
     pub(crate) async fn read_chunk_into(
         &self,
         part: &PartInfo,
@@ -168,8 +167,12 @@ impl ShardReader {
         let framed: Bytes = match &meta.inline {
             Some(inline) => {
                 let start = offset as usize;
-                match inline.get(start..start + framed_len) {
-                    Some(b) => Bytes::copy_from_slice(b),
+                match start
+                    .checked_add(framed_len)
+                    .filter(|&end| end <= inline.len())
+                {
+                    // A slice of the metadata's bytes (which are a slice of the file's): no copy.
+                    Some(end) => inline.slice(start..end),
                     None => {
                         warn!(bucket = %self.bucket, key = %self.key, shard, "inline shard is truncated");
                         self.note_damage();
@@ -186,6 +189,8 @@ impl ShardReader {
                     .filter(|d| d.capacity() >= framed_len)
                     .unwrap_or_else(|| PooledBuf::heap(framed_len));
                 dst.set_len(framed_len);
+                // Addresses only (compared, never dereferenced).
+                let given = dst.as_ptr() as usize..dst.as_ptr() as usize + dst.len();
                 let drive = &self.set.drives[pos];
                 match drive
                     .read_shard_into(
@@ -198,7 +203,16 @@ impl ShardReader {
                     )
                     .await
                 {
-                    Ok(b) if b.len() == framed_len => b,
+                    Ok(b) if b.len() == framed_len => {
+                        // The chunk should be the buffer it was read into. Bytes that come back
+                        // anywhere else were moved there by a copy (a data plane that gathered
+                        // pieces, a drive that cannot read in place): counted.
+                        let got = b.as_ptr() as usize;
+                        if !(given.start <= got && got + b.len() <= given.end) {
+                            SetCounters::add(&self.set.counters.get_copied_bytes, b.len() as u64);
+                        }
+                        b
+                    }
                     Ok(b) => {
                         warn!(drive = drive.endpoint(), bucket = %self.bucket, key = %self.key, got = b.len(), want = framed_len, "shard read returned the wrong length");
                         self.note_damage();
@@ -239,7 +253,7 @@ impl ShardReader {
         let block_len = self.erasure.block_len(part.size, block);
         let framed_len = self.erasure.framed_len(block_len);
         let mut shards: Vec<Option<Bytes>> = vec![None; n];
-        // Inline shards are copied out of the metadata: they need no stripe.
+        // Inline shards are slices of their metadata: they need no stripe.
         let inline = self.inline;
         let mut data_pieces = if inline {
             Vec::new().into_iter()
@@ -272,7 +286,6 @@ impl ShardReader {
         while let Some((shard, chunk)) = inflight.next().await {
             match chunk {
                 Some(c) => {
-                    self.count_inline_copy(shard, c.len());
                     shards[shard] = Some(c);
                     good += 1;
                 }
@@ -340,20 +353,6 @@ impl ShardReader {
             )));
         }
         Ok(out)
-    }
-
-    /// Counts the copy [`Self::read_chunk`] makes of an inline shard's framed chunk (out of the
-    /// object's metadata). Shards read from drives are not copied.
-    fn count_inline_copy(&self, shard: usize, len: usize) {
-        let inline = self.holder[shard]
-            .and_then(|pos| self.metas[pos].as_ref())
-            .is_some_and(|m| m.inline.is_some());
-        if inline {
-            SetCounters::add(
-                &self.set.counters.get_copied_bytes,
-                (len + bitrot::HASH_LEN) as u64,
-            );
-        }
     }
 }
 

@@ -189,7 +189,7 @@ impl ErasureSet {
             let mut m: ObjectMeta = meta.clone();
             m.erasure.index = meta.erasure.distribution[pos];
             m.inline = if inline {
-                Some(std::mem::take(&mut new_inline[t]))
+                Some(std::mem::take(&mut new_inline[t]).into())
             } else {
                 None
             };

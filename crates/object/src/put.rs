@@ -507,7 +507,7 @@ impl ErasureSet {
                 m.erasure.index = distribution[pos];
                 match o {
                     ShardOutcome::Inline(b) => {
-                        m.inline = Some(b);
+                        m.inline = Some(b.into());
                         Some(m)
                     }
                     ShardOutcome::File => Some(m),

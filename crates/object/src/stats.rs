@@ -11,6 +11,7 @@ pub(crate) struct SetCounters {
     pub heal_dropped: AtomicU64,
     pub healed_objects: AtomicU64,
     pub heal_failed: AtomicU64,
+    /// See [`LayerStats::get_copied_bytes_total`].
     pub get_copied_bytes: AtomicU64,
     /// Bytes of data chunks the GET path rebuilt from parity (degraded reads).
     pub get_decoded_bytes: AtomicU64,
@@ -125,9 +126,11 @@ pub struct LayerStats {
     pub healed_objects_total: u64,
     /// Heals that failed or left a drive unhealed.
     pub heal_failed_total: u64,
-    /// Bytes the GET path copied from one buffer to another (shard chunks out of their framed
-    /// reads, inline shards out of the metadata, data chunks joined into a block). Bytes decoded
-    /// from parity are computed, not copied, and are not counted.
+    /// Shard bytes a GET got back anywhere but in the buffer it read them into: a copy
+    /// happened on the way (a data plane that gathered pieces, a drive that cannot read in
+    /// place). Inline shards are slices of their metadata and chunks are slices of their framed
+    /// reads: neither is copied. Bytes decoded from parity are computed, not copied, and are not
+    /// counted.
     pub get_copied_bytes_total: u64,
     /// Bytes of data chunks rebuilt from parity by degraded GETs.
     pub get_decoded_bytes_total: u64,

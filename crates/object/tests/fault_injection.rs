@@ -482,3 +482,43 @@ async fn acknowledged_object_is_never_not_found() {
     m.faults(&[], FaultConfig::default());
     assert_eq!(m.get("x").await.unwrap(), data);
 }
+
+/// The GET copy counter counts exactly the shard bytes that did not land in the buffer the GET
+/// gave the drive: none from drives that read in place, none for inline objects (slices of their
+/// metadata), every chunk once the drives hand back buffers of their own.
+#[tokio::test]
+async fn get_copy_counter_counts_bytes_that_do_not_land_in_place() {
+    let m = Manual::new(4).await;
+    let copied = || async { m.layer().stats().await.get_copied_bytes_total };
+    let small = pattern(1000, 7);
+    let big = pattern(3 * BLOCK + 5, 9);
+    m.put("small", &small).await.unwrap();
+    m.put("big", &big).await.unwrap();
+
+    // Inline: no shard is read into a buffer, whatever the drives do.
+    for d in &m.drives {
+        d.set_reads_elsewhere(true);
+    }
+    assert_eq!(m.get("small").await.unwrap(), small);
+    assert_eq!(copied().await, 0, "an inline GET copied");
+
+    // Shard files read in place: the chunks are the stripe buffer.
+    for d in &m.drives {
+        d.set_reads_elsewhere(false);
+    }
+    assert_eq!(m.get("big").await.unwrap(), big);
+    assert_eq!(copied().await, 0, "an in-place GET copied");
+
+    // Drives that hand back their own buffers: every data chunk (at least the object's bytes,
+    // with their hashes) is counted.
+    for d in &m.drives {
+        d.set_reads_elsewhere(true);
+    }
+    assert_eq!(m.get("big").await.unwrap(), big);
+    let n = copied().await;
+    assert!(
+        n >= big.len() as u64,
+        "{n} bytes counted for a {}-byte GET of chunks not in place",
+        big.len()
+    );
+}

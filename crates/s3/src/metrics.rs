@@ -421,7 +421,7 @@ impl Metrics {
             (
                 "quarry_get_copied_bytes_total",
                 "counter",
-                "Bytes the GET path copied between buffers (zero on a zero-copy path).",
+                "Shard bytes a GET got back in a buffer other than the one it read them into (copied); zero on the zero-copy path.",
                 layer.get_copied_bytes_total,
             ),
             (

@@ -323,7 +323,7 @@ mod tests {
             },
             data_dir: None,
             parts: vec![],
-            inline: Some(vec![0]),
+            inline: Some(bytes::Bytes::from_static(&[0])),
         }
     }
 

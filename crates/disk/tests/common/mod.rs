@@ -40,7 +40,7 @@ pub fn meta(key: &str, size: u64, data_dir: Option<Uuid>, inline: Option<Vec<u8>
             size,
             etag: key.to_owned(),
         }],
-        inline,
+        inline: inline.map(Into::into),
     }
 }
 

@@ -46,8 +46,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::Bytes;
 use quarry_disk::{
-    DiskInfo, Drive, DriveError, ObjectMeta, PartMeta, ShardWriter, UploadMeta, VolInfo, WalkEntry,
-    WalkOptions,
+    DiskInfo, Drive, DriveError, ObjectMeta, PartMeta, ShardBuf, ShardWriter, UploadMeta, VolInfo,
+    WalkEntry, WalkOptions,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -205,6 +205,9 @@ struct State {
     seen: Mutex<HashMap<u64, u64>>,
     /// The drive is offline until (excluding) this step.
     offline_until: AtomicU64,
+    /// `read_shard_into` returns the bytes of a `read_shard` instead of filling the caller's
+    /// buffer (a drive that cannot read in place).
+    reads_elsewhere: AtomicBool,
     stats: Arc<FaultStats>,
 }
 
@@ -330,6 +333,7 @@ impl FaultyDrive {
                 step: AtomicU64::new(0),
                 seen: Mutex::new(HashMap::new()),
                 offline_until: AtomicU64::new(0),
+                reads_elsewhere: AtomicBool::new(false),
                 stats,
             }),
         }
@@ -347,6 +351,12 @@ impl FaultyDrive {
                 self.state.offline_until.store(0, Ordering::Relaxed);
             }
         }
+    }
+
+    /// With `true`, shard reads into a caller's buffer come back in a buffer of their own, as
+    /// from a drive that cannot read in place (no fault: the bytes are right).
+    pub fn set_reads_elsewhere(&self, on: bool) {
+        self.state.reads_elsewhere.store(on, Ordering::Relaxed);
     }
 
     pub fn faulty(&self) -> bool {
@@ -486,7 +496,7 @@ impl Drive for FaultyDrive {
             .await?;
         let mut m = self.inner.read_meta(bucket, key).await?;
         if let Some(inline) = m.inline.take() {
-            m.inline = Some(self.flip(&d, Bytes::from(inline)).to_vec());
+            m.inline = Some(self.flip(&d, inline));
         }
         Ok(m)
     }
@@ -542,6 +552,36 @@ impl Drive for FaultyDrive {
         let b = self
             .inner
             .read_shard(bucket, key, data_dir, part, offset, len)
+            .await?;
+        Ok(self.flip(&d, b))
+    }
+
+    /// Reads in place through the inner drive (under the fates of `read_shard`, which the same
+    /// read had before this was forwarded), or elsewhere (see [`FaultyDrive::set_reads_elsewhere`]).
+    async fn read_shard_into(
+        &self,
+        bucket: &str,
+        key: &str,
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        mut buf: Box<dyn ShardBuf>,
+    ) -> Result<Bytes, DriveError> {
+        let len = buf.as_mut_slice().len();
+        if self.state.reads_elsewhere.load(Ordering::Relaxed) {
+            return self
+                .read_shard(bucket, key, data_dir, part, offset, len)
+                .await;
+        }
+        let d = self
+            .before(
+                Kind::Read,
+                &format!("read_shard {} {} {} {} {}", bucket, key, part, offset, len),
+            )
+            .await?;
+        let b = self
+            .inner
+            .read_shard_into(bucket, key, data_dir, part, offset, buf)
             .await?;
         Ok(self.flip(&d, b))
     }
