@@ -202,8 +202,12 @@ def test_presigned_url_with_boto3_default_is_sigv2(quarry, bucket):
     assert body == data
 
     # Tampered, expired, or signed with the wrong secret: refused, and nothing is served.
-    expires = query["Expires"][0]
-    status, _, body = _fetch(url.replace(f"Expires={expires}", f"Expires={int(expires) + 3600}"))
+    # (The Expires of this URL, not of the first one: a second may have passed in between, and
+    # then replacing the first one's value would change nothing.)
+    expires = parse_qs(urlsplit(url).query)["Expires"][0]
+    tampered = url.replace(f"Expires={expires}", f"Expires={int(expires) + 3600}")
+    assert tampered != url
+    status, _, body = _fetch(tampered)
     assert status == 403 and b"<Code>SignatureDoesNotMatch</Code>" in body, body
     expired = client.generate_presigned_url("get_object", Params={"Bucket": bucket, "Key": key}, ExpiresIn=-10)
     assert int(parse_qs(urlsplit(expired).query)["Expires"][0]) < time.time()
