@@ -239,15 +239,20 @@ impl ShardReader {
         }
     }
 
-    /// Reads block `block` of `part` and returns its data (all of it) as pieces in order.
+    /// Reads the chunks of block `block` of `part` until k of them are good: the data chunks
+    /// first, all at once, and a parity chunk for each one that fails. Returns the block's k + m
+    /// slots (`None`: not read, missing or corrupt), at least k of them present; fewer is
+    /// [`Error::Corrupt`].
     ///
-    /// The k data chunks land in one stripe buffer (one pooled buffer cut in k pieces, registered
+    /// The data chunks land in one stripe buffer (one pooled buffer cut in k pieces, registered
     /// with the RDMA device when verbs is on, so each holder writes its chunk straight to its
-    /// place). When they are all healthy, the pieces returned are the chunks themselves: nothing
-    /// is copied or decoded. When some are missing or corrupt, parity chunks are read into a
-    /// second stripe and the missing data chunks are decoded from the chunks where they landed
-    /// (read in place, not copied) into a new buffer.
-    pub(crate) async fn read_block(&self, part: &PartInfo, block: u64) -> Result<Vec<Bytes>> {
+    /// place), parity chunks in a second one taken only when needed; inline chunks are slices of
+    /// their metadata.
+    pub(crate) async fn read_present(
+        &self,
+        part: &PartInfo,
+        block: u64,
+    ) -> Result<Vec<Option<Bytes>>> {
         let k = self.erasure.data_shards();
         let n = self.erasure.total_shards();
         let block_len = self.erasure.block_len(part.size, block);
@@ -307,6 +312,19 @@ impl ShardReader {
                 self.bucket, self.key, part.number
             )));
         }
+        Ok(shards)
+    }
+
+    /// Reads block `block` of `part` and returns its data (all of it) as pieces in order.
+    ///
+    /// The chunks come from [`Self::read_present`]. When the k data chunks are all healthy, the
+    /// pieces returned are the chunks themselves: nothing is copied or decoded. When some are
+    /// missing or corrupt, the missing data chunks are decoded from the chunks where they landed
+    /// (read in place, not copied) into a new buffer.
+    pub(crate) async fn read_block(&self, part: &PartInfo, block: u64) -> Result<Vec<Bytes>> {
+        let k = self.erasure.data_shards();
+        let block_len = self.erasure.block_len(part.size, block);
+        let mut shards = self.read_present(part, block).await?;
         let missing: Vec<usize> = (0..k).filter(|&i| shards[i].is_none()).collect();
         if !missing.is_empty() {
             // Degraded: decode the missing data chunks from the k chunks as they lie.

@@ -56,18 +56,19 @@ impl ErasureSet {
             }
         }
 
-        // Verify every shard of the drives that do have this version.
+        // Verify every shard of the drives that do have this version, a block's chunks at once.
         let reader = ShardReader::new(self.clone(), bucket, key, &meta, metas.clone())?;
         let n_shards = reader.erasure.total_shards();
         let mut bad = vec![false; n];
         for part in &meta.parts {
             for block in 0..reader.erasure.block_count(part.size) {
-                for shard in 0..n_shards {
-                    if let Some(pos) = reader.holder[shard] {
-                        if !bad[pos] && reader.read_chunk(part, block, shard).await.is_none() {
-                            bad[pos] = true;
-                        }
-                    }
+                let reader = &reader;
+                let checks = (0..n_shards).filter_map(|shard| {
+                    let pos = reader.holder[shard].filter(|&pos| !bad[pos])?;
+                    Some(async move { (pos, reader.read_chunk(part, block, shard).await) })
+                });
+                for (pos, chunk) in futures::future::join_all(checks).await {
+                    bad[pos] |= chunk.is_none();
                 }
             }
         }
@@ -131,36 +132,46 @@ impl ErasureSet {
                 }
             }
             for block in 0..source.erasure.block_count(part.size) {
-                let mut shards: Vec<Option<Vec<u8>>> = vec![None; n_shards];
-                let mut good = 0;
-                for (shard, slot) in shards.iter_mut().enumerate() {
-                    if good >= k {
-                        break;
-                    }
-                    if let Some(c) = source.read_chunk(part, block, shard).await {
-                        *slot = Some(c.to_vec());
-                        good += 1;
-                    }
-                }
-                source
+                // k good chunks (read at once, where they land), and from them only the targets'
+                // chunks, decoded straight behind the room for their hash.
+                let shards = source
+                    .read_present(part, block)
+                    .await
+                    .map_err(|e| Error::Corrupt(format!("{bucket}/{key}: cannot heal: {e}")))?;
+                let chunk_len = source
                     .erasure
-                    .reconstruct(&mut shards)
-                    .map_err(|e| Error::Corrupt(format!("{bucket}/{key}: {e}")))?;
-                for (t, &pos) in targets.iter().enumerate() {
-                    if !ok_targets[t] {
-                        continue;
+                    .chunk_len(source.erasure.block_len(part.size, block));
+                let live: Vec<usize> = (0..targets.len()).filter(|&t| ok_targets[t]).collect();
+                let mut framed = self.stripe(live.len(), bitrot::HASH_LEN + chunk_len);
+                {
+                    let present: Vec<Option<&[u8]>> = shards.iter().map(|s| s.as_deref()).collect();
+                    let mut out: Vec<(usize, &mut [u8])> = Vec::with_capacity(live.len());
+                    for (&t, f) in live.iter().zip(framed.iter_mut()) {
+                        f.set_len(bitrot::HASH_LEN + chunk_len);
+                        let shard = shard_of(targets[t]);
+                        let chunk = &mut f[bitrot::HASH_LEN..];
+                        match present[shard] {
+                            Some(c) => chunk.copy_from_slice(c),
+                            None => out.push((shard, chunk)),
+                        }
                     }
-                    let chunk = shards[shard_of(pos)].as_deref().unwrap_or_default();
+                    source
+                        .erasure
+                        .reconstruct_into(&present, &mut out)
+                        .map_err(|e| Error::Corrupt(format!("{bucket}/{key}: {e}")))?;
+                }
+                drop(shards);
+                for (&t, mut f) in live.iter().zip(framed) {
+                    bitrot::frame_in_place(&mut f);
                     if inline {
-                        bitrot::frame_into(chunk, &mut new_inline[t]);
+                        new_inline[t].extend_from_slice(&f);
                     } else if let Some(w) = writers[t].as_mut() {
-                        let mut framed = Vec::with_capacity(bitrot::HASH_LEN + chunk.len());
-                        bitrot::frame_into(chunk, &mut framed);
-                        if let Err(e) = w.write(&framed).await {
+                        if let Err(e) = w.write_bytes(f.into_bytes()).await {
                             ok_targets[t] = false;
-                            result
-                                .failed
-                                .push((self.drives[pos].endpoint().to_string(), e.to_string()));
+                            result.failed.push((
+                                self.drives[targets[t]].endpoint().to_string(),
+                                e.to_string(),
+                            ));
                         }
                     }
                 }
