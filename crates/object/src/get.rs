@@ -129,25 +129,6 @@ impl ShardReader {
         }
     }
 
-    /// Reads and verifies shard `shard` of block `block` of `part` into a buffer of its own;
-    /// `None` if it is missing, unreadable or corrupt.
-    pub(crate) async fn read_chunk(
-        &self,
-        part: &PartInfo,
-        block: u64,
-        shard: usize,
-    ) -> Option<Bytes> {
-        let framed_len = self
-            .erasure
-            .framed_len(self.erasure.block_len(part.size, block));
-        let dst = if self.inline {
-            None
-        } else {
-            self.set.stripe(1, framed_len).pop()
-        };
-        self.read_chunk_into(part, block, shard, dst).await
-    }
-
     /// Reads and verifies shard `shard` of block `block` of `part` straight into `dst` (a piece
     /// of the block's stripe buffer, at least the framed chunk long; a buffer of its own when
     /// `None`); `None` if it is missing, unreadable or corrupt. The chunk returned is a slice of

@@ -63,9 +63,23 @@ impl ErasureSet {
         for part in &meta.parts {
             for block in 0..reader.erasure.block_count(part.size) {
                 let reader = &reader;
+                // One stripe for the block's chunks, as a GET takes (none for inline shards).
+                let framed_len = reader
+                    .erasure
+                    .framed_len(reader.erasure.block_len(part.size, block));
+                let mut pieces = if reader.inline {
+                    Vec::new()
+                } else {
+                    self.stripe(n_shards, framed_len)
+                }
+                .into_iter();
                 let checks = (0..n_shards).filter_map(|shard| {
+                    let dst = pieces.next();
                     let pos = reader.holder[shard].filter(|&pos| !bad[pos])?;
-                    Some(async move { (pos, reader.read_chunk(part, block, shard).await) })
+                    Some(async move {
+                        let chunk = reader.read_chunk_into(part, block, shard, dst).await;
+                        (pos, chunk)
+                    })
                 });
                 for (pos, chunk) in futures::future::join_all(checks).await {
                     bad[pos] |= chunk.is_none();
