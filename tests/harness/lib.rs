@@ -8,11 +8,13 @@
 //! Every test starts its own server on its own port and temporary directories, so tests run in
 //! parallel. The process is killed and reaped when the [`TestServer`] is dropped.
 
+use std::collections::BTreeSet;
 use std::fs;
 use std::io::{Read, Seek, SeekFrom};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_sdk_s3::config::retry::RetryConfig;
@@ -99,11 +101,22 @@ pub fn quarry_bin() -> PathBuf {
     target.join("debug").join("quarry")
 }
 
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0 to find a free port");
-    l.local_addr()
-        .expect("local_addr of a bound listener")
-        .port()
+/// A port that was free a moment ago and that this process has not handed out before: the kernel
+/// may give the port it just released to the next bind, and two nodes of one cluster on the same
+/// port would make one node of two drives (seen once: "every node must have the same number of
+/// drives"). Other processes may still take it: callers retry on "in use".
+pub fn free_port() -> u16 {
+    static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
+    loop {
+        let l = TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0 to find a free port");
+        let port = l
+            .local_addr()
+            .expect("local_addr of a bound listener")
+            .port();
+        if GIVEN.lock().unwrap_or_else(|e| e.into_inner()).insert(port) {
+            return port;
+        }
+    }
 }
 
 /// Spreads the front node of cluster test servers over the nodes.

@@ -355,11 +355,6 @@ async fn ops_admin_info_on_a_single_node() {
     }
 }
 
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    l.local_addr().unwrap().port()
-}
-
 /// Kills the server when the test ends, however it ends.
 struct Killed(std::process::Child);
 
