@@ -465,6 +465,13 @@ impl BufPool {
         }
     }
 
+    /// Buffers that hold `len` bytes between them (at least one, for a 0-byte read), each from
+    /// [`BufPool::get_or_alloc`]: never waits.
+    pub fn get_or_alloc_for(&self, len: usize) -> Vec<PooledBuf> {
+        let n = len.div_ceil(self.inner.buf_size).max(1);
+        (0..n).map(|_| self.get_or_alloc()).collect()
+    }
+
     fn take(&self, permit: OwnedSemaphorePermit) -> PooledBuf {
         // Invariant: a permit is held for every buffer out of the free list, so a permit implies a
         // free buffer.
@@ -1026,6 +1033,17 @@ mod tests {
         let s = p.stats();
         assert_eq!(s.waits, 1);
         assert_eq!(s.gets, 3);
+    }
+
+    #[test]
+    fn get_or_alloc_for_covers_the_length_without_waiting() {
+        let p = BufPool::new(BufPoolConfig::new(4096, 2)).unwrap();
+        assert_eq!(p.get_or_alloc_for(0).len(), 1);
+        assert_eq!(p.get_or_alloc_for(4096).len(), 1);
+        // Three buffers from a pool of two: the third is a fresh allocation, not a wait.
+        let three = p.get_or_alloc_for(2 * 4096 + 1);
+        assert_eq!(three.len(), 3);
+        assert_eq!(p.stats().heap_fallbacks, 1);
     }
 
     #[test]

@@ -16,8 +16,8 @@
 //! they arrive in). That bound is a sliding window over the sequence numbers, not only a count:
 //! the peer answers an append that arrives ahead of the next one it can write at once (it keeps
 //! it), and refuses one more than its append window ahead, so while one append is slow the
-//! writer must not send the appends after it. `finish` waits for every append, then asks the peer to flush and fsync, as a
-//! local writer does. Dropping it without `finish` asks the peer to close the writer (best
+//! writer must not send the appends after it. `finish` waits for every append, then asks the
+//! peer to flush and fsync, as a local writer does. Dropping it without `finish` asks the peer to close the writer (best
 //! effort; a peer also drops writers that idle) and leaves the tmp data to `delete_tmp` or the
 //! peer's start-up sweep.
 //!

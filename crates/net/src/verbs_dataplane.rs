@@ -1750,10 +1750,7 @@ impl VerbsDataPlane {
         // Without the caller's buffers (they are still lent over a broken QP), fresh ones that
         // never wait on the pool: a read served instead of a failed one must not queue behind
         // the stripes that wait for it.
-        let dst = dst.unwrap_or_else(|| {
-            let n = range.len.div_ceil(self.pool.buf_size()).max(1);
-            (0..n).map(|_| self.pool.get_or_alloc()).collect()
-        });
+        let dst = dst.unwrap_or_else(|| self.pool.get_or_alloc_for(range.len));
         self.tcp.read_shard_into(peer, drive, range, dst).await
     }
 }
@@ -1909,8 +1906,7 @@ impl DataPlane for VerbsDataPlane {
     ) -> Result<ShardData, DataPlaneError> {
         // Buffers that never wait on the pool (a fresh one is not registered: that read goes
         // over TCP, into it).
-        let n = range.len.div_ceil(self.pool.buf_size()).max(1);
-        let dst = (0..n).map(|_| self.pool.get_or_alloc()).collect();
+        let dst = self.pool.get_or_alloc_for(range.len);
         self.read_shard_into(peer, drive, range, dst).await
     }
 
