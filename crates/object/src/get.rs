@@ -47,8 +47,6 @@ pub(crate) struct ShardReader {
     pub(crate) data_dir: Option<uuid::Uuid>,
     /// Set once a missing or corrupt shard is seen, so the object is queued for heal once.
     pub(crate) damaged: AtomicBool,
-    /// The version's shards are inline in its metadata (no shard files).
-    pub(crate) inline: bool,
 }
 
 impl ShardReader {
@@ -88,8 +86,23 @@ impl ShardReader {
             holder,
             data_dir: meta.data_dir,
             damaged: AtomicBool::new(damaged),
-            inline: meta.inline.is_some(),
         })
+    }
+
+    /// The framed length of each chunk of block `block` of `part`.
+    pub(crate) fn framed_len(&self, part: &PartInfo, block: u64) -> usize {
+        self.erasure
+            .framed_len(self.erasure.block_len(part.size, block))
+    }
+
+    /// `count` pieces of `framed_len` bytes to read chunks into (a stripe of the set's pool), or
+    /// none when the version is inline: its chunks are slices of the metadata.
+    pub(crate) fn stripe(&self, count: usize, framed_len: usize) -> Vec<PooledBuf> {
+        if self.data_dir.is_none() {
+            Vec::new()
+        } else {
+            self.set.stripe(count, framed_len)
+        }
     }
 
     fn note_damage(&self) {
@@ -141,8 +154,7 @@ impl ShardReader {
         dst: Option<PooledBuf>,
     ) -> Option<Bytes> {
         let pos = self.holder[shard]?;
-        let block_len = self.erasure.block_len(part.size, block);
-        let framed_len = self.erasure.framed_len(block_len);
+        let framed_len = self.framed_len(part, block);
         let offset = self.erasure.shard_offset(block);
         let meta = self.metas[pos].as_ref()?;
         let framed: Bytes = match &meta.inline {
@@ -236,25 +248,16 @@ impl ShardReader {
     ) -> Result<Vec<Option<Bytes>>> {
         let k = self.erasure.data_shards();
         let n = self.erasure.total_shards();
-        let block_len = self.erasure.block_len(part.size, block);
-        let framed_len = self.erasure.framed_len(block_len);
+        let framed_len = self.framed_len(part, block);
         let mut shards: Vec<Option<Bytes>> = vec![None; n];
-        // Inline shards are slices of their metadata: they need no stripe.
-        let inline = self.inline;
-        let mut data_pieces = if inline {
-            Vec::new().into_iter()
-        } else {
-            self.set.stripe(k, framed_len).into_iter()
-        };
+        let mut data_pieces = self.stripe(k, framed_len).into_iter();
         let mut parity_pieces: Option<std::vec::IntoIter<PooledBuf>> = None;
         let mut piece_for = |s: usize| {
-            if inline {
-                None
-            } else if s < k {
+            if s < k {
                 data_pieces.next()
             } else {
                 parity_pieces
-                    .get_or_insert_with(|| self.set.stripe(n - k, framed_len).into_iter())
+                    .get_or_insert_with(|| self.stripe(n - k, framed_len).into_iter())
                     .next()
             }
         };

@@ -63,16 +63,10 @@ impl ErasureSet {
         for part in &meta.parts {
             for block in 0..reader.erasure.block_count(part.size) {
                 let reader = &reader;
-                // One stripe for the block's chunks, as a GET takes (none for inline shards).
-                let framed_len = reader
-                    .erasure
-                    .framed_len(reader.erasure.block_len(part.size, block));
-                let mut pieces = if reader.inline {
-                    Vec::new()
-                } else {
-                    self.stripe(n_shards, framed_len)
-                }
-                .into_iter();
+                // One stripe for the block's chunks, as a GET takes.
+                let mut pieces = reader
+                    .stripe(n_shards, reader.framed_len(part, block))
+                    .into_iter();
                 let checks = (0..n_shards).filter_map(|shard| {
                     let dst = pieces.next();
                     let pos = reader.holder[shard].filter(|&pos| !bad[pos])?;
@@ -152,22 +146,16 @@ impl ErasureSet {
                     .read_present(part, block)
                     .await
                     .map_err(|e| Error::Corrupt(format!("{bucket}/{key}: cannot heal: {e}")))?;
-                let chunk_len = source
-                    .erasure
-                    .chunk_len(source.erasure.block_len(part.size, block));
+                let framed_len = source.framed_len(part, block);
                 let live: Vec<usize> = (0..targets.len()).filter(|&t| ok_targets[t]).collect();
-                let mut framed = self.stripe(live.len(), bitrot::HASH_LEN + chunk_len);
+                let mut framed = self.stripe(live.len(), framed_len);
                 {
                     let present: Vec<Option<&[u8]>> = shards.iter().map(|s| s.as_deref()).collect();
                     let mut out: Vec<(usize, &mut [u8])> = Vec::with_capacity(live.len());
+                    // The source excludes the targets, so none of their chunks is present.
                     for (&t, f) in live.iter().zip(framed.iter_mut()) {
-                        f.set_len(bitrot::HASH_LEN + chunk_len);
-                        let shard = shard_of(targets[t]);
-                        let chunk = &mut f[bitrot::HASH_LEN..];
-                        match present[shard] {
-                            Some(c) => chunk.copy_from_slice(c),
-                            None => out.push((shard, chunk)),
-                        }
+                        f.set_len(framed_len);
+                        out.push((shard_of(targets[t]), &mut f[bitrot::HASH_LEN..]));
                     }
                     source
                         .erasure
