@@ -379,6 +379,20 @@ impl FaultyDrive {
         }
     }
 
+    /// The fate of a shard read: one name for `read_shard` and `read_shard_into`, so a read has
+    /// the same faults whichever the layer calls.
+    async fn before_read_shard(
+        &self,
+        bucket: &str,
+        key: &str,
+        part: u32,
+        offset: u64,
+        len: usize,
+    ) -> Result<Decision, DriveError> {
+        let call = format!("read_shard {bucket} {key} {part} {offset} {len}");
+        self.before(Kind::Read, &call).await
+    }
+
     fn after<T>(&self, d: &Decision, r: Result<T, DriveError>) -> Result<T, DriveError> {
         if d.fail_after && r.is_ok() {
             return Err(injected("answer lost after the change took effect"));
@@ -544,10 +558,7 @@ impl Drive for FaultyDrive {
         len: usize,
     ) -> Result<Bytes, DriveError> {
         let d = self
-            .before(
-                Kind::Read,
-                &format!("read_shard {} {} {} {} {}", bucket, key, part, offset, len),
-            )
+            .before_read_shard(bucket, key, part, offset, len)
             .await?;
         let b = self
             .inner
@@ -556,8 +567,8 @@ impl Drive for FaultyDrive {
         Ok(self.flip(&d, b))
     }
 
-    /// Reads in place through the inner drive (under the fates of `read_shard`, which the same
-    /// read had before this was forwarded), or elsewhere (see [`FaultyDrive::set_reads_elsewhere`]).
+    /// Reads in place through the inner drive, or elsewhere (see
+    /// [`FaultyDrive::set_reads_elsewhere`]).
     async fn read_shard_into(
         &self,
         bucket: &str,
@@ -574,10 +585,7 @@ impl Drive for FaultyDrive {
                 .await;
         }
         let d = self
-            .before(
-                Kind::Read,
-                &format!("read_shard {} {} {} {} {}", bucket, key, part, offset, len),
-            )
+            .before_read_shard(bucket, key, part, offset, len)
             .await?;
         let b = self
             .inner
