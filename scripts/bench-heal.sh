@@ -22,34 +22,11 @@ export QUARRY_ROOT_USER=benchadmin QUARRY_ROOT_PASSWORD=bench-secret-key-123
 mkdir -p "$DATA"
 DATA=$(cd "$DATA" && pwd)
 
-pids=()
-stop_all() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; pids=(); }
-trap stop_all EXIT
-
-wait_ready() {
-    for _ in $(seq 1 200); do
-        curl -fsS "http://$1/health/ready" >/dev/null 2>&1 && return 0
-        sleep 0.2
-    done
-    echo "server $1 not ready" >&2
-    return 1
-}
+source scripts/lib/bench-servers.sh
 
 now_ms() { date +%s%3N; }
 
-rm -rf "$DATA/cluster"
-args=()
-for n in 1 2 3 4; do args+=("http://127.0.0.1:$((BASE_PORT + n))$DATA/cluster/node$n/d{1...4}"); done
-for n in 1 2 3 4; do
-    "$BIN_DIR/quarry" server --address "127.0.0.1:$((BASE_PORT + n))" --set-size 4 "${args[@]}" \
-        >"$DATA/node$n.log" 2>&1 &
-    pids+=($!)
-done
-hosts=()
-for n in 1 2 3 4; do
-    wait_ready "127.0.0.1:$((BASE_PORT + n))"
-    hosts+=("127.0.0.1:$((BASE_PORT + n))")
-done
+start_cluster "$BASE_PORT"
 endpoint=http://127.0.0.1:$((BASE_PORT + 1))
 
 echo "== writing $OBJECTS objects of $SIZE"

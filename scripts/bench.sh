@@ -21,18 +21,7 @@ export QUARRY_ROOT_USER=benchadmin QUARRY_ROOT_PASSWORD=bench-secret-key-123
 mkdir -p "$DATA" "$OUT"
 DATA=$(cd "$DATA" && pwd)
 
-pids=()
-stop_all() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; pids=(); }
-trap stop_all EXIT
-
-wait_ready() {
-    for _ in $(seq 1 200); do
-        curl -fsS "http://$1/health/ready" >/dev/null 2>&1 && return 0
-        sleep 0.2
-    done
-    echo "server $1 not ready" >&2
-    return 1
-}
+source scripts/lib/bench-servers.sh
 
 run_matrix() { # label host...
     local label=$1
@@ -66,15 +55,8 @@ run_matrix single 127.0.0.1:9300
 stop_all
 
 # 4-node cluster, requests spread over the nodes.
-rm -rf "$DATA/cluster"
-args=()
-for n in 1 2 3 4; do args+=("http://127.0.0.1:930$n$DATA/cluster/node$n/d{1...4}"); done
-for n in 1 2 3 4; do
-    "$BIN_DIR/quarry" server --address "127.0.0.1:930$n" --set-size 4 "${args[@]}" >"$DATA/node$n.log" 2>&1 &
-    pids+=($!)
-done
-for n in 1 2 3 4; do wait_ready "127.0.0.1:930$n"; done
-run_matrix cluster 127.0.0.1:9301 127.0.0.1:9302 127.0.0.1:9303 127.0.0.1:9304
+start_cluster 9300
+run_matrix cluster "${hosts[@]}"
 stop_all
 
 echo "results in $OUT; compare with: $BIN_DIR/quarry-bench compare $OUT/single-get-1MiB-c8.json $OUT/cluster-get-1MiB-c8.json"
