@@ -14,8 +14,8 @@ use anyhow::{bail, Context};
 use quarry_disk::{Drive, LocalDrive};
 use quarry_net::rdma::{choose_backend, Backend, RdmaMode, RdmaSettings};
 use quarry_net::{ClusterSecret, DriveServer, Identity, RpcClient, RpcConfig, RpcServer};
-use quarry_object::cluster::{cluster_id, open_cluster, ClusterSpec, NodeService};
-use quarry_object::dsync::{DistLockerConfig, LockServer, DEFAULT_MAX_ENTRIES};
+use quarry_node::dsync::{DistLockerConfig, LockServer, DEFAULT_MAX_ENTRIES};
+use quarry_node::{cluster_id, open_cluster, ClusterSpec, NodeService};
 use quarry_object::topology::Topology;
 use quarry_object::{ErasureServer, ObjectConfig};
 use tokio::net::{TcpListener, TcpStream};
@@ -261,12 +261,12 @@ mod verbs {
     use std::sync::Arc;
 
     use anyhow::Context;
+    use quarry_buf::{BufPool, BufPoolConfig, DEFAULT_BUF_SIZE};
     use quarry_net::rdma::{Backend, RdmaMode, RdmaSettings};
     use quarry_net::verbs_dataplane::{holder_access, requester_access, ResponderConfig};
     use quarry_net::{
-        BufPool, BufPoolConfig, DriveServer, Identity, RpcClient, RpcConfig, TcpDataPlane,
-        TcpDataPlaneConfig, VerbsConfig, VerbsDataPlane, VerbsDevice, VerbsResponder,
-        DEFAULT_BUF_SIZE,
+        DriveServer, Identity, RpcClient, RpcConfig, TcpDataPlane, TcpDataPlaneConfig, VerbsConfig,
+        VerbsDataPlane, VerbsDevice, VerbsResponder,
     };
 
     /// Registers the node's two pools once (the requester's: GET stripes and PUT chunks, shared

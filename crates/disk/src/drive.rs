@@ -4,6 +4,7 @@ use std::fmt;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use quarry_buf::PooledBuf;
 use uuid::Uuid;
 
 use crate::meta::ObjectMeta;
@@ -127,20 +128,6 @@ pub trait ShardWriter: Send {
     async fn finish(self: Box<Self>) -> Result<()>;
 }
 
-/// A caller's buffer that [`Drive::read_shard_into`] fills (e.g. a pooled buffer of the data plane,
-/// registered with an RDMA device), so shard bytes land where they are sent from without a copy.
-pub trait ShardBuf: Send + 'static {
-    /// The bytes to fill: a read fills all of them.
-    fn as_mut_slice(&mut self) -> &mut [u8];
-    /// The filled buffer as `Bytes`, without copying.
-    fn into_bytes(self: Box<Self>) -> Bytes;
-    /// The buffer as `Any`, so a drive that knows the concrete type (a remote drive whose data
-    /// plane lands bytes straight in a pooled, possibly registered, buffer) can check it...
-    fn as_any(&self) -> &dyn std::any::Any;
-    /// ...and take it back out of the box.
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send>;
-}
-
 /// One drive. Every method validates its bucket and key before building any path.
 ///
 /// All keys are S3 object keys (UTF-8, at most 1024 bytes); a key ending in '/' (a "folder
@@ -189,9 +176,12 @@ pub trait Drive: Send + Sync + fmt::Debug + 'static {
         len: usize,
     ) -> Result<Bytes>;
 
-    /// Like [`Drive::read_shard`], reading `buf.as_mut_slice().len()` bytes into `buf`, and
-    /// returning them as `buf` itself. The default reads with `read_shard` and copies; a drive
-    /// that can read in place (`LocalDrive`) does so.
+    /// Like [`Drive::read_shard`], reading `buf.len()` bytes (its filled length, set by the
+    /// caller) into `buf`, a pooled buffer (a piece of a GET's stripe buffer, perhaps registered
+    /// with an RDMA device), and returning the filled buffer. A drive that can read in place
+    /// (`LocalDrive`, a remote drive whose data plane lands the bytes in the buffer) returns `buf`
+    /// itself; the default reads with `read_shard` and copies into it. A drive may return another
+    /// buffer holding the bytes (the caller can tell by its address: a copy happened).
     async fn read_shard_into(
         &self,
         bucket: &str,
@@ -199,9 +189,9 @@ pub trait Drive: Send + Sync + fmt::Debug + 'static {
         data_dir: Uuid,
         part: u32,
         offset: u64,
-        mut buf: Box<dyn ShardBuf>,
-    ) -> Result<Bytes> {
-        let len = buf.as_mut_slice().len();
+        mut buf: PooledBuf,
+    ) -> Result<PooledBuf> {
+        let len = buf.len();
         let data = self
             .read_shard(bucket, key, data_dir, part, offset, len)
             .await?;
@@ -211,8 +201,8 @@ pub trait Drive: Send + Sync + fmt::Debug + 'static {
                 data.len()
             ))));
         }
-        buf.as_mut_slice().copy_from_slice(&data);
-        Ok(buf.into_bytes())
+        buf.copy_from_slice(&data);
+        Ok(buf)
     }
 
     /// The length of `<bucket>/<key>/<data_dir>/part.<part>`, without reading it: a cheap check

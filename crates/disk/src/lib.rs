@@ -1,7 +1,7 @@
 //! One local drive: the on-disk layout, the versioned metadata format, atomic commit and shard files.
 //!
 //! The object layer sees every drive through the [`Drive`] trait. [`LocalDrive`] implements it on a
-//! directory of the local filesystem; a remote implementation (crates/net) will implement it on a peer.
+//! directory of the local filesystem; `quarry-net`'s `RemoteDrive` implements it on a peer.
 //! This crate knows nothing about erasure coding beyond the fields it stores in [`ObjectMeta`]: it moves
 //! bytes and metadata, validates every name before it builds a path, and commits atomically.
 //!
@@ -30,9 +30,7 @@ pub mod meta;
 pub mod multipart;
 pub mod path;
 
-pub use drive::{
-    DiskInfo, Drive, DriveError, ShardBuf, ShardWriter, VolInfo, WalkEntry, WalkOptions,
-};
+pub use drive::{DiskInfo, Drive, DriveError, ShardWriter, VolInfo, WalkEntry, WalkOptions};
 pub use format::FormatV1;
 pub use local::{
     validate_config_name, LocalDrive, SweepReport, DEFAULT_ORPHAN_MIN_AGE, MAX_BUCKET_CONFIG,

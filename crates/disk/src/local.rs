@@ -20,11 +20,12 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use quarry_buf::PooledBuf;
 use tracing::{debug, warn};
 use uuid::Uuid;
 
 use crate::drive::{
-    DiskInfo, Drive, DriveError, Result, ShardBuf, ShardWriter, VolInfo, WalkEntry, WalkOptions,
+    DiskInfo, Drive, DriveError, Result, ShardWriter, VolInfo, WalkEntry, WalkOptions,
 };
 use crate::format::FormatV1;
 use crate::meta::ObjectMeta;
@@ -546,12 +547,12 @@ impl Drive for LocalDrive {
         data_dir: Uuid,
         part: u32,
         offset: u64,
-        mut buf: Box<dyn ShardBuf>,
-    ) -> Result<Bytes> {
+        mut buf: PooledBuf,
+    ) -> Result<PooledBuf> {
         let (this, bucket, key) = (self.clone(), bucket.to_owned(), key.to_owned());
         blocking(move || {
-            this.read_shard_at(&bucket, &key, data_dir, part, offset, buf.as_mut_slice())?;
-            Ok(buf.into_bytes())
+            this.read_shard_at(&bucket, &key, data_dir, part, offset, &mut buf)?;
+            Ok(buf)
         })
         .await
     }

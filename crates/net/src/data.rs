@@ -29,7 +29,7 @@
 use bytes::Bytes;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use crate::bufpool::{BufPool, PooledBuf};
+use quarry_buf::{BufPool, PooledBuf};
 
 pub const BULK_MAGIC: [u8; 4] = *b"QBLK";
 pub const BULK_VERSION: u8 = 1;
@@ -311,7 +311,7 @@ impl BulkReceiver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bufpool::BufPoolConfig;
+    use quarry_buf::BufPoolConfig;
     use tokio::net::{TcpListener, TcpStream};
 
     const KEY: [u8; 32] = [3u8; 32];

@@ -1,5 +1,6 @@
-//! The data plane: how shard bytes move between nodes, behind one trait ([`DataPlane`]) with a TCP
-//! backend ([`TcpDataPlane`]) now and a verbs (RDMA) backend later (DESIGN.md, "Data plane").
+//! The data plane: how shard bytes move between nodes, behind one trait ([`DataPlane`]) with two
+//! backends, TCP ([`TcpDataPlane`], here) and verbs (RDMA, `crate::verbs_dataplane`) (DESIGN.md,
+//! "Data plane").
 //!
 //! The control plane ([`crate::rpc`]) carries small messages, in frames that are read into a
 //! connection's own buffer and authenticated with HMAC-SHA256. Shard bytes must not go that way:
@@ -51,7 +52,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -63,15 +64,14 @@ use uuid::Uuid;
 
 use crate::auth::{self, AuthError, Identity};
 use crate::backoff::PeerBackoff;
-use crate::bufpool::{BufPool, BufPoolConfig, BufPoolError, PooledBuf, ALIGN};
 use crate::data::{BulkReceiver, BulkSender, DataError};
 use crate::drive_proto::{self, Request};
+use crate::lock;
 use crate::rpc::RpcConfig;
 use crate::wire::{self, Frame, FrameKind, Header, Opener, Sealer, WireError};
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+use quarry_buf::{BufPool, BufPoolConfig, BufPoolError, PooledBuf, DEFAULT_BUF_SIZE};
+/// The figures this module counts (plain types of the ground floor: see `quarry_buf::figures`).
+pub use quarry_buf::{DataPlaneStats, PeerSnapshot, LATENCY_BUCKETS};
 
 /// A range of one shard file on a peer's drive: `len` bytes at `offset` of
 /// `<bucket>/<key>/<data_dir>/part.<part>`.
@@ -112,10 +112,6 @@ impl ShardData {
         &self.bufs
     }
 
-    pub fn into_buffers(self) -> Vec<PooledBuf> {
-        self.bufs
-    }
-
     /// Whether [`ShardData::into_bytes`] is free (no copy): the bytes are in at most one buffer.
     pub fn is_contiguous(&self) -> bool {
         self.bufs.len() <= 1
@@ -141,6 +137,24 @@ impl ShardData {
                 out.freeze()
             }
         }
+    }
+}
+
+impl ShardData {
+    /// The bytes as one pooled buffer: in one buffer (the normal case) the buffer itself, no copy;
+    /// spread over several, copied into a stand-alone buffer (the caller sees by its address that
+    /// the bytes did not land where it asked).
+    pub fn into_buf(mut self) -> PooledBuf {
+        if self.bufs.len() == 1 {
+            if let Some(b) = self.bufs.pop() {
+                return b;
+            }
+        }
+        let mut out = PooledBuf::heap(self.len);
+        for b in &self.bufs {
+            out.extend_from_slice(b);
+        }
+        out
     }
 }
 
@@ -268,27 +282,6 @@ impl DataPlaneError {
     }
 }
 
-/// Counters of one data-plane backend.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct DataPlaneStats {
-    /// Transfers attempted.
-    pub transfers: u64,
-    /// Payload bytes received into pooled buffers.
-    pub bytes_in: u64,
-    /// Payload bytes sent.
-    pub bytes_out: u64,
-    /// Transfers that failed, for any reason (timeouts included).
-    pub errors: u64,
-    pub timeouts: u64,
-    /// Data connections established (handshake done).
-    pub connects: u64,
-    pub connect_failures: u64,
-    /// Transfers refused at once because their peer was marked down.
-    pub fast_failures: u64,
-    /// Transfers retried on a fresh connection after a reused one turned out dead.
-    pub retries: u64,
-}
-
 /// What a transfer did, for the per-peer metrics.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Transfer {
@@ -297,11 +290,6 @@ pub enum Transfer {
     /// Shard bytes sent to the peer (a PUT's chunk).
     Append,
 }
-
-/// Upper bounds (seconds) of the transfer latency histogram buckets.
-pub const LATENCY_BUCKETS: [f64; 14] = [
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5, 10.0,
-];
 
 /// Counters of one backend's traffic with one peer.
 #[derive(Debug, Default)]
@@ -417,30 +405,6 @@ impl PeerMetrics {
     }
 }
 
-/// One backend's figures for one peer (see [`DataPlane::peer_stats`]).
-#[derive(Debug, Clone, Default, PartialEq)]
-pub struct PeerSnapshot {
-    pub backend: &'static str,
-    pub peer: String,
-    /// Shard reads that completed, and their bytes (received).
-    pub reads: u64,
-    pub read_bytes: u64,
-    /// Appends that completed, and their bytes (sent).
-    pub appends: u64,
-    pub append_bytes: u64,
-    pub connects: u64,
-    pub reconnects: u64,
-    pub fallbacks: u64,
-    /// Transfers the peer shed (busy) to TCP.
-    pub shed: u64,
-    pub active_connections: u64,
-    /// Failed transfers by error kind.
-    pub errors: Vec<(&'static str, u64)>,
-    /// Cumulative counts per [`LATENCY_BUCKETS`] bound, then the `+Inf` count (= all transfers).
-    pub latency_buckets: Vec<u64>,
-    pub latency_sum_seconds: f64,
-}
-
 /// Moves shard bytes between nodes. Object-safe: used as `Arc<dyn DataPlane>`.
 ///
 /// # Contract
@@ -482,7 +446,7 @@ pub trait DataPlane: Send + Sync + fmt::Debug {
 
     /// The buffer pools of the node's data path, by name: `data` (this backend's pool), and for
     /// verbs also `holder` (the pool the node serves its peers from).
-    fn pools(&self) -> Vec<(&'static str, crate::bufpool::BufPoolStats)> {
+    fn pools(&self) -> Vec<(&'static str, quarry_buf::BufPoolStats)> {
         vec![("data", self.pool().stats())]
     }
 
@@ -545,11 +509,6 @@ pub struct TcpDataPlaneConfig {
     /// Buffers in the pool.
     pub buffers: usize,
 }
-
-/// Default buffer size: a block's framed shard chunk (1 MiB of data at one data shard, plus its
-/// 32-byte bitrot hash) fits one buffer, so a shard read lands in one buffer and reaches the
-/// decoder without a copy whatever the set's shape.
-pub const DEFAULT_BUF_SIZE: usize = (1 << 20) + ALIGN;
 
 impl TcpDataPlaneConfig {
     /// Timeouts, back-off and frame size of `rpc`; four connections per peer; a pool of 256

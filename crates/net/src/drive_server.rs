@@ -14,7 +14,7 @@
 //! without `finish`), and at most [`DriveServerConfig::max_writers`] are open at once.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -23,13 +23,10 @@ use quarry_disk::path::{validate_bucket, validate_key};
 use quarry_disk::{validate_config_name, Drive, DriveError, ShardWriter};
 use uuid::Uuid;
 
-use crate::bufpool::{BufPool, BufPoolConfig};
 use crate::drive_proto::{self, codes, ProtoError, Request, Response};
+use crate::lock;
 use crate::rpc::{Handler, RpcError};
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
+use quarry_buf::{BufPool, BufPoolConfig, PooledBuf};
 
 /// Limits of a [`DriveServer`].
 #[derive(Debug, Clone)]
@@ -61,7 +58,7 @@ impl Default for DriveServerConfig {
             max_data_reads: 64,
             max_data_read: 64 << 20,
             data_buffers: 64,
-            data_buf_size: crate::dataplane::DEFAULT_BUF_SIZE,
+            data_buf_size: quarry_buf::DEFAULT_BUF_SIZE,
         }
     }
 }
@@ -401,8 +398,9 @@ impl DriveServer {
             Some(pool) if len <= pool.buf_size() => {
                 let mut buf = pool.get().await;
                 buf.set_len(len);
-                d.read_shard_into(&bucket, &key, data_dir, part, offset, Box::new(buf))
+                d.read_shard_into(&bucket, &key, data_dir, part, offset, buf)
                     .await
+                    .map(PooledBuf::into_bytes)
             }
             _ => {
                 d.read_shard(&bucket, &key, data_dir, part, offset, len)

@@ -8,18 +8,18 @@
 //! - [`rpc`]: the control RPC over TCP, [`RpcClient`] (pooled connections per peer, multiplexed
 //!   calls, a timeout on every call, back-off for unreachable peers) and [`RpcServer`] (dispatch to a
 //!   [`Handler`], bounded connections and requests);
-//! - [`bufpool`]: the [`BufPool`] of aligned buffers carved from a few slabs, shared by the data
-//!   plane, the decoder and HTTP bodies (DESIGN.md, "Buffers");
 //! - [`data`]: bulk frames over TCP, read straight into and written out of pooled buffers;
 //! - [`dataplane`]: the [`DataPlane`] trait through which shard bytes move between nodes, and its
 //!   TCP backend [`TcpDataPlane`]; [`verbs_dataplane`] (feature `verbs`, on by default) is the
-//!   RDMA backend for GET reads, [`rdma`] the `QUARRY_RDMA` settings and start-up probe;
+//!   RDMA backend (GET by the holder's RDMA WRITE, PUT by its RDMA READ), [`rdma`] the
+//!   `QUARRY_RDMA` settings and start-up probe. Both move bytes in and out of the pooled buffers
+//!   of `quarry-buf`;
 //! - the `Drive` trait's remote side: [`drive_proto`] (its messages, pure encode/decode),
 //!   [`RemoteDrive`] (the trait over [`RpcClient`]) and [`DriveServer`] (the [`Handler`] that serves
 //!   a node's own drives to its peers).
 //!
-//! What it is not: it knows nothing of objects, erasure sets or S3; of drives it knows only the
-//! `Drive` trait of `quarry-disk`. The FFI of the verbs backend lives in `crates/verbs`, the only
+//! What it is not: it knows nothing of objects, erasure sets or S3 (`quarry-node` wires it to the
+//! object layer); of drives it knows only the `Drive` trait of `quarry-disk`. The FFI of the verbs backend lives in `crates/verbs`, the only
 //! crate with `unsafe`.
 //! There is no TLS: frames are authenticated, not encrypted, so internode traffic belongs on a trusted
 //! network.
@@ -27,7 +27,6 @@
 
 pub mod auth;
 mod backoff;
-pub mod bufpool;
 pub mod data;
 pub mod dataplane;
 pub mod drive_proto;
@@ -39,13 +38,20 @@ pub mod rpc;
 pub mod verbs_dataplane;
 pub mod wire;
 
+/// Locks `m`, taking the data of a poisoned mutex as it is: no critical section in this crate
+/// leaves its data half-changed across a point that can panic.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 pub use auth::{ClusterSecret, Identity};
-pub use bufpool::{BufPool, BufPoolConfig, BufPoolStats, PooledBuf};
 pub use dataplane::{
-    DataPlane, DataPlaneError, DataPlaneStats, PeerSnapshot, ShardData, ShardRange, TcpDataPlane,
-    TcpDataPlaneConfig, DEFAULT_BUF_SIZE, LATENCY_BUCKETS,
+    DataPlane, DataPlaneError, ShardData, ShardRange, TcpDataPlane, TcpDataPlaneConfig,
 };
 pub use drive_server::{DriveServer, DriveServerConfig};
+/// The figures the data planes report (defined on the ground floor, so the object layer and the
+/// front end can carry them without this crate).
+pub use quarry_buf::{DataPlaneStats, PeerSnapshot, LATENCY_BUCKETS};
 pub use remote_drive::{RemoteDrive, RemoteDriveConfig};
 pub use rpc::{Handler, RpcClient, RpcConfig, RpcError, RpcServer};
 #[cfg(feature = "verbs")]

@@ -36,16 +36,16 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use quarry_disk::{
-    DiskInfo, Drive, DriveError, FormatV1, ObjectMeta, PartMeta, ShardBuf, ShardWriter, UploadMeta,
-    VolInfo, WalkEntry, WalkOptions,
+    DiskInfo, Drive, DriveError, FormatV1, ObjectMeta, PartMeta, ShardWriter, UploadMeta, VolInfo,
+    WalkEntry, WalkOptions,
 };
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
-use crate::bufpool::PooledBuf;
 use crate::dataplane::{DataPlane, DataPlaneError, ShardData, ShardRange};
 use crate::drive_proto::{self, codes, Request, Response};
 use crate::rpc::{RpcClient, RpcError};
+use quarry_buf::PooledBuf;
 
 type Result<T, E = DriveError> = std::result::Result<T, E>;
 
@@ -169,10 +169,6 @@ impl RemoteDrive {
         &self.inner.peer
     }
 
-    pub fn drive_index(&self) -> u16 {
-        self.inner.drive
-    }
-
     async fn call(&self, req: Request) -> Result<Response> {
         self.inner.call(req, self.inner.config.call_timeout).await
     }
@@ -250,9 +246,9 @@ impl Inner {
         got: Result<ShardData, DataPlaneError>,
         offset: u64,
         len: usize,
-    ) -> Result<Bytes> {
+    ) -> Result<ShardData> {
         match got {
-            Ok(data) if data.len() == len => Ok(ShardData::into_bytes(data)),
+            Ok(data) if data.len() == len => Ok(data),
             Ok(data) => Err(self.io(format!(
                 "asked for {len} bytes of a shard, the data plane delivered {}",
                 data.len()
@@ -426,12 +422,14 @@ impl Drive for RemoteDrive {
             .data
             .read_shard(&self.inner.peer, self.inner.drive, &range)
             .await;
-        self.inner.shard_result(got, offset, len)
+        self.inner
+            .shard_result(got, offset, len)
+            .map(ShardData::into_bytes)
     }
 
-    /// Into a pooled buffer (a piece of the GET's stripe buffer), the data plane reads straight
-    /// into it: over TCP by exact reads, over verbs by the holder's RDMA WRITE into the registered
-    /// buffer. Any other buffer is filled by a copy (the trait's default).
+    /// The data plane reads straight into the pooled buffer (a piece of the GET's stripe
+    /// buffer): over TCP by exact reads, over verbs by the holder's RDMA WRITE into the registered
+    /// buffer.
     async fn read_shard_into(
         &self,
         bucket: &str,
@@ -439,19 +437,9 @@ impl Drive for RemoteDrive {
         data_dir: Uuid,
         part: u32,
         offset: u64,
-        mut buf: Box<dyn ShardBuf>,
-    ) -> Result<Bytes> {
-        let len = buf.as_mut_slice().len();
-        if !buf.as_any().is::<PooledBuf>() {
-            let data = self
-                .read_shard(bucket, key, data_dir, part, offset, len)
-                .await?;
-            buf.as_mut_slice().copy_from_slice(&data);
-            return Ok(buf.into_bytes());
-        }
-        let Ok(dst) = buf.into_any().downcast::<PooledBuf>() else {
-            return Err(self.inner.io("a pooled buffer changed its type".into()));
-        };
+        dst: PooledBuf,
+    ) -> Result<PooledBuf> {
+        let len = dst.len();
         let range = ShardRange {
             bucket,
             key,
@@ -463,9 +451,11 @@ impl Drive for RemoteDrive {
         let got = self
             .inner
             .data
-            .read_shard_into(&self.inner.peer, self.inner.drive, &range, vec![*dst])
+            .read_shard_into(&self.inner.peer, self.inner.drive, &range, vec![dst])
             .await;
-        self.inner.shard_result(got, offset, len)
+        self.inner
+            .shard_result(got, offset, len)
+            .map(ShardData::into_buf)
     }
 
     async fn stat_shard(&self, bucket: &str, key: &str, data_dir: Uuid, part: u32) -> Result<u64> {
@@ -758,7 +748,7 @@ impl RemoteShardWriter {
 
 /// Largest append sent as the caller's own `Bytes` (a framed chunk of a 1 MiB block fits): what a
 /// peer's data plane reads into one pooled buffer, its request prefix included.
-const MAX_DIRECT_APPEND: usize = crate::dataplane::DEFAULT_BUF_SIZE - 1024;
+const MAX_DIRECT_APPEND: usize = quarry_buf::DEFAULT_BUF_SIZE - 1024;
 
 #[async_trait]
 impl ShardWriter for RemoteShardWriter {

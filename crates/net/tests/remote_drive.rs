@@ -1055,7 +1055,7 @@ impl quarry_net::DataPlane for FirstAppendLate {
         self.inner.name()
     }
 
-    fn pool(&self) -> &quarry_net::BufPool {
+    fn pool(&self) -> &quarry_buf::BufPool {
         self.inner.pool()
     }
 
@@ -1077,7 +1077,7 @@ impl quarry_net::DataPlane for FirstAppendLate {
         peer: &str,
         drive: u16,
         range: &quarry_net::ShardRange<'_>,
-        dst: Vec<quarry_net::PooledBuf>,
+        dst: Vec<quarry_buf::PooledBuf>,
     ) -> Result<quarry_net::ShardData, quarry_net::DataPlaneError> {
         self.inner.read_shard_into(peer, drive, range, dst).await
     }

@@ -14,12 +14,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use quarry_buf::{BufPool, BufPoolConfig, DEFAULT_BUF_SIZE};
 use quarry_disk::{Drive, LocalDrive};
 use quarry_net::verbs_dataplane::{holder_access, requester_access, ResponderConfig, VerbsStats};
 use quarry_net::{
-    BufPool, BufPoolConfig, ClusterSecret, DataPlane, DataPlaneError, DriveServer, Identity,
-    RemoteDrive, RemoteDriveConfig, RpcClient, RpcConfig, RpcServer, ShardRange, TcpDataPlane,
-    TcpDataPlaneConfig, VerbsConfig, VerbsDataPlane, VerbsDevice, VerbsResponder, DEFAULT_BUF_SIZE,
+    ClusterSecret, DataPlane, DataPlaneError, DriveServer, Identity, RemoteDrive,
+    RemoteDriveConfig, RpcClient, RpcConfig, RpcServer, ShardRange, TcpDataPlane,
+    TcpDataPlaneConfig, VerbsConfig, VerbsDataPlane, VerbsDevice, VerbsResponder,
 };
 use uuid::Uuid;
 

@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt};
+use quarry_buf::PooledBuf;
 use quarry_disk::{DriveError, ObjectMeta, PartInfo};
 use quarry_erasure::{bitrot, Erasure};
-use quarry_net::PooledBuf;
 use tracing::warn;
 
 use crate::api::{GetObjectReader, HttpRange, ObjectStream};
@@ -186,25 +186,18 @@ impl ShardReader {
                 let given = dst.as_ptr() as usize..dst.as_ptr() as usize + dst.len();
                 let drive = &self.set.drives[pos];
                 match drive
-                    .read_shard_into(
-                        &self.bucket,
-                        &self.key,
-                        data_dir,
-                        part.number,
-                        offset,
-                        Box::new(dst),
-                    )
+                    .read_shard_into(&self.bucket, &self.key, data_dir, part.number, offset, dst)
                     .await
                 {
                     Ok(b) if b.len() == framed_len => {
                         // The chunk should be the buffer it was read into. Bytes that come back
                         // anywhere else were moved there by a copy (a data plane that gathered
                         // pieces, a drive that cannot read in place): counted.
-                        let got = b.as_ptr() as usize;
+                        let got = b.addr();
                         if !(given.start <= got && got + b.len() <= given.end) {
                             SetCounters::add(&self.set.counters.get_copied_bytes, b.len() as u64);
                         }
-                        b
+                        b.into_bytes()
                     }
                     Ok(b) => {
                         warn!(drive = drive.endpoint(), bucket = %self.bucket, key = %self.key, got = b.len(), want = framed_len, "shard read returned the wrong length");

@@ -1,12 +1,14 @@
 //! What the admin API's `info` call reports: the deployment, its nodes (and whether each answers
 //! now), its sets and their drives (online, space), and the internode traffic figures. Gathered
-//! on demand by [`crate::ObjectLayer::info`]; nothing here is cached.
+//! on demand by [`crate::ObjectLayer::info`]; nothing here is cached. A cluster node sees its
+//! peers through [`ClusterView`], which the node's wiring implements.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
+use quarry_buf::{BufPoolStats, DataPlaneStats, PeerSnapshot};
 use quarry_disk::Drive;
-use quarry_net::{DataPlaneStats, RpcClient};
 use uuid::Uuid;
 
 use crate::set::ErasureSet;
@@ -15,23 +17,38 @@ use crate::topology::Topology;
 /// How long one node or drive may take to answer an info call before it counts as offline.
 const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
-/// What a cluster node knows about its cluster, beyond its sets: the topology, which node it
-/// is, and its internode client (to ask its peers and read the traffic counters).
-#[derive(Clone)]
-pub struct ClusterView {
-    pub topology: Topology,
-    /// This node's index in `topology.nodes`.
-    pub local_node: usize,
-    pub rpc: RpcClient,
+/// The cluster this server is a node of, as the object layer sees it: the topology, which node
+/// it is, whether a peer answers, and what the internode paths moved. The node's wiring
+/// (`quarry-node`) implements it over the control RPC and the data plane; the object layer never
+/// sees either.
+#[async_trait]
+pub trait ClusterView: Send + Sync + std::fmt::Debug {
+    fn topology(&self) -> &Topology;
+    /// This node's index in `topology().nodes`.
+    fn local_node(&self) -> usize;
+    /// Round trip of a ping to `node` (`host:port`), or why it did not answer.
+    async fn ping(&self, node: &str) -> std::result::Result<Duration, String>;
+    /// Counters of this node's control-RPC client.
+    fn rpc_info(&self) -> RpcInfo;
+    /// What this node's data plane has moved, now.
+    fn data_plane(&self) -> DataPlaneSnapshot;
+    /// Drops the data connections to `peer` (every peer with `None`), as a failure would:
+    /// transfers in flight on them fail, the next transfer connects anew. Returns how many.
+    fn reset_data_plane(&self, peer: Option<&str>) -> usize;
 }
 
-impl std::fmt::Debug for ClusterView {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ClusterView")
-            .field("nodes", &self.topology.nodes)
-            .field("local_node", &self.local_node)
-            .finish_non_exhaustive()
-    }
+/// What a node's data plane reports (see [`ClusterView::data_plane`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DataPlaneSnapshot {
+    /// `tcp` or `verbs`.
+    pub backend: &'static str,
+    pub stats: DataPlaneStats,
+    /// Per backend and peer (of every backend this one uses, e.g. verbs and its TCP fallback).
+    pub peers: Vec<PeerSnapshot>,
+    /// What the node's holder side moved for its peers (verbs only).
+    pub holder: Option<DataPlaneStats>,
+    /// The buffer pools of the node's data path, by name (`data`; `holder` with verbs).
+    pub pools: Vec<(&'static str, BufPoolStats)>,
 }
 
 /// The deployment as one node sees it now.
@@ -116,7 +133,7 @@ pub struct RpcInfo {
 pub(crate) async fn gather(
     sets: &[Arc<ErasureSet>],
     deployment_id: Uuid,
-    cluster: Option<&ClusterView>,
+    cluster: Option<&dyn ClusterView>,
 ) -> ClusterInfo {
     let drives = futures::future::join_all(sets.iter().map(|set| async move {
         futures::future::join_all(set.drives.iter().map(|d| drive_info(d.as_ref()))).await
@@ -124,7 +141,7 @@ pub(crate) async fn gather(
     let nodes = async {
         let Some(c) = cluster else { return Vec::new() };
         futures::future::join_all(
-            c.topology
+            c.topology()
                 .nodes
                 .iter()
                 .enumerate()
@@ -150,9 +167,10 @@ pub(crate) async fn gather(
                 .map(|(p, mut d)| {
                     d.position = p;
                     d.node = cluster.and_then(|c| {
-                        let drive = *c.topology.sets.get(s)?.get(p)?;
-                        let node = c.topology.drives.get(drive)?.node;
-                        c.topology.nodes.get(node).cloned()
+                        let t = c.topology();
+                        let drive = *t.sets.get(s)?.get(p)?;
+                        let node = t.drives.get(drive)?.node;
+                        t.nodes.get(node).cloned()
                     });
                     d
                 })
@@ -162,27 +180,20 @@ pub(crate) async fn gather(
 
     let (data_planes, rpc) = match cluster {
         Some(c) => {
-            let plane = c.rpc.data_plane();
-            let s = c.rpc.stats();
+            let plane = c.data_plane();
             (
                 vec![DataPlaneInfo {
-                    backend: plane.name().to_owned(),
-                    stats: plane.stats(),
+                    backend: plane.backend.to_owned(),
+                    stats: plane.stats,
                 }],
-                Some(RpcInfo {
-                    calls: s.calls,
-                    timeouts: s.timeouts,
-                    connects: s.connects,
-                    connect_failures: s.connect_failures,
-                    fast_failures: s.fast_failures,
-                }),
+                Some(c.rpc_info()),
             )
         }
         None => (Vec::new(), None),
     };
     ClusterInfo {
         deployment_id,
-        this_node: cluster.and_then(|c| c.topology.nodes.get(c.local_node).cloned()),
+        this_node: cluster.and_then(|c| c.topology().nodes.get(c.local_node()).cloned()),
         nodes,
         sets,
         data_planes,
@@ -214,10 +225,10 @@ async fn drive_info(d: &dyn Drive) -> DriveInfo {
     info
 }
 
-async fn node_info(c: &ClusterView, index: usize, address: &str) -> NodeInfo {
+async fn node_info(c: &dyn ClusterView, index: usize, address: &str) -> NodeInfo {
     let mut info = NodeInfo {
         address: address.to_owned(),
-        local: index == c.local_node,
+        local: index == c.local_node(),
         online: false,
         rtt_us: None,
         error: None,
@@ -226,12 +237,12 @@ async fn node_info(c: &ClusterView, index: usize, address: &str) -> NodeInfo {
         info.online = true;
         return info;
     }
-    match tokio::time::timeout(PROBE_TIMEOUT, c.rpc.ping(address)).await {
+    match tokio::time::timeout(PROBE_TIMEOUT, c.ping(address)).await {
         Ok(Ok(rtt)) => {
             info.online = true;
             info.rtt_us = Some(u64::try_from(rtt.as_micros()).unwrap_or(u64::MAX));
         }
-        Ok(Err(e)) => info.error = Some(e.to_string()),
+        Ok(Err(e)) => info.error = Some(e),
         Err(_) => info.error = Some(format!("no answer within {PROBE_TIMEOUT:?}")),
     }
     info

@@ -7,10 +7,8 @@
 
 mod api;
 mod bucket_config;
-pub mod cluster;
 mod config;
 mod copy;
-pub mod dsync;
 mod error;
 mod get;
 mod heal;
@@ -37,7 +35,10 @@ pub use config::{
 };
 pub use error::{Error, Result};
 pub use heal::HealResult;
-pub use info::{ClusterInfo, ClusterView, DataPlaneInfo, DriveInfo, NodeInfo, RpcInfo, SetInfo};
+pub use info::{
+    ClusterInfo, ClusterView, DataPlaneInfo, DataPlaneSnapshot, DriveInfo, NodeInfo, RpcInfo,
+    SetInfo,
+};
 pub use multipart::{
     ChecksumHashers, CompleteOptions, CompletePart, ListPartsOptions, ListPartsResult,
     ListUploadsOptions, ListUploadsResult, NewUploadOptions, PartHasher, PartOptions, UploadInfo,
@@ -45,8 +46,8 @@ pub use multipart::{
 };
 pub use names::{check_bucket_name, check_key, MAX_KEY_LEN};
 pub use nslock::{LockGuard, Locker, NsGuard, NsLock};
-/// The data plane's figures as [`LayerStats`] carries them.
-pub use quarry_net::{BufPoolStats, DataPlaneStats, PeerSnapshot, LATENCY_BUCKETS};
+/// The data path's figures as [`LayerStats`] carries them.
+pub use quarry_buf::{BufPoolStats, DataPlaneStats, PeerSnapshot, LATENCY_BUCKETS};
 pub use scanner::{FailedObject, HealReport, HealedObject, REPORT_DETAILS};
 pub use server::{ErasureServer, Layout, Readiness};
 pub use set::ErasureSet;

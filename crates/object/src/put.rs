@@ -8,11 +8,11 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use md5::{Digest, Md5};
+use quarry_buf::{BufPool, PooledBuf};
 use quarry_disk::{
     Drive, DriveError, ErasureInfo, ObjectMeta, PartInfo, ShardWriter, META_VERSION,
 };
-use quarry_erasure::{bitrot, Erasure, BITROT_BLAKE3, CODEC_RS_VANDERMONDE};
-use quarry_net::{BufPool, PooledBuf};
+use quarry_erasure::{bitrot, Erasure};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::warn;
@@ -93,6 +93,10 @@ pub(crate) fn pieces_of(pool: &BufPool, count: usize, len: usize) -> Vec<PooledB
             Err(_) => out.extend((0..here).map(|_| PooledBuf::heap(len))),
         }
     }
+    debug_assert!(
+        out.len() == count && out.iter().all(|p| p.capacity() >= len),
+        "a stripe is {count} pieces of at least {len} bytes"
+    );
     out
 }
 
@@ -128,6 +132,41 @@ impl DriveWriter {
 
 /// Where the framed shards of one object go: held in memory while the object may still be stored
 /// inline, then streamed to one shard file per drive.
+/// What a body streamed into a [`ShardSink`] must respect.
+pub(crate) struct BodyBounds {
+    /// More bytes than this fail at once with `EntityTooLarge`.
+    pub limit: Option<u64>,
+    /// Fewer bytes than this fail at the end with `IncompleteBody`.
+    pub declared: Option<u64>,
+    /// The `Content-MD5` the client sent: another digest fails with `BadDigest`.
+    pub content_md5: Option<[u8; 16]>,
+}
+
+/// What [`ShardSink::stream`] wrote.
+pub(crate) struct Streamed {
+    pub size: u64,
+    pub md5: [u8; 16],
+}
+
+/// The metadata's record of the code `erasure` writes with (asked of the codec in use, never
+/// assumed), at shard index 0: each drive's copy gets its own index.
+pub(crate) fn erasure_info(erasure: &Erasure, distribution: &[u8]) -> ErasureInfo {
+    debug_assert_eq!(
+        distribution.len(),
+        erasure.data_shards() + erasure.parity_shards(),
+        "a distribution names every shard of the code"
+    );
+    ErasureInfo {
+        codec: erasure.codec_name().to_string(),
+        bitrot: erasure.bitrot_name().to_string(),
+        data: erasure.data_shards() as u8,
+        parity: erasure.parity_shards() as u8,
+        block_size: erasure.block_size() as u32,
+        index: 0,
+        distribution: distribution.to_vec(),
+    }
+}
+
 pub(crate) struct ShardSink {
     drives: Vec<Arc<dyn Drive>>,
     /// For each drive position, the 0-based shard index it stores.
@@ -231,6 +270,46 @@ impl ShardSink {
     /// place, each hash written in front of its chunk. Every writer then gets its framed chunk as
     /// `Bytes` over that buffer, so a remote writer sends it from there without another copy
     /// (over verbs the holder RDMA-READs it in place).
+    /// The write pipeline of PUT and UploadPart: reads `body` block by block, hands each block to
+    /// `on_block` (the caller's extra hashes) and MD5, and writes its encoded chunks to the
+    /// drives. The length is held to `bounds.limit` as it streams and to `bounds.declared` at
+    /// the end, the MD5 to `bounds.content_md5`.
+    pub(crate) async fn stream(
+        &mut self,
+        erasure: &Erasure,
+        body: ByteStream,
+        bounds: BodyBounds,
+        mut on_block: impl FnMut(&[u8]),
+    ) -> Result<Streamed> {
+        let mut reader = BlockReader::new(body, erasure.block_size());
+        let mut md5 = Md5::new();
+        let mut size: u64 = 0;
+        loop {
+            let block = reader.next_block().await.map_err(Error::Body)?;
+            if block.is_empty() {
+                break;
+            }
+            size += block.len() as u64;
+            if let Some(limit) = bounds.limit.filter(|&l| size > l) {
+                return Err(Error::EntityTooLarge { limit });
+            }
+            md5.update(&block);
+            on_block(&block);
+            self.write_block(erasure, &block).await?;
+        }
+        if let Some(declared) = bounds.declared.filter(|&d| size < d) {
+            return Err(Error::IncompleteBody {
+                expected: declared,
+                got: size,
+            });
+        }
+        let md5: [u8; 16] = md5.finalize().into();
+        if bounds.content_md5.is_some_and(|want| want != md5) {
+            return Err(Error::BadDigest);
+        }
+        Ok(Streamed { size, md5 })
+    }
+
     pub(crate) async fn write_block(&mut self, erasure: &Erasure, block: &[u8]) -> Result<()> {
         let framed_len = erasure.framed_len(block.len());
         if let Some(bufs) = &self.inline {
@@ -430,40 +509,21 @@ impl ErasureSet {
             write_quorum,
             self.buffers.clone(),
         );
-        let mut reader = BlockReader::new(body, erasure.block_size());
-        let mut md5 = Md5::new();
-        let mut size: u64 = 0;
-        loop {
-            let block = reader.next_block().await.map_err(Error::Body)?;
-            if block.is_empty() {
-                break;
-            }
-            size += block.len() as u64;
-            if let Some(declared) = opts.size {
-                if size > declared {
-                    return Err(Error::EntityTooLarge { limit: declared });
-                }
-            }
-            md5.update(&block);
-            sink.write_block(&erasure, &block).await?;
-        }
-        if let Some(declared) = opts.size {
-            if size < declared {
-                return Err(Error::IncompleteBody {
-                    expected: declared,
-                    got: size,
-                });
-            }
-        }
+        let Streamed { size, md5: digest } = sink
+            .stream(
+                &erasure,
+                body,
+                BodyBounds {
+                    limit: opts.size,
+                    declared: opts.size,
+                    content_md5: opts.content_md5,
+                },
+                |_| {},
+            )
+            .await?;
         let mut checksums = opts.checksums;
         if let Some(late) = &opts.late_checksums {
             checksums.extend((late.0)());
-        }
-        let digest: [u8; 16] = md5.finalize().into();
-        if let Some(want) = opts.content_md5 {
-            if want != digest {
-                return Err(Error::BadDigest);
-            }
         }
         let outcomes = sink.finish().await;
         let full = outcomes
@@ -482,15 +542,7 @@ impl ErasureSet {
             headers: opts.headers,
             user_meta: opts.user_meta,
             checksums,
-            erasure: ErasureInfo {
-                codec: CODEC_RS_VANDERMONDE.to_string(),
-                bitrot: BITROT_BLAKE3.to_string(),
-                data: erasure.data_shards() as u8,
-                parity: erasure.parity_shards() as u8,
-                block_size: erasure.block_size() as u32,
-                index: 0,
-                distribution: distribution.clone(),
-            },
+            erasure: erasure_info(&erasure, &distribution),
             data_dir: if inline { None } else { Some(data_dir) },
             parts: vec![PartInfo {
                 number: 1,

@@ -57,7 +57,7 @@ pub struct ErasureServer {
     /// The background scanner's counters; `None` when it is off.
     scan: Option<Arc<ScanCounters>>,
     /// The cluster this server is a node of (set once by `open_cluster`); unset: a single node.
-    cluster: std::sync::OnceLock<crate::info::ClusterView>,
+    cluster: std::sync::OnceLock<Arc<dyn crate::info::ClusterView>>,
 }
 
 impl std::fmt::Debug for ErasureServer {
@@ -147,7 +147,7 @@ impl ErasureServer {
         deployment_id: Uuid,
         sets: Vec<SetSpec>,
         cfg: ObjectConfig,
-        buffers: quarry_net::BufPool,
+        buffers: quarry_buf::BufPool,
     ) -> Result<Arc<ErasureServer>> {
         if sets.is_empty() {
             return Err(Error::Internal("no erasure sets".into()));
@@ -292,7 +292,7 @@ impl ErasureServer {
 
     /// Records the cluster this server is a node of, for [`ObjectLayer::info`]. Only the first
     /// call counts.
-    pub fn set_cluster_view(&self, view: crate::info::ClusterView) {
+    pub fn set_cluster_view(&self, view: Arc<dyn crate::info::ClusterView>) {
         let _ = self.cluster.set(view);
     }
 
@@ -382,19 +382,19 @@ impl ObjectLayer for ErasureServer {
             stats.scan = scan.snapshot();
         }
         if let Some(view) = self.cluster.get() {
-            let plane = view.rpc.data_plane();
-            let d = plane.stats();
+            let plane = view.data_plane();
+            let d = plane.stats;
             stats.data_planes.push(crate::stats::DataPlaneFigures {
-                backend: plane.name().to_string(),
+                backend: plane.backend.to_string(),
                 transfers: d.transfers,
                 bytes_in: d.bytes_in,
                 bytes_out: d.bytes_out,
                 errors: d.errors,
                 timeouts: d.timeouts,
             });
-            stats.data_peers = plane.peer_stats();
-            stats.holder = plane.holder_stats();
-            stats.pools = plane.pools();
+            stats.data_peers = plane.peers;
+            stats.holder = plane.holder;
+            stats.pools = plane.pools;
         } else if let Some(set) = self.sets.first() {
             stats.pools = vec![("data", set.buffers.stats())];
         }
@@ -403,7 +403,7 @@ impl ObjectLayer for ErasureServer {
 
     async fn reset_data_plane(&self, peer: Option<&str>) -> Result<usize> {
         match self.cluster.get() {
-            Some(view) => Ok(view.rpc.data_plane().reset(peer)),
+            Some(view) => Ok(view.reset_data_plane(peer)),
             None => Err(Error::NotImplemented(
                 "data-plane reset (a single node has no data plane)",
             )),
@@ -415,7 +415,12 @@ impl ObjectLayer for ErasureServer {
     }
 
     async fn info(&self) -> Result<crate::info::ClusterInfo> {
-        Ok(crate::info::gather(&self.sets, self.deployment_id, self.cluster.get()).await)
+        Ok(crate::info::gather(
+            &self.sets,
+            self.deployment_id,
+            self.cluster.get().map(|c| c.as_ref()),
+        )
+        .await)
     }
 
     async fn make_bucket(&self, bucket: &str) -> Result<()> {

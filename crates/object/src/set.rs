@@ -4,9 +4,9 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use quarry_buf::{BufPool, BufPoolConfig, PooledBuf, DEFAULT_BUF_SIZE};
 use quarry_disk::{Drive, DriveError, ObjectMeta};
 use quarry_erasure::Erasure;
-use quarry_net::{BufPool, BufPoolConfig, PooledBuf, DEFAULT_BUF_SIZE};
 use tokio::sync::mpsc;
 use tracing::{debug, warn};
 

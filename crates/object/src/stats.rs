@@ -147,11 +147,11 @@ pub struct LayerStats {
     /// Shard traffic per data-plane backend of this node (empty on a single node).
     pub data_planes: Vec<DataPlaneFigures>,
     /// Shard traffic per backend and peer (empty on a single node).
-    pub data_peers: Vec<quarry_net::PeerSnapshot>,
+    pub data_peers: Vec<quarry_buf::PeerSnapshot>,
     /// What this node's holder side moved for its peers (verbs only).
-    pub holder: Option<quarry_net::DataPlaneStats>,
+    pub holder: Option<quarry_buf::DataPlaneStats>,
     /// The buffer pools of the data path, by name (`data`; `holder` with verbs).
-    pub pools: Vec<(&'static str, quarry_net::BufPoolStats)>,
+    pub pools: Vec<(&'static str, quarry_buf::BufPoolStats)>,
 }
 
 /// What one data-plane backend moved, for the metrics.

@@ -15,7 +15,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -27,11 +27,8 @@ use super::{read_frame, write_loop, Outgoing, RpcConfig, RpcError};
 use crate::auth::{self, AuthError, Identity};
 use crate::backoff::PeerBackoff;
 use crate::dataplane::{DataPlane, TcpDataPlane, TcpDataPlaneConfig};
+use crate::lock;
 use crate::wire::{self, Frame, FrameKind};
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
 
 /// Counters of a client.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

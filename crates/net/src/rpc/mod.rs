@@ -93,7 +93,7 @@ impl Default for RpcConfig {
             max_in_flight_per_connection: 64,
             max_connections: 256,
             bulk_buffers: 64,
-            bulk_buf_size: crate::dataplane::DEFAULT_BUF_SIZE,
+            bulk_buf_size: quarry_buf::DEFAULT_BUF_SIZE,
         }
     }
 }

@@ -19,8 +19,8 @@ use tokio::task::{JoinHandle, JoinSet};
 
 use super::{codes, read_frame, write_loop, Handler, Outgoing, RpcConfig, RpcError};
 use crate::auth::{self, Identity};
-use crate::bufpool::{BufPool, BufPoolConfig};
 use crate::wire::{Frame, FrameKind, FLAG_BULK, FLAG_BULK_BODY};
+use quarry_buf::{BufPool, BufPoolConfig};
 
 /// Counters of a server.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -2,8 +2,8 @@
 //!
 //! - `FaultyDrive` (here): a [`Drive`] that wraps a real drive and injects faults drawn from a
 //!   seed;
-//! - [`dataplane::FaultyDataPlane`]: the same for the network, a `DataPlane` that wraps the real
-//!   TCP data plane under remote drives;
+//! - `FaultyDataPlane` (crates/node/tests/faulty_dataplane/mod.rs): the same for the network, a
+//!   `DataPlane` that wraps the real TCP data plane under remote drives;
 //! - [`model`]: the randomized run the tests share (operations against a model, invariants,
 //!   the summary line).
 //!
@@ -35,7 +35,6 @@
 
 #![allow(dead_code)]
 
-pub mod dataplane;
 pub mod model;
 
 use std::collections::HashMap;
@@ -45,9 +44,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use quarry_buf::PooledBuf;
 use quarry_disk::{
-    DiskInfo, Drive, DriveError, ObjectMeta, PartMeta, ShardBuf, ShardWriter, UploadMeta, VolInfo,
-    WalkEntry, WalkOptions,
+    DiskInfo, Drive, DriveError, ObjectMeta, PartMeta, ShardWriter, UploadMeta, VolInfo, WalkEntry,
+    WalkOptions,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -211,7 +211,7 @@ struct State {
     stats: Arc<FaultStats>,
 }
 
-fn mix(mut x: u64) -> u64 {
+pub(crate) fn mix(mut x: u64) -> u64 {
     // splitmix64 finalizer
     x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -400,6 +400,15 @@ impl FaultyDrive {
         r
     }
 
+    /// [`FaultyDrive::flip`] in the buffer the bytes were read into.
+    fn flip_in_place(&self, d: &Decision, bytes: &mut [u8]) {
+        if let Some(at) = d.flip.filter(|_| !bytes.is_empty()) {
+            self.state.stats.bit_flips.fetch_add(1, Ordering::Relaxed);
+            let bit = at % (bytes.len() as u64 * 8);
+            bytes[(bit / 8) as usize] ^= 1 << (bit % 8);
+        }
+    }
+
     fn flip(&self, d: &Decision, bytes: Bytes) -> Bytes {
         match d.flip {
             Some(at) if !bytes.is_empty() => {
@@ -576,22 +585,26 @@ impl Drive for FaultyDrive {
         data_dir: Uuid,
         part: u32,
         offset: u64,
-        mut buf: Box<dyn ShardBuf>,
-    ) -> Result<Bytes, DriveError> {
-        let len = buf.as_mut_slice().len();
+        buf: PooledBuf,
+    ) -> Result<PooledBuf, DriveError> {
+        let len = buf.len();
         if self.state.reads_elsewhere.load(Ordering::Relaxed) {
-            return self
+            let b = self
                 .read_shard(bucket, key, data_dir, part, offset, len)
-                .await;
+                .await?;
+            let mut elsewhere = PooledBuf::heap(b.len());
+            elsewhere.extend_from_slice(&b);
+            return Ok(elsewhere);
         }
         let d = self
             .before_read_shard(bucket, key, part, offset, len)
             .await?;
-        let b = self
+        let mut b = self
             .inner
             .read_shard_into(bucket, key, data_dir, part, offset, buf)
             .await?;
-        Ok(self.flip(&d, b))
+        self.flip_in_place(&d, &mut b);
+        Ok(b)
     }
 
     async fn stat_shard(

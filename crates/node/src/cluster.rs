@@ -25,12 +25,11 @@ use quarry_net::{DriveServer, Handler, RemoteDrive, RpcClient, RpcError};
 use tracing::{info, warn};
 use uuid::Uuid;
 
-use crate::config::ObjectConfig;
+use quarry_object::topology::Topology;
+use quarry_object::{ErasureServer, Error, Locker, ObjectConfig, Result};
+
 use crate::dsync::{DistLocker, DistLockerConfig, LockServer, LOCK_METHOD_MAX, LOCK_METHOD_MIN};
-use crate::error::{Error, Result};
-use crate::nslock::Locker;
-use crate::server::ErasureServer;
-use crate::topology::Topology;
+use crate::view::NodeView;
 
 /// Method ids of the drive protocol (see `quarry_net::drive_proto`).
 const DRIVE_METHOD_MIN: u16 = quarry_net::drive_proto::METHOD_BASE;
@@ -254,11 +253,11 @@ pub async fn open_cluster(spec: ClusterSpec, cfg: ObjectConfig) -> Result<Arc<Er
     // Stripes and chunks live in the data plane's pool (registered with the device over verbs).
     let buffers = spec.rpc.data_plane().pool().clone();
     let server = ErasureServer::open_sets_with_buffers(deployment_id, sets, cfg, buffers)?;
-    server.set_cluster_view(crate::info::ClusterView {
-        topology: spec.topology.clone(),
-        local_node: spec.local_node,
-        rpc: spec.rpc.clone(),
-    });
+    server.set_cluster_view(Arc::new(NodeView::new(
+        spec.topology.clone(),
+        spec.local_node,
+        spec.rpc.clone(),
+    )));
     Ok(server)
 }
 

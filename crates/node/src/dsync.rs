@@ -43,8 +43,7 @@ use tokio::time::Instant;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
 
-use crate::error::{Error, Result};
-use crate::nslock::{LockGuard, Locker, NsGuard, NsLock};
+use quarry_object::{Error, LockGuard, Locker, NsGuard, NsLock, Result};
 
 /// First RPC method id of the lock service; ids up to [`LOCK_METHOD_MAX`] are reserved for it.
 pub const LOCK_METHOD_MIN: u16 = 200;

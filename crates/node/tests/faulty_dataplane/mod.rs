@@ -1,6 +1,6 @@
 //! `FaultyDataPlane`: a [`DataPlane`] that wraps a real one (the [`quarry_net::TcpDataPlane`] of
 //! a test cluster) and injects network faults into the shard transfers it passes on, drawn from a
-//! seed exactly as [`super::FaultyDrive`] draws drive faults.
+//! seed exactly as `FaultyDrive` draws drive faults.
 //!
 //! Faults, per call of a drive that is faulty:
 //! - **drop**: the call fails before anything is sent: nothing reaches the peer. The error is one
@@ -29,7 +29,7 @@
 //!   (metadata, renames, locks) still works.
 //!
 //! # Reproducibility
-//! As for [`super::FaultyDrive`] (see `faults/mod.rs`): the fate of a call is a pure function of
+//! As for `FaultyDrive` (see `faults/mod.rs`): the fate of a call is a pure function of
 //! `(seed, node, drive, step, call, n)`. `node` is the index the test gave the peer's address
 //! ([`FaultyDataPlane::add_peer`]), never its port, which changes from run to run; `call` names
 //! the call by method and arguments: a read by bucket, key, part, offset and length (not the data
@@ -41,6 +41,8 @@
 //! background (heals, the shard check after a GET), as described there, and how far a reset's
 //! inner transfer got before its cut, which depends on timing.
 
+#![allow(dead_code)]
+
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::pin::Pin;
@@ -51,16 +53,14 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use quarry_buf::{BufPool, BufPoolStats, PooledBuf};
 use quarry_net::data::DataError;
-use quarry_net::{
-    BufPool, BufPoolStats, DataPlane, DataPlaneError, DataPlaneStats, PeerSnapshot, PooledBuf,
-    ShardData, ShardRange,
-};
+use quarry_net::{DataPlane, DataPlaneError, DataPlaneStats, PeerSnapshot, ShardData, ShardRange};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use uuid::Uuid;
 
-use super::mix;
+use crate::faults::mix;
 
 /// Probabilities (0.0..=1.0) of each fault, per call (partitions: per step).
 #[derive(Debug, Clone, Default)]

@@ -1,4 +1,4 @@
-//! `BufPool`: fixed-size, 4 KiB-aligned buffers carved from a few large slabs allocated once.
+//! [`BufPool`]: fixed-size, 4 KiB-aligned buffers carved from a few large slabs allocated once.
 //!
 //! One pool, three users (DESIGN.md, "Buffers"): shard reads land in pooled buffers, the decoder reads
 //! them in place, and a response body is built from them with [`PooledBuf::into_bytes`]
@@ -45,6 +45,11 @@ use bytes::{Buf, Bytes, BytesMut};
 #[cfg(feature = "verbs")]
 use quarry_verbs::{Access, MrBuf, ProtectionDomain, RemoteBuf};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, TryAcquireError};
+
+/// Default buffer size: a block's framed shard chunk (1 MiB of data at one data shard, plus its
+/// 32-byte bitrot hash) fits one buffer, so a shard read lands in one buffer and reaches the
+/// decoder without a copy whatever the set's shape.
+pub const DEFAULT_BUF_SIZE: usize = (1 << 20) + ALIGN;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -843,26 +848,6 @@ impl Drop for Posted {
 impl std::fmt::Debug for Posted {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Posted").field("len", &self.len).finish()
-    }
-}
-
-/// A drive reads a shard range straight into a pooled buffer ([`quarry_disk::Drive::read_shard_into`]):
-/// it fills the buffer's first `len` bytes ([`PooledBuf::set_len`] first).
-impl quarry_disk::ShardBuf for PooledBuf {
-    fn as_mut_slice(&mut self) -> &mut [u8] {
-        self
-    }
-
-    fn into_bytes(self: Box<Self>) -> Bytes {
-        PooledBuf::into_bytes(*self)
-    }
-
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    fn into_any(self: Box<Self>) -> Box<dyn std::any::Any + Send> {
-        self
     }
 }
 

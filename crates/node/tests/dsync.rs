@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use quarry_net::rpc::codes;
 use quarry_net::{ClusterSecret, Handler, Identity, RpcClient, RpcConfig, RpcError, RpcServer};
-use quarry_object::dsync::{
+use quarry_node::dsync::{
     self, DistLocker, DistLockerConfig, LockServer, METHOD_LOCK, METHOD_UNLOCK,
 };
 use quarry_object::{Error, Locker};

@@ -18,20 +18,23 @@
 //! model's, plus, once the faults stop: every pooled buffer of the data plane is back in its pool
 //! and no shard writer is left open on any node.
 
+// The drive faults and the randomized model run are shared with quarry-object's fault tests.
+#[path = "../../object/tests/faults/mod.rs"]
 mod faults;
+mod faulty_dataplane;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use faults::dataplane::{DataPlaneFaultStats, DataPlaneFaults, FaultyDataPlane};
 use faults::model::{cfg, run_many, temp_dir, Injector, Run, Shape, Totals};
+use faulty_dataplane::{DataPlaneFaultStats, DataPlaneFaults, FaultyDataPlane};
 use quarry_disk::{Drive, FormatV1, LocalDrive};
 use quarry_net::{
     ClusterSecret, DataPlane, DriveServer, Handler, Identity, RemoteDrive, RemoteDriveConfig,
     RpcClient, RpcConfig, RpcError, RpcServer, TcpDataPlane, TcpDataPlaneConfig,
 };
-use quarry_object::dsync::{
+use quarry_node::dsync::{
     DistLocker, DistLockerConfig, LockServer, LOCK_METHOD_MAX, LOCK_METHOD_MIN,
 };
 use quarry_object::{ErasureServer, Locker};
@@ -350,7 +353,7 @@ async fn cluster_many(
         "data-plane fault injection, {} nodes x {} {drives}{beyond}",
         shape.nodes, shape.drives_per_node
     );
-    let replay = format!("cargo test -p quarry-object --test cluster_faults {test}");
+    let replay = format!("cargo test -p quarry-node --test cluster_faults {test}");
     let shape_of_run = Shape {
         name: &name,
         label: &label,

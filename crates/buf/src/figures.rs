@@ -1,0 +1,53 @@
+//! The plain figures of the data path, as every layer reports them: what a data-plane backend
+//! moved (in total and per peer) through pooled buffers. The data planes (`quarry-net`) count them;
+//! the object layer passes them on and the front end renders them, neither knowing the network.
+
+/// Counters of one data-plane backend.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DataPlaneStats {
+    /// Transfers attempted.
+    pub transfers: u64,
+    /// Payload bytes received into pooled buffers.
+    pub bytes_in: u64,
+    /// Payload bytes sent.
+    pub bytes_out: u64,
+    /// Transfers that failed, for any reason (timeouts included).
+    pub errors: u64,
+    pub timeouts: u64,
+    /// Data connections established (handshake done).
+    pub connects: u64,
+    pub connect_failures: u64,
+    /// Transfers refused at once because their peer was marked down.
+    pub fast_failures: u64,
+    /// Transfers retried on a fresh connection after a reused one turned out dead.
+    pub retries: u64,
+}
+
+/// Upper bounds (seconds) of the transfer latency histogram buckets.
+pub const LATENCY_BUCKETS: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0, 2.5, 10.0,
+];
+
+/// One backend's figures for one peer (a data plane's `peer_stats`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PeerSnapshot {
+    pub backend: &'static str,
+    pub peer: String,
+    /// Shard reads that completed, and their bytes (received).
+    pub reads: u64,
+    pub read_bytes: u64,
+    /// Appends that completed, and their bytes (sent).
+    pub appends: u64,
+    pub append_bytes: u64,
+    pub connects: u64,
+    pub reconnects: u64,
+    pub fallbacks: u64,
+    /// Transfers the peer shed (busy) to TCP.
+    pub shed: u64,
+    pub active_connections: u64,
+    /// Failed transfers by error kind.
+    pub errors: Vec<(&'static str, u64)>,
+    /// Cumulative counts per [`LATENCY_BUCKETS`] bound, then the `+Inf` count (= all transfers).
+    pub latency_buckets: Vec<u64>,
+    pub latency_sum_seconds: f64,
+}
