@@ -21,13 +21,13 @@ use quarry_disk::{
     Drive, DriveError, ErasureInfo, ObjectMeta, PartInfo, PartMeta, UploadMeta, META_VERSION,
     UPLOAD_META_VERSION,
 };
-use quarry_erasure::{Erasure, BITROT_BLAKE3, CODEC_RS_VANDERMONDE};
+use quarry_erasure::Erasure;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
 
 use crate::api::{ByteStream, GetObjectReader, HttpRange, ObjectInfo, WritePrecondition};
 use crate::error::{Error, Result};
-use crate::put::{BlockReader, ShardOutcome, ShardSink, TmpGuard};
+use crate::put::{erasure_info, BodyBounds, ShardOutcome, ShardSink, Streamed, TmpGuard};
 use crate::quorum::{count_full, count_ok, on_all, read_quorum, write_failed, write_quorum};
 use crate::set::{now_ns, object_info, ErasureSet};
 
@@ -382,15 +382,7 @@ impl ErasureSet {
             headers: opts.headers,
             user_meta: opts.user_meta,
             checksum_algorithm: opts.checksum_algorithm,
-            erasure: ErasureInfo {
-                codec: CODEC_RS_VANDERMONDE.to_string(),
-                bitrot: BITROT_BLAKE3.to_string(),
-                data: erasure.data_shards() as u8,
-                parity: erasure.parity_shards() as u8,
-                block_size: erasure.block_size() as u32,
-                index: 0,
-                distribution: distribution.clone(),
-            },
+            erasure: erasure_info(&erasure, &distribution),
         };
         let answers = join_all(self.drives.iter().enumerate().map(|(pos, d)| {
             let mut m = base.clone();
@@ -467,37 +459,23 @@ impl ErasureSet {
                 )))
             }
         };
-        let mut reader = BlockReader::new(body, erasure.block_size());
-        let mut md5 = Md5::new();
-        let mut size: u64 = 0;
         let limit = opts.size.unwrap_or(MAX_PART_SIZE).min(MAX_PART_SIZE);
-        loop {
-            let block = reader.next_block().await.map_err(Error::Body)?;
-            if block.is_empty() {
-                break;
-            }
-            size += block.len() as u64;
-            if size > limit {
-                return Err(Error::EntityTooLarge { limit });
-            }
-            md5.update(&block);
-            if let Some(h) = hasher.as_mut() {
-                h.update(&block);
-            }
-            sink.write_block(&erasure, &block).await?;
-        }
-        if let Some(declared) = opts.size {
-            if size < declared {
-                return Err(Error::IncompleteBody {
-                    expected: declared,
-                    got: size,
-                });
-            }
-        }
-        let digest: [u8; 16] = md5.finalize().into();
-        if opts.content_md5.is_some_and(|want| want != digest) {
-            return Err(Error::BadDigest);
-        }
+        let Streamed { size, md5: digest } = sink
+            .stream(
+                &erasure,
+                body,
+                BodyBounds {
+                    limit: Some(limit),
+                    declared: opts.size,
+                    content_md5: opts.content_md5,
+                },
+                |block| {
+                    if let Some(h) = hasher.as_mut() {
+                        h.update(block);
+                    }
+                },
+            )
+            .await?;
         let checksum = hasher.map(|h| h.finish());
         let outcomes = sink.finish().await;
         // An empty part never left the sink's inline buffer: give it its (empty) shard files.

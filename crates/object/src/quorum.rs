@@ -15,6 +15,7 @@ pub fn read_quorum(data: usize, _parity: usize) -> usize {
 /// Write quorum of an object coded k+m: k, or k+1 when k == m so that two writes that both
 /// reached quorum always share a drive.
 pub fn write_quorum(data: usize, parity: usize) -> usize {
+    debug_assert!(data > 0, "a code has at least one data shard");
     if data == parity {
         data + 1
     } else {
