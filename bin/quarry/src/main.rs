@@ -1,13 +1,14 @@
-//! `quarry`: the Quarry server.
+//! `quarry`: the Quarry server and its admin CLI. `quarry server --help` and `quarry admin --help`
+//! list every flag; the README says how to run one node or a cluster.
 //!
-//! ```text
-//! quarry server [DIRS...] [--address HOST:PORT] [--root-user U] [--root-password P]
-//!               [--region R] [--domain D[,D...]] [--log-format text|json]
-//! ```
-//!
-//! The binary only wires the library crates together; each step is one function:
-//! [`cli`] (flags and environment), [`logging`], [`credentials`] (given, stored, or generated),
-//! and [`server`] (open the drives, bind, serve until a signal).
+//! The binary only wires the library crates together, one module a step:
+//! - [`cli`]: flags over `QUARRY_*` environment over the TOML file over defaults, validated;
+//! - [`logging`]: `tracing` to stderr, text or JSON;
+//! - [`credentials`]: the root credentials, given, stored under `.quarry.sys`, or generated once;
+//! - [`server`]: opens the drives and serves S3 until a signal, on one node or, through
+//!   [`cluster`], as a node of a cluster: the port shared by S3 and the internode RPC, the data
+//!   plane (verbs or TCP), and joining the deployment (`quarry-node`);
+//! - [`admin`]: `quarry admin`, signed calls to a server's admin API.
 
 mod admin;
 mod cli;
