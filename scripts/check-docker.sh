@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Checks docker/Dockerfile and docker/docker-compose.yml without a container engine: both parse,
-# and they say what Quarry's images and cluster need (see the checks below). Runs hadolint too
-# when it is installed, and `docker compose config` when the compose plugin is there (neither is
-# needed). Also checks that the checks fail on broken files (a built-in self-test).
+# Checks docker/Dockerfile, docker/docker-compose.yml and the test's override
+# docker/docker-compose.test.yml without a container engine: they parse, and they say what
+# Quarry's images and cluster need (see the checks below); scripts/docker-test.sh builds and runs
+# them for real. Runs hadolint too when it is installed, and `docker compose config` (or
+# docker-compose 1.x's) when compose is there (neither is needed). Also checks that the checks
+# fail on broken files (a built-in self-test).
 #
 # Needs python3 with PyYAML (Debian: python3-yaml). Exit status 0 when everything holds.
 set -euo pipefail
@@ -21,7 +23,7 @@ if [ -z "$PY" ]; then
     exit 1
 fi
 
-"$PY" - docker/Dockerfile docker/docker-compose.yml <<'PYEOF'
+"$PY" - docker/Dockerfile docker/docker-compose.yml docker/docker-compose.test.yml scripts/docker-base.sh <<'PYEOF'
 import json
 import os
 import re
@@ -29,14 +31,16 @@ import sys
 
 import yaml
 
-DOCKERFILE, COMPOSE = sys.argv[1], sys.argv[2]
+DOCKERFILE, COMPOSE, TEST_COMPOSE, BASE_SCRIPT = sys.argv[1:5]
 
 INSTRUCTIONS = {
     "FROM", "RUN", "CMD", "LABEL", "EXPOSE", "ENV", "ADD", "COPY", "ENTRYPOINT", "VOLUME",
     "USER", "WORKDIR", "ARG", "ONBUILD", "STOPSIGNAL", "HEALTHCHECK", "SHELL", "MAINTAINER",
 }
 BUILD_PACKAGES = ["build-essential", "pkg-config", "libclang-dev", "libibverbs-dev", "librdmacm-dev"]
-RUNTIME_PACKAGES = ["ibverbs-providers", "rdma-core", "libibverbs1", "librdmacm1", "ca-certificates", "curl"]
+# rdma-core's runtime libraries and providers (its `rdma-core` package is the host's udev and
+# systemd side, which a container does not use); curl for the health check.
+RUNTIME_PACKAGES = ["ibverbs-providers", "libibverbs1", "librdmacm1", "ca-certificates", "curl"]
 NODES = ["node1", "node2", "node3", "node4"]
 DRIVES = "http://node{1...4}:9000/data{1...4}"
 
@@ -99,7 +103,10 @@ def check_dockerfile(text, context_root):
             name = parts[2] if len(parts) >= 3 and parts[1].upper() == "AS" else None
             if name and any(s["name"] == name for s in stages):
                 errors.append(f"line {n}: stage name {name} used twice")
-            stages.append({"name": name, "image": image, "ins": []})
+            parent = next((s for s in stages if s["name"] == image), None)
+            stages.append({"name": name, "image": image, "from": parts[0], "parent": parent, "ins": []})
+            if parent is not None or image == "scratch":
+                continue
             if "@" not in image:
                 repo, _, tag = image.rpartition(":") if ":" in image.split("/")[-1] else (image, "", "")
                 if not tag:
@@ -134,7 +141,7 @@ def check_dockerfile(text, context_root):
             if frm:
                 if not any(s["name"] == frm[0] for s in stages[:-1]):
                     errors.append(f"line {n}: COPY --from={frm[0]} names no earlier stage")
-            else:
+            elif stages[-1]["name"] != "prebuilt":  # prebuilt/ is the caller's context
                 for src in paths[:-1]:
                     if src != "." and not os.path.exists(os.path.join(context_root, src)):
                         errors.append(f"line {n}: COPY source {src} does not exist in the build context")
@@ -147,9 +154,48 @@ def check_dockerfile(text, context_root):
         errors.append("not a multi-stage build (want a build stage and a runtime stage)")
         return errors
     build, final = stages[0], stages[-1]
+    named = {s["name"]: s for s in stages if s["name"]}
 
     def runs(stage):
-        return " ".join(r for _, w, r in stage["ins"] if w == "RUN")
+        """The RUN instructions of a stage and of the stages it starts from."""
+        own = " ".join(r for _, w, r in stage["ins"] if w == "RUN")
+        return own if stage["parent"] is None else runs(stage["parent"]) + " " + own
+
+    # Binaries: compiled by the build stage by default, or (BINARIES=prebuilt) taken from the
+    # context's prebuilt/; the runtime's base: the runtime-base stage or a ready image.
+    if args.get("BINARIES") != "build" or build["name"] != "build":
+        errors.append("ARG BINARIES must default to build, the first stage (compiling from source)")
+    pre = named.get("prebuilt")
+    if pre is None or pre["image"] != "scratch" or not any(
+        w == "COPY" and "prebuilt/quarry " in r + " " and "prebuilt/quarry-bench" in r and r.split()[-1] == "/out/"
+        for _, w, r in pre["ins"]
+    ):
+        errors.append("no `prebuilt` stage (FROM scratch, COPY prebuilt/quarry prebuilt/quarry-bench /out/)")
+    bins = named.get("binaries")
+    if bins is None or bins["from"] != "${BINARIES}":
+        errors.append("no `binaries` stage FROM ${BINARIES}")
+    if args.get("RUNTIME_BASE") != "runtime-base" or "runtime-base" not in named:
+        errors.append("ARG RUNTIME_BASE must default to the runtime-base stage")
+    if final["from"] != "${RUNTIME_BASE}":
+        errors.append(f"the runtime stage starts FROM {final['from']}, want ${{RUNTIME_BASE}}")
+    if not any(w == "COPY" and "--from=binaries" in r for _, w, r in final["ins"]):
+        errors.append("the runtime stage does not COPY --from=binaries")
+    # scripts/docker-base.sh makes the test's base with the same packages.
+    base_script = open(os.path.join(context_root, BASE_SCRIPT)).read() if os.path.exists(os.path.join(context_root, BASE_SCRIPT)) else ""
+    m = re.search(r"^PACKAGES=\(([^)]*)\)", base_script, re.M)
+    rb = named.get("runtime-base")
+    if rb is not None:
+        installed = set()
+        for r in (r for _, w, r in rb["ins"] if w == "RUN" and "apt-get install" in r):
+            after = r.split("apt-get install", 1)[1].split("&&")[0]
+            installed |= {p for p in after.split() if not p.startswith("-")}
+        if not m or set(m.group(1).split()) != installed:
+            errors.append(
+                f"{BASE_SCRIPT} PACKAGES ({m.group(1).split() if m else None}) differ from what the "
+                f"runtime-base stage installs ({sorted(installed)})"
+            )
+    if re.search(r"(?im)^#\s*syntax\s*=", text):
+        errors.append("a `# syntax=` directive makes BuildKit pull its frontend from a registry (the built-in one suffices)")
 
     for p in BUILD_PACKAGES:
         if not re.search(rf"(^|\s){re.escape(p)}(\s|$)", runs(build)):
@@ -207,6 +253,8 @@ def check_compose(text, compose_dir):
         return [f"not valid YAML: {e}"]
     if not isinstance(doc, dict) or not isinstance(doc.get("services"), dict):
         return ["no `services` mapping"]
+    if "name" in doc:
+        errors.append("a top-level `name`: Debian bookworm's docker-compose 1.29 refuses the file (use -p)")
     services = doc["services"]
     if sorted(services) != NODES:
         errors.append(f"services are {sorted(services)}, want {NODES}")
@@ -276,46 +324,101 @@ def check_compose(text, compose_dir):
     return errors
 
 
-def run(dockerfile_text, compose_text):
+def check_test_override(text):
+    """docker-compose.test.yml: every node on the host's network at 127.0.0.1:PORTn, no bridge."""
+    errors = []
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        return [f"not valid YAML: {e}"]
+    services = (doc or {}).get("services") or {}
+    if sorted(services) != NODES:
+        errors.append(f"services are {sorted(services)}, want {NODES}")
+    if "networks" in (doc or {}):
+        errors.append("declares networks: the test uses the host's network only")
+    commands = []
+    for i, name in enumerate(NODES, 1):
+        s = services.get(name) or {}
+        if s.get("network_mode") != "host":
+            errors.append(f"{name}: network_mode is {s.get('network_mode')!r}, want host (never a bridge)")
+        if s.get("ports") or s.get("networks"):
+            errors.append(f"{name}: ports/networks make no sense with host networking")
+        port = f"${{QUARRY_TEST_PORT{i}:?}}"
+        if env_of(s).get("QUARRY_ADDRESS") != f"127.0.0.1:{port}":
+            errors.append(f"{name}: QUARRY_ADDRESS is {env_of(s).get('QUARRY_ADDRESS')!r}, want 127.0.0.1:{port}")
+        cmd = s.get("command") or []
+        commands.append(cmd)
+        drives = [c for c in cmd if "://" in c]
+        want = [f"http://127.0.0.1:${{QUARRY_TEST_PORT{k}:?}}/data{{1...4}}/n{k}" for k in range(1, 5)]
+        if drives != want:
+            errors.append(f"{name}: drives {drives}, want {want}")
+        if cmd[:1] != ["server"] or "--set-size" not in cmd:
+            errors.append(f"{name}: command {cmd} is not `server --set-size 4 ...`")
+    if any(c != commands[0] for c in commands):
+        errors.append("the nodes do not all run the same command")
+    return errors
+
+
+def run(dockerfile_text, compose_text, test_text):
     root = os.getcwd()
-    return check_dockerfile(dockerfile_text, root), check_compose(compose_text, os.path.dirname(COMPOSE))
+    return (
+        check_dockerfile(dockerfile_text, root),
+        check_compose(compose_text, os.path.dirname(COMPOSE)),
+        check_test_override(test_text),
+    )
 
 
-dockerfile_text, compose_text = open(DOCKERFILE).read(), open(COMPOSE).read()
-d_err, c_err = run(dockerfile_text, compose_text)
-for what, errs in ((DOCKERFILE, d_err), (COMPOSE, c_err)):
+dockerfile_text, compose_text, test_text = open(DOCKERFILE).read(), open(COMPOSE).read(), open(TEST_COMPOSE).read()
+d_err, c_err, t_err = run(dockerfile_text, compose_text, test_text)
+for what, errs in ((DOCKERFILE, d_err), (COMPOSE, c_err), (TEST_COMPOSE, t_err)):
     for e in errs:
         print(f"check-docker: {what}: {e}", file=sys.stderr)
     if not errs:
         print(f"check-docker: {what}: ok")
 
 # Self-test: each of these breakages must be caught.
+D, C, T = dockerfile_text, compose_text, test_text
 broken = {
-    "Dockerfile `latest` tag": (re.sub(r"ARG DEBIAN_IMAGE=\S+", "ARG DEBIAN_IMAGE=debian:latest", dockerfile_text), compose_text),
-    "Dockerfile bad JSON ENTRYPOINT": (dockerfile_text.replace('ENTRYPOINT ["', 'ENTRYPOINT ["x", '), compose_text),
-    "Dockerfile runs as root": (re.sub(r"(?m)^USER .*$", "USER root", dockerfile_text), compose_text),
-    "Dockerfile unknown instruction": (dockerfile_text + "\nCOPPY a b\n", compose_text),
-    "compose memlock": (dockerfile_text, compose_text.replace("soft: -1", "soft: 65536")),
-    "compose YAML": (dockerfile_text, compose_text + "\n  bad: [\n"),
-    "compose node missing": (dockerfile_text, compose_text.replace("  node4:\n", "  node5:\n")),
-    "compose hard-coded password": (dockerfile_text, re.sub(r"QUARRY_ROOT_PASSWORD: .*", "QUARRY_ROOT_PASSWORD: secret", compose_text)),
+    "Dockerfile `latest` tag": (re.sub(r"ARG DEBIAN_IMAGE=\S+", "ARG DEBIAN_IMAGE=debian:latest", D), C, T),
+    "Dockerfile bad JSON ENTRYPOINT": (D.replace('ENTRYPOINT ["', 'ENTRYPOINT ["x", '), C, T),
+    "Dockerfile runs as root": (re.sub(r"(?m)^USER .*$", "USER root", D), C, T),
+    "Dockerfile unknown instruction": (D + "\nCOPPY a b\n", C, T),
+    "Dockerfile syntax directive": ("# syntax=docker/dockerfile:1\n" + D, C, T),
+    "Dockerfile runtime without libibverbs1": (D.replace("        libibverbs1 ibverbs-providers", "        ibverbs-providers"), C, T),
+    "Dockerfile BINARIES default": (D.replace("ARG BINARIES=build", "ARG BINARIES=prebuilt"), C, T),
+    "Dockerfile runtime not on RUNTIME_BASE": (D.replace("FROM ${RUNTIME_BASE} AS runtime", "FROM ${DEBIAN_IMAGE} AS runtime"), C, T),
+    "compose memlock": (D, C.replace("soft: -1", "soft: 65536"), T),
+    "compose YAML": (D, C + "\n  bad: [\n", T),
+    "compose node missing": (D, C.replace("  node4:\n", "  node5:\n"), T),
+    "compose hard-coded password": (D, re.sub(r"QUARRY_ROOT_PASSWORD: .*", "QUARRY_ROOT_PASSWORD: secret", C), T),
+    "compose top-level name": (D, "name: quarry\n" + C, T),
+    "test override on a bridge": (D, C, T.replace("network_mode: host", "network_mode: bridge")),
+    "test override address": (D, C, T.replace("QUARRY_ADDRESS: 127.0.0.1:${QUARRY_TEST_PORT4:?}", "QUARRY_ADDRESS: node4:9000")),
 }
-missed = []
-for what, (d, c) in broken.items():
-    de, ce = run(d, c)
-    if not de and not ce:
-        missed.append(what)
+for what, (d, c, t) in broken.items():
+    if (d, c, t) == (D, C, T):
+        sys.exit(f"check-docker: self-test: the breakage {what!r} changed nothing (update the self-test)")
+missed = [what for what, files in broken.items() if not any(run(*files))]
 if missed:
     print(f"check-docker: self-test: these breakages went unnoticed: {missed}", file=sys.stderr)
-sys.exit(1 if d_err or c_err or missed else 0)
+sys.exit(1 if d_err or c_err or t_err or missed else 0)
 PYEOF
 
 if command -v hadolint >/dev/null 2>&1; then
     hadolint docker/Dockerfile
     echo "check-docker: hadolint: ok"
 fi
+COMPOSE=()
 if docker compose version >/dev/null 2>&1; then
-    QUARRY_ROOT_USER=x QUARRY_ROOT_PASSWORD=y docker compose -f docker/docker-compose.yml config -q
-    echo "check-docker: docker compose config: ok"
+    COMPOSE=(docker compose)
+elif command -v docker-compose >/dev/null 2>&1; then
+    COMPOSE=(docker-compose)
+fi
+if [ "${#COMPOSE[@]}" -gt 0 ]; then
+    export QUARRY_ROOT_USER=x QUARRY_ROOT_PASSWORD=y
+    "${COMPOSE[@]}" -f docker/docker-compose.yml config -q
+    QUARRY_TEST_PORT1=1 QUARRY_TEST_PORT2=2 QUARRY_TEST_PORT3=3 QUARRY_TEST_PORT4=4 \
+        "${COMPOSE[@]}" -f docker/docker-compose.yml -f docker/docker-compose.test.yml config -q
+    echo "check-docker: ${COMPOSE[*]} config: ok (with and without the test override)"
 fi
 echo "check-docker: all checks passed"
