@@ -31,6 +31,7 @@ pub mod data;
 pub mod dataplane;
 pub mod drive_proto;
 pub mod drive_server;
+pub mod methods;
 pub mod rdma;
 pub mod remote_drive;
 pub mod rpc;

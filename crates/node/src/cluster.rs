@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use quarry_disk::{Drive, DriveError, FormatV1, LocalDrive};
 use quarry_net::auth::{AuthError, RejectReason};
+use quarry_net::methods::Service;
 use quarry_net::{DriveServer, Handler, RemoteDrive, RpcClient, RpcError};
 use tracing::{info, warn};
 use uuid::Uuid;
@@ -28,14 +29,11 @@ use uuid::Uuid;
 use quarry_object::topology::Topology;
 use quarry_object::{ErasureServer, Error, Locker, ObjectConfig, Result};
 
-use crate::dsync::{DistLocker, DistLockerConfig, LockServer, LOCK_METHOD_MAX, LOCK_METHOD_MIN};
+use crate::dsync::{DistLocker, DistLockerConfig, LockServer};
 use crate::view::NodeView;
 
-/// Method ids of the drive protocol (see `quarry_net::drive_proto`).
-const DRIVE_METHOD_MIN: u16 = quarry_net::drive_proto::METHOD_BASE;
-const DRIVE_METHOD_MAX: u16 = quarry_net::drive_proto::METHOD_BASE + 99;
-/// `NODE_INFO`: answers the node's index and layout fingerprint.
-pub const METHOD_NODE_INFO: u16 = 300;
+/// `NODE_INFO`: answers the node's index and layout fingerprint (see `quarry_net::methods`).
+pub use quarry_net::methods::NODE_INFO as METHOD_NODE_INFO;
 /// Version of the node-info answer.
 const NODE_INFO_VERSION: u8 = 1;
 
@@ -74,17 +72,18 @@ impl NodeService {
 
 impl Handler for NodeService {
     async fn handle(&self, method: u16, payload: Bytes) -> std::result::Result<Bytes, RpcError> {
-        match method {
-            DRIVE_METHOD_MIN..=DRIVE_METHOD_MAX => self.drives.handle(method, payload).await,
-            LOCK_METHOD_MIN..=LOCK_METHOD_MAX => self.locks.handle(method, payload).await,
-            METHOD_NODE_INFO => {
+        match Service::of(method) {
+            // The verbs data plane's requests are served next to the drives they read.
+            Some(Service::Drive | Service::Verbs) => self.drives.handle(method, payload).await,
+            Some(Service::Lock) => self.locks.handle(method, payload).await,
+            Some(Service::NodeInfo) => {
                 let mut b = Vec::with_capacity(35);
                 b.push(NODE_INFO_VERSION);
                 b.extend_from_slice(&self.node.to_be_bytes());
                 b.extend_from_slice(&self.fingerprint);
                 Ok(Bytes::from(b))
             }
-            m => Err(RpcError::unknown_method(m)),
+            None => Err(RpcError::unknown_method(method)),
         }
     }
 }

@@ -45,16 +45,11 @@ use uuid::Uuid;
 
 use quarry_object::{Error, LockGuard, Locker, NsGuard, NsLock, Result};
 
-/// First RPC method id of the lock service; ids up to [`LOCK_METHOD_MAX`] are reserved for it.
-pub const LOCK_METHOD_MIN: u16 = 200;
-/// Last RPC method id reserved for the lock service.
-pub const LOCK_METHOD_MAX: u16 = 209;
-/// Grant the lock if it is free, expired, or already held by the same uid (then extend it).
-pub const METHOD_LOCK: u16 = 200;
-/// Extend the lease, only if the uid holds the lock.
-pub const METHOD_REFRESH: u16 = 201;
-/// Release the lock, only if the uid holds it.
-pub const METHOD_UNLOCK: u16 = 202;
+/// The lock service's methods and error code (declared in `quarry_net::methods`, the registry).
+pub use quarry_net::methods::{
+    CODE_LOCK_TABLE_FULL as CODE_TABLE_FULL, LOCK_LOCK as METHOD_LOCK,
+    LOCK_REFRESH as METHOD_REFRESH, LOCK_UNLOCK as METHOD_UNLOCK,
+};
 
 /// The lock protocol version this build speaks.
 pub const LOCK_PROTO_VERSION: u8 = 1;
@@ -62,8 +57,6 @@ pub const LOCK_PROTO_VERSION: u8 = 1;
 pub const MAX_RESOURCE_LEN: usize = 2048;
 /// Longest lease a request may ask for.
 pub const MAX_LEASE: Duration = Duration::from_secs(3600);
-/// Error code (in an RPC error frame) of a lock table that is full.
-pub const CODE_TABLE_FULL: u16 = codes::APPLICATION_BASE + 200;
 
 const REQUEST_HEADER: usize = 1 + 16 + 4 + 2;
 
@@ -241,7 +234,7 @@ impl Table {
 
 /// The lock table of one node, answering the lock methods of its peers (and its own).
 ///
-/// Give it to the node's RPC handler: every method id in `LOCK_METHOD_MIN..=LOCK_METHOD_MAX` goes
+/// Give it to the node's RPC handler: every method id of `Service::Lock` (`quarry_net::methods`) goes
 /// to [`Handler::handle`], which refuses the ids it does not know. Expiry uses this node's
 /// monotonic clock; expired entries count as free at once and are swept from the table at most
 /// once per second.
@@ -1062,7 +1055,7 @@ mod tests {
     async fn handler_refuses_unknown_methods_and_bad_payloads() {
         let s = LockServer::default();
         let enc = encode_request(&req("b/k", 1, 1000)).unwrap();
-        for m in [0, 199, 203, LOCK_METHOD_MAX, 299] {
+        for m in [0, 199, 203, 209, 299] {
             let e = s.handle(m, enc.clone()).await.unwrap_err();
             assert_eq!(e.code(), Some(codes::UNKNOWN_METHOD), "{m}");
         }

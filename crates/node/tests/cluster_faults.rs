@@ -34,9 +34,7 @@ use quarry_net::{
     ClusterSecret, DataPlane, DriveServer, Handler, Identity, RemoteDrive, RemoteDriveConfig,
     RpcClient, RpcConfig, RpcError, RpcServer, TcpDataPlane, TcpDataPlaneConfig,
 };
-use quarry_node::dsync::{
-    DistLocker, DistLockerConfig, LockServer, LOCK_METHOD_MAX, LOCK_METHOD_MIN,
-};
+use quarry_node::dsync::{DistLocker, DistLockerConfig, LockServer};
 use quarry_object::{ErasureServer, Locker};
 use uuid::Uuid;
 
@@ -122,7 +120,7 @@ struct NodeHandler {
 
 impl Handler for NodeHandler {
     async fn handle(&self, method: u16, payload: bytes::Bytes) -> Result<bytes::Bytes, RpcError> {
-        if (LOCK_METHOD_MIN..=LOCK_METHOD_MAX).contains(&method) {
+        if quarry_net::methods::Service::of(method) == Some(quarry_net::methods::Service::Lock) {
             self.locks.handle(method, payload).await
         } else {
             self.drives.handle(method, payload).await

@@ -31,8 +31,6 @@ use quarry_disk::{
 };
 use uuid::Uuid;
 
-use crate::rpc::codes::APPLICATION_BASE;
-
 /// The drive protocol version this build speaks.
 pub const DRIVE_PROTO_VERSION: u8 = 1;
 
@@ -41,8 +39,8 @@ pub const DRIVE_PROTO_VERSION: u8 = 1;
 /// ~300 bytes for 5 on the wire), so reserving `count` would let a 4 MiB frame reserve ~240 MB.
 const PREALLOC_ITEMS: usize = 1024;
 
-/// First method id of the drive protocol (ids below are free for other services).
-pub const METHOD_BASE: u16 = 100;
+/// First method id of the drive protocol (see the registry, [`crate::methods`]).
+pub const METHOD_BASE: u16 = crate::methods::DRIVE_BASE;
 
 macro_rules! methods {
     ($($name:ident = $n:expr,)*) => {
@@ -1004,32 +1002,8 @@ fn vol(r: &mut Reader) -> Result<VolInfo, ProtoError> {
 
 // ---- errors ----
 
-/// Error-frame codes of the drive protocol: one per [`DriveError`] variant, then the server's
-/// own refusals.
-pub mod codes {
-    use super::APPLICATION_BASE;
-
-    pub const VOLUME_NOT_FOUND: u16 = APPLICATION_BASE;
-    pub const VOLUME_EXISTS: u16 = APPLICATION_BASE + 1;
-    pub const VOLUME_NOT_EMPTY: u16 = APPLICATION_BASE + 2;
-    pub const FILE_NOT_FOUND: u16 = APPLICATION_BASE + 3;
-    /// Message: `"<offset> <wanted> <len>"` in decimal.
-    pub const TRUNCATED: u16 = APPLICATION_BASE + 4;
-    pub const CORRUPT_META: u16 = APPLICATION_BASE + 5;
-    /// Message: `"<found> <supported>"` in decimal.
-    pub const UNSUPPORTED_VERSION: u16 = APPLICATION_BASE + 6;
-    pub const INVALID_NAME: u16 = APPLICATION_BASE + 7;
-    pub const UNUSABLE: u16 = APPLICATION_BASE + 8;
-    pub const DISK_FULL: u16 = APPLICATION_BASE + 9;
-    pub const IO: u16 = APPLICATION_BASE + 10;
-    /// The request could not be decoded (or speaks another drive protocol version).
-    pub const BAD_REQUEST: u16 = APPLICATION_BASE + 100;
-    /// The serving node has no drive of that index.
-    pub const NO_SUCH_DRIVE: u16 = APPLICATION_BASE + 101;
-    /// The shard writer is not open on the serving node (never opened, finished, aborted,
-    /// reaped after idling, or the node restarted).
-    pub const NO_SUCH_WRITER: u16 = APPLICATION_BASE + 102;
-}
+/// Error-frame codes of the drive protocol (declared in the registry, [`crate::methods`]).
+pub use crate::methods::drive_codes as codes;
 
 /// The error frame `(code, message)` that carries `e`.
 pub fn encode_drive_error(e: &DriveError) -> (u16, String) {

@@ -123,7 +123,7 @@ impl VerbsResponder {
 
     /// Whether `method` is one of the verbs data plane's.
     pub fn handles(method: u16) -> bool {
-        matches!(method, METHOD_CONNECT | METHOD_READ | METHOD_APPEND)
+        crate::methods::Service::of(method) == Some(crate::methods::Service::Verbs)
     }
 
     /// Connections open now.

@@ -111,29 +111,21 @@ use crate::dataplane::{
     DataPlane, DataPlaneError, DataPlaneStats, PeerMetrics, PeerSnapshot, ShardData, ShardRange,
     Transfer,
 };
-use crate::drive_proto::{self, METHOD_BASE};
+use crate::drive_proto;
 use crate::lock;
 use crate::rdma::RDMA_PORT;
 use crate::rpc::{codes, RpcClient, RpcError};
 use quarry_buf::{BufPool, PooledBuf, Posted};
 
-/// Control-RPC method: set up an RC connection (in the drive server's range).
-pub const METHOD_CONNECT: u16 = METHOD_BASE + 90;
-/// Control-RPC method: read a shard range and RDMA-WRITE it into the requester's buffer.
-pub const METHOD_READ: u16 = METHOD_BASE + 91;
-/// Control-RPC method: RDMA-READ an append's bytes from the requester and write them to a shard
-/// writer.
-pub const METHOD_APPEND: u16 = METHOD_BASE + 92;
-/// Version of the messages above (2: appends).
+/// Control-RPC methods and error codes of the verbs data plane (declared in the registry,
+/// [`crate::methods`]).
+pub use crate::methods::{
+    CODE_VERBS_BUSY as CODE_BUSY, CODE_VERBS_FAILED,
+    CODE_VERBS_NO_CONNECTION as CODE_NO_CONNECTION, VERBS_APPEND as METHOD_APPEND,
+    VERBS_CONNECT as METHOD_CONNECT, VERBS_READ as METHOD_READ,
+};
+/// Version of the messages of the verbs data plane (2: appends).
 pub const PROTOCOL_VERSION: u8 = 2;
-/// Error code of a holder whose RDMA transfer failed (its connection is gone).
-pub const CODE_VERBS_FAILED: u16 = codes::APPLICATION_BASE + 900;
-/// Error code of a holder that does not know the connection id (restarted, or dropped it).
-pub const CODE_NO_CONNECTION: u16 = codes::APPLICATION_BASE + 901;
-/// Error code of a holder with no registered buffer free for the transfer right now: it touched
-/// nothing, and the requester moves these bytes over TCP instead (load shedding, not a failure:
-/// the connection stays).
-pub const CODE_BUSY: u16 = codes::APPLICATION_BASE + 902;
 
 /// How long a holder waits for a free registered buffer before it answers [`CODE_BUSY`]: long
 /// enough to ride out a burst, short next to the requester's timeout.
