@@ -8,19 +8,11 @@ use quarry_erasure::bitrot;
 use tracing::{info, warn};
 use uuid::Uuid;
 
+use crate::api::HealResult;
 use crate::error::{Error, Result};
 use crate::get::ShardReader;
 use crate::quorum::{pick_meta, MetaQuorum};
 use crate::set::ErasureSet;
-
-/// What healing one object did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HealResult {
-    /// Drive endpoints whose copy was rewritten.
-    pub healed: Vec<String>,
-    /// Drive endpoints that could not be healed now (offline, failing), with the reason.
-    pub failed: Vec<(String, String)>,
-}
 
 impl ErasureSet {
     /// Heals `bucket/key` in place. An object that no longer exists is nothing to heal.

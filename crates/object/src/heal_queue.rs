@@ -19,8 +19,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
+use crate::api::HealResult;
 use crate::error::{Error, Result};
-use crate::heal::HealResult;
 use crate::set::{ErasureSet, HealRequest};
 use crate::stats::SetCounters;
 

@@ -34,21 +34,10 @@ pub use config::{
     SCAN_FIRST_DELAY,
 };
 pub use error::{Error, Result};
-pub use heal::HealResult;
-pub use info::{
-    ClusterInfo, ClusterView, DataPlaneInfo, DataPlaneSnapshot, DriveInfo, NodeInfo, RpcInfo,
-    SetInfo,
-};
-pub use multipart::{
-    ChecksumHashers, CompleteOptions, CompletePart, ListPartsOptions, ListPartsResult,
-    ListUploadsOptions, ListUploadsResult, NewUploadOptions, PartHasher, PartOptions, UploadInfo,
-    UploadedPart, MAX_PARTS, MAX_PART_SIZE, MIN_PART_SIZE,
-};
 pub use names::{check_bucket_name, check_key, MAX_KEY_LEN};
 pub use nslock::{LockGuard, Locker, NsGuard, NsLock};
 /// The data path's figures as [`LayerStats`] carries them.
 pub use quarry_buf::{BufPoolStats, DataPlaneStats, PeerSnapshot, LATENCY_BUCKETS};
-pub use scanner::{FailedObject, HealReport, HealedObject, REPORT_DETAILS};
 pub use server::{ErasureServer, Layout, Readiness};
 pub use set::ErasureSet;
 pub use stats::{DataPlaneFigures, DriveState, LayerStats, ScanStats};

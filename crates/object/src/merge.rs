@@ -6,7 +6,7 @@
 //! the last entry kept.
 
 use crate::api::{ListResult, ObjectInfo};
-use crate::multipart::{ListUploadsResult, UploadInfo};
+use crate::api::{ListUploadsResult, UploadInfo};
 
 /// One entry of a listing page: an object or a common prefix, ordered by name.
 enum Listed {

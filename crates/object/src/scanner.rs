@@ -18,60 +18,16 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
-use crate::api::ListOptions;
+use crate::api::HealResult;
+use crate::api::{FailedObject, HealReport, HealedObject, ListOptions, REPORT_DETAILS};
 use crate::config::SCAN_FIRST_DELAY;
 use crate::error::{Error, Result};
-use crate::heal::HealResult;
 use crate::heal_queue::{verdict, Verdict};
 use crate::set::{now_ns, ErasureSet};
 use crate::stats::ScanCounters;
 
 /// Objects listed per page while walking a set.
 const PAGE: usize = 1000;
-
-/// At most this many healed and this many failed objects are named in a [`HealReport`]; the
-/// counts cover all of them.
-pub const REPORT_DETAILS: usize = 100;
-
-/// What a heal of many objects did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HealReport {
-    /// Buckets walked.
-    pub buckets: u64,
-    /// Objects checked.
-    pub scanned: u64,
-    /// Objects rewritten on at least one drive.
-    pub healed: u64,
-    /// Drive copies rewritten, over all objects.
-    pub healed_drives: u64,
-    /// Objects that could not be checked or healed on every drive (and listings that failed).
-    pub failed: u64,
-    /// The first [`REPORT_DETAILS`] healed objects.
-    pub healed_objects: Vec<HealedObject>,
-    /// The first [`REPORT_DETAILS`] failures.
-    pub failed_objects: Vec<FailedObject>,
-    /// Whether more objects were healed or failed than are named.
-    pub truncated: bool,
-}
-
-/// An object a heal rewrote.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HealedObject {
-    pub bucket: String,
-    pub key: String,
-    /// Endpoints of the drives that got a new copy.
-    pub drives: Vec<String>,
-}
-
-/// An object a heal could not check or heal completely.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FailedObject {
-    pub bucket: String,
-    /// Empty when the bucket's listing itself failed.
-    pub key: String,
-    /// Why: `drive: error` for each drive left unhealed, or the error of the whole heal.
-    pub reason: String,
-}
 
 impl HealReport {
     /// Adds the outcome of one object's heal.

@@ -11,16 +11,17 @@ use tokio::sync::mpsc;
 use tracing::{info, warn};
 use uuid::Uuid;
 
+use crate::api::HealReport;
 use crate::api::*;
-use crate::config::ObjectConfig;
-use crate::error::{Error, Result};
-use crate::heal_queue::spawn_heal_worker;
-use crate::multipart::{
+use crate::api::{
     CompleteOptions, CompletePart, ListPartsOptions, ListPartsResult, ListUploadsOptions,
     ListUploadsResult, NewUploadOptions, PartOptions, UploadInfo, UploadedPart,
 };
+use crate::config::ObjectConfig;
+use crate::error::{Error, Result};
+use crate::heal_queue::spawn_heal_worker;
 use crate::names::{check_bucket_name, check_key};
-use crate::scanner::{heal_sets, spawn_scanner, HealReport};
+use crate::scanner::{heal_sets, spawn_scanner};
 use crate::set::ErasureSet;
 use crate::stats::{DriveState, LayerStats, ScanCounters};
 
@@ -57,7 +58,7 @@ pub struct ErasureServer {
     /// The background scanner's counters; `None` when it is off.
     scan: Option<Arc<ScanCounters>>,
     /// The cluster this server is a node of (set once by `open_cluster`); unset: a single node.
-    cluster: std::sync::OnceLock<Arc<dyn crate::info::ClusterView>>,
+    cluster: std::sync::OnceLock<Arc<dyn crate::api::ClusterView>>,
 }
 
 impl std::fmt::Debug for ErasureServer {
@@ -292,7 +293,7 @@ impl ErasureServer {
 
     /// Records the cluster this server is a node of, for [`ObjectLayer::info`]. Only the first
     /// call counts.
-    pub fn set_cluster_view(&self, view: Arc<dyn crate::info::ClusterView>) {
+    pub fn set_cluster_view(&self, view: Arc<dyn crate::api::ClusterView>) {
         let _ = self.cluster.set(view);
     }
 
@@ -325,7 +326,7 @@ impl ErasureServer {
     }
 
     /// Heals one object now and says what was done.
-    pub async fn heal_object(&self, bucket: &str, key: &str) -> Result<crate::heal::HealResult> {
+    pub async fn heal_object(&self, bucket: &str, key: &str) -> Result<crate::api::HealResult> {
         check_key(key)?;
         self.set_of(bucket, key).heal_object(bucket, key).await
     }
@@ -414,7 +415,7 @@ impl ObjectLayer for ErasureServer {
         ErasureServer::heal(self, bucket, prefix).await
     }
 
-    async fn info(&self) -> Result<crate::info::ClusterInfo> {
+    async fn info(&self) -> Result<crate::api::ClusterInfo> {
         Ok(crate::info::gather(
             &self.sets,
             self.deployment_id,

@@ -1,4 +1,5 @@
-//! The interface the S3 front end calls, and the types it carries.
+//! The interface the S3 front end calls, [`ObjectLayer`], and every type it carries (the
+//! implementation modules import them from here, never the other way).
 
 use std::collections::BTreeMap;
 use std::pin::Pin;
@@ -8,10 +9,14 @@ use bytes::Bytes;
 use futures::Stream;
 
 use crate::error::Result;
-use crate::multipart::{
-    CompleteOptions, CompletePart, ListPartsOptions, ListPartsResult, ListUploadsOptions,
-    ListUploadsResult, NewUploadOptions, PartOptions, UploadInfo, UploadedPart,
-};
+
+mod cluster;
+mod heal;
+mod multipart;
+
+pub use cluster::*;
+pub use heal::*;
+pub use multipart::*;
 
 /// A request body as it arrives: chunks of bytes, or an I/O error from the front end's decoder
 /// (signature checks, checksum trailers). An error aborts the write; nothing is committed.
@@ -238,7 +243,7 @@ pub trait ObjectLayer: Send + Sync + 'static {
 
     async fn list_objects(&self, bucket: &str, opts: ListOptions) -> Result<ListResult>;
 
-    // ---- multipart uploads (types in `crate::multipart`) ----
+    // ---- multipart uploads (types in `api/multipart.rs`) ----
     // Defaults answer `NotImplemented`, for layers (test doubles) without multipart support.
 
     /// CreateMultipartUpload.
@@ -351,7 +356,7 @@ pub trait ObjectLayer: Send + Sync + 'static {
 
     /// The deployment as this node sees it now (nodes, sets, drives with their space, internode
     /// counters), for the admin API. The default answers `NotImplemented`.
-    async fn info(&self) -> Result<crate::info::ClusterInfo> {
+    async fn info(&self) -> Result<ClusterInfo> {
         Err(crate::Error::NotImplemented("cluster info"))
     }
 
@@ -359,11 +364,7 @@ pub trait ObjectLayer: Send + Sync + 'static {
     /// and verifies every shard, rewrites the copies that are missing, outdated or corrupt, and
     /// reports what it did and what it could not. `BucketNotFound` when `bucket` does not exist.
     /// The default answers `NotImplemented` (layers without drives to heal).
-    async fn heal(
-        &self,
-        _bucket: Option<&str>,
-        _prefix: &str,
-    ) -> Result<crate::scanner::HealReport> {
+    async fn heal(&self, _bucket: Option<&str>, _prefix: &str) -> Result<HealReport> {
         Err(crate::Error::NotImplemented("heal"))
     }
 
