@@ -27,9 +27,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use faults::model::{cfg, run_many, temp_dir, Injector, Run, Shape, Totals};
+use faults::model::{cfg, format_seeded, run_many, temp_dir, Injector, Run, Shape, Totals};
 use faulty_dataplane::{DataPlaneFaultStats, DataPlaneFaults, FaultyDataPlane};
-use quarry_disk::{Drive, FormatV1, LocalDrive};
+use quarry_disk::{Drive, LocalDrive};
 use quarry_net::{
     ClusterSecret, DataPlane, DriveServer, Handler, Identity, RemoteDrive, RemoteDriveConfig,
     RpcClient, RpcConfig, RpcError, RpcServer, TcpDataPlane, TcpDataPlaneConfig,
@@ -192,22 +192,6 @@ impl Injector for NetFaults {
     }
 }
 
-/// Formats `drives` as one set of a deployment whose ids derive from `seed`: the placement of
-/// shards on drives (a rotation keyed by the deployment id) is then the same in every run of the
-/// seed, and so are the bytes each drive is sent, which name its appends' fates.
-async fn format(drives: &[LocalDrive], seed: u64) -> Uuid {
-    let deployment = Uuid::from_u64_pair(0x0c1a_5732_f4a1_7500, seed);
-    let ids: Vec<Uuid> = (0..drives.len() as u64)
-        .map(|i| Uuid::from_u64_pair(seed, i))
-        .collect();
-    for (d, id) in drives.iter().zip(&ids) {
-        d.write_format(&FormatV1::new(deployment, *id, vec![ids.clone()]))
-            .await
-            .unwrap();
-    }
-    deployment
-}
-
 /// Starts the nodes of `shape`, a client whose data plane is a `FaultyDataPlane` seeded with
 /// `seed` over a `TcpDataPlane`, and the set over the client's `RemoteDrive`s.
 async fn cluster_run(
@@ -224,7 +208,7 @@ async fn cluster_run(
         let path: PathBuf = dir.path().join(format!("node{node}/d{index}"));
         locals.push(LocalDrive::open(path).await.unwrap());
     }
-    let deployment = format(&locals, seed).await;
+    let deployment = format_seeded(&locals, seed).await;
 
     let mut servers = Vec::with_capacity(shape.nodes);
     let mut drive_servers = Vec::with_capacity(shape.nodes);

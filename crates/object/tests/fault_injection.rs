@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use faults::model::{body, cfg, env, run_many, run_seed, temp_dir, Injector, Run, Shape};
-use faults::model::{BLOCK, BUCKET, TIMEOUT};
+use faults::model::{format_seeded, BLOCK, BUCKET, TIMEOUT};
 use faults::{FaultConfig, FaultStats, FaultyDrive};
 use quarry_disk::Drive;
 use quarry_object::*;
@@ -63,7 +63,11 @@ async fn local_run(
     let paths: Vec<PathBuf> = (1..=drives)
         .map(|i| dir.path().join(format!("d{i}")))
         .collect();
-    let (deployment, locals) = ErasureServer::format_local(paths).await.unwrap();
+    let mut locals = Vec::with_capacity(paths.len());
+    for p in paths {
+        locals.push(quarry_disk::LocalDrive::open(p).await.unwrap());
+    }
+    let deployment = format_seeded(&locals, seed).await;
     let faulty: Vec<FaultyDrive> = locals
         .into_iter()
         .enumerate()

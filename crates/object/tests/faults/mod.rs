@@ -28,10 +28,9 @@
 //! by its part number (its tmp dir is random), so a background heal writing shards while the
 //! next PUT writes its own can swap their faults. Calls of an operation never
 //! shift the faults of another step. In practice a failing seed replays to the same failure;
-//! one that depends on a background task's timing may need a few runs. `fault_injection.rs`
-//! formats its drives with a random deployment id, which keys the placement: which drive holds
-//! which shard of an object differs from run to run of a seed (`cluster_faults.rs` derives the
-//! ids from the seed).
+//! one that depends on a background task's timing may need a few runs. Both tests format their
+//! drives with ids derived from the seed (`model::format_seeded`): the deployment id keys the
+//! placement, so which drive holds which shard of an object is the same in every run of a seed.
 
 #![allow(dead_code)]
 

@@ -23,9 +23,11 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use futures::StreamExt;
+use quarry_disk::{FormatV1, LocalDrive};
 use quarry_object::*;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use uuid::Uuid;
 
 /// Turns faults on and off for the drives of one set, by position in the set.
 #[async_trait::async_trait]
@@ -833,4 +835,20 @@ where
         summary()
     );
     total
+}
+
+/// Formats `drives` as one set of a deployment whose ids derive from `seed`: the placement of
+/// shards on drives (a rotation keyed by the deployment id) is then the same in every run of the
+/// seed, and so are the bytes each drive is sent, which name its appends' fates.
+pub async fn format_seeded(drives: &[LocalDrive], seed: u64) -> Uuid {
+    let deployment = Uuid::from_u64_pair(0x0c1a_5732_f4a1_7500, seed);
+    let ids: Vec<Uuid> = (0..drives.len() as u64)
+        .map(|i| Uuid::from_u64_pair(seed, i))
+        .collect();
+    for (d, id) in drives.iter().zip(&ids) {
+        d.write_format(&FormatV1::new(deployment, *id, vec![ids.clone()]))
+            .await
+            .unwrap();
+    }
+    deployment
 }
