@@ -1,6 +1,8 @@
 //! `QUARRY_RDMA` at cluster start-up, on a machine without an RDMA device (these machines' kernels
 //! have no RDMA support): `auto` (the default) logs one line and serves over TCP, `on` refuses to
-//! start with a message that says why, a bad value is a usage error. The verbs path itself runs in
+//! start with a message that says why, a bad value is a usage error. The same without libibverbs
+//! (`QUARRY_LIBIBVERBS` pointed at a missing file): `auto` says so and serves, `on` says what to
+//! install. The verbs path itself runs in
 //! the Soft-RoCE VM (scripts/vm/net-verbs-tests.sh).
 
 use std::process::{Command, Stdio};
@@ -51,7 +53,7 @@ async fn auto_is_the_default_and_serves_over_tcp_without_a_device() {
         assert_eq!(lines.len(), 1, "one RDMA line per start: {log}");
         if !rdma_device_here() {
             assert!(
-                lines[0].contains("RDMA: no device") && lines[0].contains("using TCP"),
+                lines[0].contains("RDMA: no device") && lines[0].contains("data plane over TCP"),
                 "{}",
                 lines[0]
             );
@@ -90,6 +92,55 @@ async fn auto_is_the_default_and_serves_over_tcp_without_a_device() {
         .expect("body")
         .to_vec();
     assert_bytes_eq(&got, &body, "GET over TCP");
+}
+
+/// A file that does not exist, for `QUARRY_LIBIBVERBS`: as on a host without rdma-core.
+const MISSING_LIB: &str = "/nonexistent/quarry-test/libibverbs.so.1";
+
+#[tokio::test]
+async fn auto_without_libibverbs_says_so_in_one_line_and_serves() {
+    let mut s = TestServer::start_cluster(2, 2, 4).await;
+    s.kill_node(1);
+    s.set_env("QUARRY_LIBIBVERBS", MISSING_LIB);
+    s.start_node(1).await;
+    let log = s.node_log_tail(1, 400);
+    // The log holds both starts of node 1: the last RDMA line is the one without the library.
+    let line = log
+        .lines()
+        .rfind(|l| l.contains("RDMA:"))
+        .unwrap_or_else(|| panic!("no RDMA line: {log}"));
+    assert!(
+        line.contains(&format!(
+            "RDMA: {MISSING_LIB} not found; data plane over TCP"
+        )),
+        "{line}"
+    );
+    assert!(line.contains("INFO"), "an info line, not a warning: {line}");
+    // The node without the library serves, and its peer reads what it wrote.
+    s.create_bucket("no-verbs-lib").await;
+    let body = random_bytes((1 << 20) + 1);
+    s.node_client(1)
+        .put_object()
+        .bucket("no-verbs-lib")
+        .key("k")
+        .body(ByteStream::from(body.clone()))
+        .send()
+        .await
+        .expect("PUT through the node without libibverbs");
+    let got = s
+        .node_client(0)
+        .get_object()
+        .bucket("no-verbs-lib")
+        .key("k")
+        .send()
+        .await
+        .expect("GET")
+        .body
+        .collect()
+        .await
+        .expect("body")
+        .to_vec();
+    assert_bytes_eq(&got, &body, "GET through the other node");
 }
 
 #[tokio::test]
@@ -138,6 +189,35 @@ async fn on_without_a_device_refuses_to_start_and_bad_values_are_refused() {
         "must exit with an error: {out}"
     );
     assert!(out.contains("QUARRY_RDMA=on"), "{out}");
+
+    // Without libibverbs: the message says which library is missing and what to install.
+    let (code, out) = run_bounded(
+        node("on", None).env("QUARRY_LIBIBVERBS", MISSING_LIB),
+        Duration::from_secs(60),
+    );
+    assert!(
+        code.is_some_and(|c| c != 0),
+        "must exit with an error: {out}"
+    );
+    assert!(
+        out.contains("QUARRY_RDMA=on but RDMA cannot be used")
+            && out.contains(&format!("{MISSING_LIB} not found"))
+            && out.contains("apt install libibverbs1 ibverbs-providers"),
+        "the error must say what to install: {out}"
+    );
+    // A library that is not (or too old a) libibverbs: the same refusal, saying it is too old.
+    let (code, out) = run_bounded(
+        node("on", None).env("QUARRY_LIBIBVERBS", "libc.so.6"),
+        Duration::from_secs(60),
+    );
+    assert!(
+        code.is_some_and(|c| c != 0),
+        "must exit with an error: {out}"
+    );
+    assert!(
+        out.contains("libc.so.6 is too old") && out.contains("rdma-core v32 or later"),
+        "{out}"
+    );
 
     let (code, out) = run_bounded(&mut node("maybe", None), Duration::from_secs(60));
     assert_eq!(code, Some(2), "a usage error: {out}");
@@ -437,4 +517,46 @@ async fn vm_cluster_reads_shards_over_verbs() {
         assert_bytes_eq(&got, body, key);
     }
     eprintln!("the whole cluster test: {:?}", t0.elapsed());
+}
+
+/// The RDMA libraries `ldd` lists for the ELF file at `path`.
+fn rdma_libraries_linked(path: &std::path::Path) -> Vec<String> {
+    let out = Command::new("ldd")
+        .arg(path)
+        .output()
+        .expect("run ldd (Debian's libc-bin)");
+    assert!(
+        out.status.success(),
+        "ldd {}: {}",
+        path.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("libibverbs") || l.starts_with("librdmacm"))
+        .map(String::from)
+        .collect()
+}
+
+/// libibverbs is loaded at run time (crates/verbs), never linked: the binary starts on a host
+/// without rdma-core. (librdmacm is not used at all.)
+#[test]
+fn quarry_binary_links_no_rdma_library() {
+    // The control: a library that does link libibverbs is seen to (where rdma-core is installed).
+    let rdmacm = std::path::Path::new("/usr/lib/x86_64-linux-gnu/librdmacm.so.1");
+    if rdmacm.exists() {
+        let linked = rdma_libraries_linked(rdmacm);
+        assert!(
+            linked.iter().any(|l| l.starts_with("libibverbs.so.1")),
+            "the check must see a linked libibverbs: {linked:?}"
+        );
+    }
+    let bin = quarry_bin();
+    let linked = rdma_libraries_linked(&bin);
+    assert!(
+        linked.is_empty(),
+        "{} links RDMA libraries: {linked:?}",
+        bin.display()
+    );
 }

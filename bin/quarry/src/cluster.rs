@@ -133,9 +133,9 @@ fn choose_data_plane(rdma: &RdmaSettings, address: &str) -> anyhow::Result<Backe
     })?;
     match &backend {
         Backend::Tcp { reason } if mode == RdmaMode::Off => {
-            tracing::info!("RDMA: off ({reason}); using TCP")
+            tracing::info!("RDMA: off ({reason}); data plane over TCP")
         }
-        Backend::Tcp { reason } => tracing::info!("RDMA: {reason}; using TCP"),
+        Backend::Tcp { reason } => tracing::info!("RDMA: {reason}; data plane over TCP"),
         Backend::Verbs(d) => tracing::info!(
             device = %d.device,
             port = d.port,

@@ -2,7 +2,9 @@
 //!
 //! `QUARRY_RDMA=off` never touches verbs; `auto` (the default) probes and uses TCP when there is no
 //! usable device (the normal case on machines without an RDMA NIC: one info log line, no error);
-//! `on` refuses to start when verbs cannot be used. The probe opens the device (the named one or
+//! `on` refuses to start when verbs cannot be used. libibverbs itself is loaded at run time
+//! (`QUARRY_LIBIBVERBS` names another file than `libibverbs.so.1`): when it is missing or too old,
+//! `auto` says so in its one line and `on` says what to install. The probe opens the device (the named one or
 //! the first), checks that port 1 is active, takes the GID of `QUARRY_RDMA_GID_INDEX` or else the
 //! RoCE v2 GID of the node's own address (any RoCE v2 GID when the address is not an IP), and
 //! checks RLIMIT_MEMLOCK against the memory to register (`QUARRY_RDMA_POOL_BYTES`).
@@ -196,6 +198,10 @@ pub enum ProbeError {
     /// No device or no kernel support: the normal TCP case.
     #[error("{0}")]
     NoDevice(String),
+    /// libibverbs (loaded at run time) is missing or too old: TCP as without a device. The text
+    /// says which library (`libibverbs.so.1`, or what `QUARRY_LIBIBVERBS` names) and what is wrong.
+    #[error("{0}: install rdma-core's verbs library and your device's provider (Debian/Ubuntu: apt install libibverbs1 ibverbs-providers; Fedora/RHEL: dnf install libibverbs)")]
+    NoLibrary(String),
     /// A device exists but cannot be used (named device missing, port down, no RoCE v2 GID,
     /// RLIMIT_MEMLOCK too small, ...).
     #[error("{0}")]
@@ -205,7 +211,10 @@ pub enum ProbeError {
 impl ProbeError {
     /// No device, no kernel support or no verbs in this build: `auto` quietly uses TCP.
     pub fn is_no_device(&self) -> bool {
-        matches!(self, ProbeError::NoDevice(_) | ProbeError::NotBuilt)
+        matches!(
+            self,
+            ProbeError::NoDevice(_) | ProbeError::NoLibrary(_) | ProbeError::NotBuilt
+        )
     }
 }
 
@@ -215,7 +224,9 @@ impl ProbeError {
 pub fn probe(settings: &RdmaSettings, addr: Option<IpAddr>) -> Result<RdmaDevice, ProbeError> {
     use quarry_verbs::Error;
     let classify = |e: Error| {
-        if e.is_no_device() {
+        if e.is_no_library() {
+            ProbeError::NoLibrary(e.to_string())
+        } else if e.is_no_device() {
             ProbeError::NoDevice(e.to_string())
         } else {
             ProbeError::Unusable(e.to_string())
@@ -287,6 +298,8 @@ pub fn choose_backend(
         }),
         RdmaMode::Auto => Ok(match probe(settings, addr) {
             Ok(d) => Backend::Verbs(d),
+            // "libibverbs.so.1 not found": the whole story, in one line.
+            Err(ProbeError::NoLibrary(what)) => Backend::Tcp { reason: what },
             Err(e) if e.is_no_device() => Backend::Tcp {
                 reason: format!("no device ({e})"),
             },

@@ -11,11 +11,10 @@ use std::ptr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use rdma_sys as sys;
-
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::mr::MrBuf;
+use crate::sys;
 
 /// Identifies one posted work request; unique in the process, never reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -45,7 +44,10 @@ pub enum Opcode {
 
 impl Opcode {
     fn from_wc(v: u32) -> Opcode {
-        use sys::ibv_wc_opcode::*;
+        use sys::{
+            IBV_WC_RDMA_READ, IBV_WC_RDMA_WRITE, IBV_WC_RECV, IBV_WC_RECV_RDMA_WITH_IMM,
+            IBV_WC_SEND,
+        };
         match v {
             IBV_WC_SEND => Opcode::Send,
             IBV_WC_RDMA_WRITE => Opcode::RdmaWrite,
@@ -81,7 +83,13 @@ pub enum WcStatus {
 
 impl WcStatus {
     fn from_raw(v: u32) -> WcStatus {
-        use sys::ibv_wc_status::*;
+        use sys::{
+            IBV_WC_BAD_RESP_ERR, IBV_WC_FATAL_ERR, IBV_WC_GENERAL_ERR, IBV_WC_LOC_ACCESS_ERR,
+            IBV_WC_LOC_LEN_ERR, IBV_WC_LOC_PROT_ERR, IBV_WC_LOC_QP_OP_ERR, IBV_WC_REM_ABORT_ERR,
+            IBV_WC_REM_ACCESS_ERR, IBV_WC_REM_INV_REQ_ERR, IBV_WC_REM_OP_ERR,
+            IBV_WC_RESP_TIMEOUT_ERR, IBV_WC_RETRY_EXC_ERR, IBV_WC_RNR_RETRY_EXC_ERR,
+            IBV_WC_WR_FLUSH_ERR,
+        };
         match v {
             IBV_WC_LOC_LEN_ERR => WcStatus::LocalLength,
             IBV_WC_LOC_QP_OP_ERR => WcStatus::LocalQpOperation,
@@ -192,7 +200,7 @@ impl Drop for CqInner {
     fn drop(&mut self) {
         // SAFETY: no QP uses the CQ any more (each holds an Arc); every event taken from the
         // channel was acknowledged in `consume_events`, so ibv_destroy_cq cannot block.
-        let rc = unsafe { sys::ibv_destroy_cq(self.cq) };
+        let rc = unsafe { (self.ctx.v().destroy_cq)(self.cq) };
         if rc != 0 {
             tracing::warn!(
                 "ibv_destroy_cq failed: {}",
@@ -205,7 +213,7 @@ impl Drop for CqInner {
             return;
         }
         // SAFETY: the only CQ on this channel was just destroyed.
-        let rc = unsafe { sys::ibv_destroy_comp_channel(self.channel) };
+        let rc = unsafe { (self.ctx.v().destroy_comp_channel)(self.channel) };
         if rc != 0 {
             tracing::warn!(
                 "ibv_destroy_comp_channel failed: {}",
@@ -242,8 +250,9 @@ impl Context {
                 "CQ capacity {capacity} (device allows 1..={max})"
             )));
         }
+        let v = self.v();
         // SAFETY: the context is open; the channel is destroyed in CqInner::drop or below.
-        let channel = unsafe { sys::ibv_create_comp_channel(self.ptr()) };
+        let channel = unsafe { (v.create_comp_channel)(self.ptr()) };
         if channel.is_null() {
             return Err(Error::last_os("ibv_create_comp_channel"));
         }
@@ -252,7 +261,7 @@ impl Context {
         let fd = unsafe { (*channel).fd };
         if let Err(e) = set_nonblocking(fd) {
             // SAFETY: created above, no CQ on it yet.
-            unsafe { sys::ibv_destroy_comp_channel(channel) };
+            unsafe { (v.destroy_comp_channel)(channel) };
             return Err(Error::Verbs {
                 op: "fcntl(O_NONBLOCK) on the completion channel",
                 source: e,
@@ -260,11 +269,11 @@ impl Context {
         }
         let cqe = std::os::raw::c_int::try_from(capacity).unwrap_or(std::os::raw::c_int::MAX);
         // SAFETY: context and channel are valid; no CQ context pointer is used.
-        let cq = unsafe { sys::ibv_create_cq(self.ptr(), cqe, ptr::null_mut(), channel, 0) };
+        let cq = unsafe { (v.create_cq)(self.ptr(), cqe, ptr::null_mut(), channel, 0) };
         if cq.is_null() {
             let err = Error::last_os("ibv_create_cq");
             // SAFETY: created above, no CQ on it.
-            unsafe { sys::ibv_destroy_comp_channel(channel) };
+            unsafe { (v.destroy_comp_channel)(channel) };
             return Err(err);
         }
         Ok(CompletionQueue {
@@ -329,7 +338,7 @@ impl CompletionQueue {
                 [const { MaybeUninit::uninit() }; POLL_BATCH];
             // SAFETY: the CQ is alive; `wcs` has room for `want` (<= POLL_BATCH) entries.
             let n = unsafe {
-                sys::ibv_poll_cq(
+                sys::poll_cq(
                     self.ptr(),
                     want as i32,
                     wcs.as_mut_ptr().cast::<sys::ibv_wc>(),
@@ -352,7 +361,7 @@ impl CompletionQueue {
                     continue;
                 };
                 entry.counter.fetch_sub(1, Ordering::AcqRel);
-                out.push(completion(wc, entry));
+                out.push(completion(self.inner.ctx.v(), wc, entry));
                 added += 1;
             }
             drop(table);
@@ -367,7 +376,7 @@ impl CompletionQueue {
     /// arming: a completion that arrived before it does not fire the event.
     pub fn req_notify(&self) -> Result<()> {
         // SAFETY: the CQ is alive.
-        let rc = unsafe { sys::ibv_req_notify_cq(self.ptr(), 0) };
+        let rc = unsafe { sys::req_notify_cq(self.ptr(), 0) };
         if rc != 0 {
             return Err(Error::errno("ibv_req_notify_cq", rc));
         }
@@ -382,7 +391,8 @@ impl CompletionQueue {
             let mut cq: *mut sys::ibv_cq = ptr::null_mut();
             let mut ctx: *mut std::os::raw::c_void = ptr::null_mut();
             // SAFETY: the channel is alive and non-blocking; both out-pointers are valid.
-            let rc = unsafe { sys::ibv_get_cq_event(self.inner.channel, &mut cq, &mut ctx) };
+            let rc =
+                unsafe { (self.inner.ctx.v().get_cq_event)(self.inner.channel, &mut cq, &mut ctx) };
             if rc != 0 {
                 let e = io::Error::last_os_error();
                 if e.kind() == io::ErrorKind::WouldBlock {
@@ -395,7 +405,7 @@ impl CompletionQueue {
             }
             // SAFETY: `cq` is the CQ the event was for (this channel serves only ours); each
             // event is acknowledged exactly once, which ibv_destroy_cq waits for.
-            unsafe { sys::ibv_ack_cq_events(cq, 1) };
+            unsafe { (self.inner.ctx.v().ack_cq_events)(cq, 1) };
             n += 1;
         }
     }
@@ -417,13 +427,13 @@ impl AsFd for CompletionQueue {
     }
 }
 
-fn completion(wc: &sys::ibv_wc, entry: InFlight) -> Completion {
-    let ok = wc.status == sys::ibv_wc_status::IBV_WC_SUCCESS;
+fn completion(v: &sys::Verbs, wc: &sys::ibv_wc, entry: InFlight) -> Completion {
+    let ok = wc.status == sys::IBV_WC_SUCCESS;
     let status = if ok {
         Ok(())
     } else {
         // SAFETY: ibv_wc_status_str returns a static NUL-terminated string for any value.
-        let text = unsafe { CStr::from_ptr(sys::ibv_wc_status_str(wc.status)) }
+        let text = unsafe { CStr::from_ptr((v.wc_status_str)(wc.status)) }
             .to_string_lossy()
             .into_owned();
         Err(CompletionError {
@@ -435,7 +445,7 @@ fn completion(wc: &sys::ibv_wc, entry: InFlight) -> Completion {
             text,
         })
     };
-    let with_imm = wc.wc_flags & sys::ibv_wc_flags::IBV_WC_WITH_IMM.0 != 0;
+    let with_imm = wc.wc_flags & sys::IBV_WC_WITH_IMM != 0;
     Completion {
         wr_id: WrId(wc.wr_id),
         qp_num: wc.qp_num,
@@ -447,9 +457,7 @@ fn completion(wc: &sys::ibv_wc, entry: InFlight) -> Completion {
         byte_len: if ok { wc.byte_len } else { 0 },
         imm: if ok && with_imm {
             // SAFETY: with IBV_WC_WITH_IMM set, the union holds the immediate (network order).
-            Some(u32::from_be(unsafe {
-                wc.imm_data_invalidated_rkey_union.imm_data
-            }))
+            Some(u32::from_be(unsafe { wc.imm.imm_data }))
         } else {
             None
         },

@@ -16,6 +16,11 @@ pub enum Error {
     /// No RDMA device, or no RDMA support in the kernel: use TCP.
     #[error("no RDMA device: {reason}")]
     NoDevice { reason: String },
+    /// libibverbs (rdma-core's verbs library, loaded at run time) is not installed, or too old:
+    /// like `NoDevice`, use TCP. `library` is what was opened (`libibverbs.so.1`, or the file
+    /// `QUARRY_LIBIBVERBS` names); `problem` says what is wrong with it.
+    #[error("{library} {problem}")]
+    NoLibrary { library: String, problem: String },
     /// Devices exist, but not the one asked for.
     #[error("RDMA device {name:?} not found (available: {})", available.join(", "))]
     DeviceNotFound {
@@ -81,9 +86,15 @@ impl Error {
         }
     }
 
-    /// True for "no RDMA here": the caller falls back to TCP.
+    /// True for "no RDMA here" (no device, no kernel support, no libibverbs): the caller falls
+    /// back to TCP.
     pub fn is_no_device(&self) -> bool {
-        matches!(self, Error::NoDevice { .. })
+        matches!(self, Error::NoDevice { .. } | Error::NoLibrary { .. })
+    }
+
+    /// True when libibverbs itself is missing or too old (see [`Error::NoLibrary`]).
+    pub fn is_no_library(&self) -> bool {
+        matches!(self, Error::NoLibrary { .. })
     }
 }
 

@@ -1,4 +1,4 @@
-//! Safe wrapper over libibverbs (through `rdma-sys`): devices, ports and GIDs, protection
+//! Safe wrapper over libibverbs, loaded at run time: devices, ports and GIDs, protection
 //! domains, completion queues with a completion channel, RC queue pairs connected from an
 //! out-of-band exchanged [`QpEndpoint`], memory regions, and posting SEND / RECV / RDMA WRITE
 //! (with immediate) / RDMA READ.
@@ -7,10 +7,19 @@
 //! It knows nothing about Quarry's protocol: connection exchange, credits, retries and the TCP
 //! fallback live in `quarry-net`.
 //!
-//! # No device
+//! # No device, no library
 //!
 //! A machine without an RDMA device, or whose kernel has no RDMA support, is normal: [`devices`]
 //! and [`Context::open`] return [`Error::NoDevice`], never panic.
+//!
+//! Nothing of rdma-core is needed to build this crate: libibverbs is opened with `dlopen` at the
+//! first call ([`LIBIBVERBS`], `libibverbs.so.1`, or the file or soname the environment variable
+//! `QUARRY_LIBIBVERBS` names), and its entry points are resolved by name and symbol version. The
+//! bindings are hand-written from rdma-core v44.0's `verbs.h` and checked against the real header
+//! by a test (`sys::tests::abi_matches_verbs_h`). A library that is missing, or older than
+//! rdma-core v32, is [`Error::NoLibrary`], for which [`Error::is_no_device`] is true too: the
+//! caller uses TCP. At run time the RDMA path needs rdma-core's `libibverbs.so.1` and the
+//! provider of the device (Debian: `libibverbs1` and `ibverbs-providers`).
 //!
 //! # Connecting two QPs
 //!
@@ -132,6 +141,7 @@ mod error;
 mod memlock;
 mod mr;
 mod qp;
+mod sys;
 
 #[cfg(feature = "tokio")]
 pub use cq::AsyncCompletionQueue;
@@ -145,3 +155,4 @@ pub use error::{Error, PostError, Result};
 pub use memlock::{check_memlock, memlock_limit};
 pub use mr::{Access, MemoryRegion, MrBuf, ProtectionDomain, RemoteBuf};
 pub use qp::{ConnectOptions, PreparedQp, QpCaps, QpState, QueuePair};
+pub use sys::{LIBIBVERBS, LIBIBVERBS_ENV};

@@ -8,11 +8,10 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use rdma_sys as sys;
-
 use crate::device::Context;
 use crate::error::{Error, Result};
 use crate::memlock::memlock_limit;
+use crate::sys;
 
 /// Bytes registered by this process through this crate, for the RLIMIT_MEMLOCK message.
 static REGISTERED: AtomicU64 = AtomicU64::new(0);
@@ -35,7 +34,7 @@ impl Drop for PdInner {
     fn drop(&mut self) {
         // SAFETY: the PD was allocated by ibv_alloc_pd; every QP and MR made from it holds an
         // Arc on it, so none is left.
-        let rc = unsafe { sys::ibv_dealloc_pd(self.pd) };
+        let rc = unsafe { (self.ctx.v().dealloc_pd)(self.pd) };
         if rc != 0 {
             tracing::warn!(
                 "ibv_dealloc_pd failed: {}",
@@ -62,7 +61,7 @@ impl fmt::Debug for ProtectionDomain {
 impl Context {
     pub fn alloc_pd(&self) -> Result<ProtectionDomain> {
         // SAFETY: the context is open for the call; the PD keeps a clone of it.
-        let pd = unsafe { sys::ibv_alloc_pd(self.ptr()) };
+        let pd = unsafe { (self.v().alloc_pd)(self.ptr()) };
         if pd.is_null() {
             return Err(Error::last_os("ibv_alloc_pd"));
         }
@@ -148,7 +147,7 @@ impl ProtectionDomain {
         // SAFETY: `ptr..ptr+len` is memory owned by `guard`, which stays allocated until after
         // ibv_dereg_mr (MrInner::drop); the PD is alive for the call and the MR keeps it alive.
         let mr = unsafe {
-            sys::ibv_reg_mr(
+            (self.inner.ctx.v().reg_mr)(
                 self.ptr(),
                 ptr.as_ptr().cast(),
                 len,
@@ -196,11 +195,11 @@ impl Access {
     /// Only the device's local reads (SEND, RDMA WRITE source).
     pub const LOCAL_READ: Access = Access(0);
     /// Local writes: RECV and RDMA READ destinations.
-    pub const LOCAL_WRITE: Access = Access(sys::ibv_access_flags::IBV_ACCESS_LOCAL_WRITE.0);
+    pub const LOCAL_WRITE: Access = Access(sys::IBV_ACCESS_LOCAL_WRITE);
     /// Peers may RDMA WRITE into the region (implies LOCAL_WRITE).
-    pub const REMOTE_WRITE: Access = Access(sys::ibv_access_flags::IBV_ACCESS_REMOTE_WRITE.0);
+    pub const REMOTE_WRITE: Access = Access(sys::IBV_ACCESS_REMOTE_WRITE);
     /// Peers may RDMA READ from the region.
-    pub const REMOTE_READ: Access = Access(sys::ibv_access_flags::IBV_ACCESS_REMOTE_READ.0);
+    pub const REMOTE_READ: Access = Access(sys::IBV_ACCESS_REMOTE_READ);
 
     /// The `ibv_access_flags` bits.
     pub fn bits(self) -> u32 {
@@ -275,7 +274,7 @@ impl Drop for MrInner {
         // SAFETY: the MR came from ibv_reg_mr and is deregistered once. No MrBuf is left (each
         // holds an Arc), so no posted work request refers to it either (the in-flight tables own
         // the MrBufs of posted requests).
-        let rc = unsafe { sys::ibv_dereg_mr(self.mr) };
+        let rc = unsafe { (self.pd.context().v().dereg_mr)(self.mr) };
         if rc != 0 {
             // The device might still reach the memory: never free it.
             tracing::error!(

@@ -10,13 +10,12 @@ use std::ptr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
-use rdma_sys as sys;
-
 use crate::cq::{CompletionQueue, InFlight, Opcode, WrId};
 use crate::device::{GidEntry, Mtu};
 use crate::endpoint::QpEndpoint;
 use crate::error::{Error, PostError, Result};
 use crate::mr::{Access, MrBuf, ProtectionDomain, RemoteBuf};
+use crate::sys::{self, Verbs};
 
 static NEXT_QP_ID: AtomicU64 = AtomicU64::new(1);
 
@@ -84,7 +83,10 @@ pub enum QpState {
 
 impl QpState {
     fn from_raw(v: u32) -> QpState {
-        use sys::ibv_qp_state::*;
+        use sys::{
+            IBV_QPS_ERR, IBV_QPS_INIT, IBV_QPS_RESET, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPS_SQD,
+            IBV_QPS_SQE,
+        };
         match v {
             IBV_QPS_RESET => QpState::Reset,
             IBV_QPS_INIT => QpState::Init,
@@ -122,9 +124,10 @@ impl Drop for QpInner {
         // Error first, so the device stops processing, then destroy: after ibv_destroy_qp returns
         // the device no longer touches the QP's work requests, and only then are the buffers still
         // in the in-flight tables released.
-        let _ = modify_state(self.qp, sys::ibv_qp_state::IBV_QPS_ERR);
+        let v = self.pd.context().v();
+        let _ = modify_state(v, self.qp, sys::IBV_QPS_ERR);
         // SAFETY: the QP came from ibv_create_qp and is destroyed once, here.
-        let rc = unsafe { sys::ibv_destroy_qp(self.qp) };
+        let rc = unsafe { (v.destroy_qp)(self.qp) };
         if rc != 0 {
             tracing::error!(
                 qpn = self.local.qpn,
@@ -155,7 +158,7 @@ impl QpInner {
     fn post(
         &self,
         opcode: Opcode,
-        wr_opcode: sys::ibv_wr_opcode::Type,
+        wr_opcode: u32,
         buf: Option<MrBuf>,
         len: usize,
         remote: Option<RemoteBuf>,
@@ -215,12 +218,12 @@ impl QpInner {
             wr.num_sge = 1;
         }
         wr.opcode = wr_opcode;
-        wr.send_flags = sys::ibv_send_flags::IBV_SEND_SIGNALED.0;
+        wr.send_flags = sys::IBV_SEND_SIGNALED;
         if let Some(imm) = imm {
-            wr.imm_data_invalidated_rkey_union.imm_data = imm.to_be();
+            wr.imm.imm_data = imm.to_be();
         }
         if let Some(r) = remote {
-            wr.wr.rdma = sys::rdma_t {
+            wr.wr.rdma = sys::ibv_send_wr_rdma {
                 remote_addr: r.addr,
                 rkey: r.rkey,
             };
@@ -230,7 +233,7 @@ impl QpInner {
         // them into the send queue). The buffer the SGE points into is owned by the in-flight table
         // from before the post until its completion is polled (or the QP is destroyed), so the
         // device never touches freed or otherwise-borrowed memory.
-        let rc = unsafe { sys::ibv_post_send(self.qp, &mut wr, &mut bad) };
+        let rc = unsafe { sys::post_send(self.qp, &mut wr, &mut bad) };
         if rc != 0 {
             let buf = self.untrack(&self.send_cq, id);
             return Err(PostError::new(Error::errno("ibv_post_send", rc), buf));
@@ -272,7 +275,7 @@ impl QpInner {
         let mut bad: *mut sys::ibv_recv_wr = ptr::null_mut();
         // SAFETY: as in `post`: `wr`/`sge` outlive the call, the buffer is owned by the in-flight
         // table until the completion is polled or the QP destroyed.
-        let rc = unsafe { sys::ibv_post_recv(self.qp, &mut wr, &mut bad) };
+        let rc = unsafe { sys::post_recv(self.qp, &mut wr, &mut bad) };
         if rc != 0 {
             let buf = self.untrack(&self.recv_cq, id);
             return Err(PostError::new(Error::errno("ibv_post_recv", rc), buf));
@@ -325,12 +328,7 @@ impl QpInner {
         let mut init: sys::ibv_qp_init_attr = unsafe { MaybeUninit::zeroed().assume_init() };
         // SAFETY: the QP is alive; both out-pointers are valid for the call.
         let rc = unsafe {
-            sys::ibv_query_qp(
-                self.qp,
-                &mut attr,
-                sys::ibv_qp_attr_mask::IBV_QP_STATE.0 as i32,
-                &mut init,
-            )
+            (self.pd.context().v().query_qp)(self.qp, &mut attr, sys::IBV_QP_STATE, &mut init)
         };
         if rc != 0 {
             return Err(Error::errno("ibv_query_qp", rc));
@@ -339,26 +337,22 @@ impl QpInner {
     }
 }
 
-fn modify_state(qp: *mut sys::ibv_qp, state: sys::ibv_qp_state::Type) -> Result<()> {
+fn modify_state(v: &Verbs, qp: *mut sys::ibv_qp, state: u32) -> Result<()> {
     // SAFETY: plain data; zero is valid.
     let mut attr: sys::ibv_qp_attr = unsafe { MaybeUninit::zeroed().assume_init() };
     attr.qp_state = state;
-    modify(
-        qp,
-        &mut attr,
-        sys::ibv_qp_attr_mask::IBV_QP_STATE,
-        "ibv_modify_qp",
-    )
+    modify(v, qp, &mut attr, sys::IBV_QP_STATE, "ibv_modify_qp")
 }
 
 fn modify(
+    v: &Verbs,
     qp: *mut sys::ibv_qp,
     attr: &mut sys::ibv_qp_attr,
-    mask: sys::ibv_qp_attr_mask,
+    mask: std::os::raw::c_int,
     op: &'static str,
 ) -> Result<()> {
     // SAFETY: callers pass a live QP; `attr` is valid for the call.
-    let rc = unsafe { sys::ibv_modify_qp(qp, attr, mask.0 as i32) };
+    let rc = unsafe { (v.modify_qp)(qp, attr, mask) };
     if rc != 0 {
         return Err(Error::errno(op, rc));
     }
@@ -418,10 +412,10 @@ impl ProtectionDomain {
         init.cap.max_recv_wr = caps.max_recv_wr;
         init.cap.max_send_sge = 1;
         init.cap.max_recv_sge = 1;
-        init.qp_type = sys::ibv_qp_type::IBV_QPT_RC;
+        init.qp_type = sys::IBV_QPT_RC;
         init.sq_sig_all = 1;
         // SAFETY: PD and CQs are alive (the QP keeps Arcs on all three); `init` is valid.
-        let qp = unsafe { sys::ibv_create_qp(self.ptr(), &mut init) };
+        let qp = unsafe { (ctx.v().create_qp)(self.ptr(), &mut init) };
         if qp.is_null() {
             return Err(Error::last_os("ibv_create_qp"));
         }
@@ -449,13 +443,14 @@ impl ProtectionDomain {
         // From here on, `inner` destroys the QP if anything fails.
         // SAFETY: plain data; zero is valid.
         let mut attr: sys::ibv_qp_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-        attr.qp_state = sys::ibv_qp_state::IBV_QPS_INIT;
+        attr.qp_state = sys::IBV_QPS_INIT;
         attr.pkey_index = 0;
         attr.port_num = port;
         attr.qp_access_flags =
             (Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ).bits();
-        use sys::ibv_qp_attr_mask as M;
+        use sys as M;
         modify(
+            ctx.v(),
             qp,
             &mut attr,
             M::IBV_QP_STATE | M::IBV_QP_PKEY_INDEX | M::IBV_QP_PORT | M::IBV_QP_ACCESS_FLAGS,
@@ -507,11 +502,12 @@ impl PreparedQp {
         let inner = &self.inner;
         let caps = inner.pd.context().caps();
         let path_mtu: Mtu = inner.local.mtu.min(remote.mtu);
-        use sys::ibv_qp_attr_mask as M;
+        use sys as M;
+        let v = inner.pd.context().v();
 
         // SAFETY: plain data; zero is valid.
         let mut attr: sys::ibv_qp_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-        attr.qp_state = sys::ibv_qp_state::IBV_QPS_RTR;
+        attr.qp_state = sys::IBV_QPS_RTR;
         attr.path_mtu = u32::from(path_mtu.code());
         attr.dest_qp_num = remote.qpn;
         attr.rq_psn = remote.psn;
@@ -530,6 +526,7 @@ impl PreparedQp {
             attr.ah_attr.grh.flow_label = 0;
         }
         modify(
+            v,
             inner.qp,
             &mut attr,
             M::IBV_QP_STATE
@@ -544,13 +541,14 @@ impl PreparedQp {
 
         // SAFETY: plain data; zero is valid.
         let mut attr: sys::ibv_qp_attr = unsafe { MaybeUninit::zeroed().assume_init() };
-        attr.qp_state = sys::ibv_qp_state::IBV_QPS_RTS;
+        attr.qp_state = sys::IBV_QPS_RTS;
         attr.timeout = opts.timeout;
         attr.retry_cnt = opts.retry_cnt.min(7);
         attr.rnr_retry = opts.rnr_retry.min(7);
         attr.sq_psn = inner.local.psn;
         attr.max_rd_atomic = opts.max_rd_atomic.min(caps.max_qp_init_rd_atom).max(1);
         modify(
+            v,
             inner.qp,
             &mut attr,
             M::IBV_QP_STATE
@@ -621,15 +619,15 @@ impl QueuePair {
     /// Moves the QP to the error state: every outstanding request completes with a flush error
     /// (and hands its buffer back) when its CQ is polled. Used to cancel everything in flight.
     pub fn set_error(&self) -> Result<()> {
-        modify_state(self.inner.qp, sys::ibv_qp_state::IBV_QPS_ERR)
+        modify_state(self.inner.pd.context().v(), self.inner.qp, sys::IBV_QPS_ERR)
     }
 
     /// SEND of the first `len` bytes of `buf` (with immediate data if `imm`).
     pub fn post_send(&self, buf: MrBuf, len: usize, imm: Option<u32>) -> Result<WrId, PostError> {
         let op = if imm.is_some() {
-            sys::ibv_wr_opcode::IBV_WR_SEND_WITH_IMM
+            sys::IBV_WR_SEND_WITH_IMM
         } else {
-            sys::ibv_wr_opcode::IBV_WR_SEND
+            sys::IBV_WR_SEND
         };
         self.inner.post(Opcode::Send, op, Some(buf), len, None, imm)
     }
@@ -644,9 +642,9 @@ impl QueuePair {
         imm: Option<u32>,
     ) -> Result<WrId, PostError> {
         let op = if imm.is_some() {
-            sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE_WITH_IMM
+            sys::IBV_WR_RDMA_WRITE_WITH_IMM
         } else {
-            sys::ibv_wr_opcode::IBV_WR_RDMA_WRITE
+            sys::IBV_WR_RDMA_WRITE
         };
         self.inner
             .post(Opcode::RdmaWrite, op, Some(buf), len, Some(remote), imm)
@@ -656,7 +654,7 @@ impl QueuePair {
     pub fn post_read(&self, buf: MrBuf, len: usize, remote: RemoteBuf) -> Result<WrId, PostError> {
         self.inner.post(
             Opcode::RdmaRead,
-            sys::ibv_wr_opcode::IBV_WR_RDMA_READ,
+            sys::IBV_WR_RDMA_READ,
             Some(buf),
             len,
             Some(remote),
