@@ -37,10 +37,10 @@ INSTRUCTIONS = {
     "FROM", "RUN", "CMD", "LABEL", "EXPOSE", "ENV", "ADD", "COPY", "ENTRYPOINT", "VOLUME",
     "USER", "WORKDIR", "ARG", "ONBUILD", "STOPSIGNAL", "HEALTHCHECK", "SHELL", "MAINTAINER",
 }
-BUILD_PACKAGES = ["build-essential", "pkg-config", "libclang-dev", "libibverbs-dev", "librdmacm-dev"]
+BUILD_PACKAGES = ["build-essential", "ca-certificates", "curl"]
 # rdma-core's runtime libraries and providers (its `rdma-core` package is the host's udev and
 # systemd side, which a container does not use); curl for the health check.
-RUNTIME_PACKAGES = ["ibverbs-providers", "libibverbs1", "librdmacm1", "ca-certificates", "curl"]
+RUNTIME_PACKAGES = ["ibverbs-providers", "libibverbs1", "ca-certificates", "curl"]
 NODES = ["node1", "node2", "node3", "node4"]
 DRIVES = "http://node{1...4}:9000/data{1...4}"
 

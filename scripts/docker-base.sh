@@ -17,7 +17,7 @@ cd "$(dirname "$0")/.."
 DOCKER=${DOCKER:-docker}
 SUITE=bookworm
 # Keep in step with the runtime-base stage of docker/Dockerfile (scripts/check-docker.sh checks).
-PACKAGES=(libibverbs1 ibverbs-providers librdmacm1 ca-certificates curl)
+PACKAGES=(libibverbs1 ibverbs-providers ca-certificates curl)
 # Bump when the steps below change what the image holds.
 RECIPE=1
 

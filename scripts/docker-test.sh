@@ -184,13 +184,13 @@ fi
 rm -rf "$CTX"
 exec 8>&-
 
-# The image runs as its non-root user and carries the verbs user space: libibverbs, librdmacm
-# and the providers (rxe for Soft-RoCE, mlx5 for ConnectX); every library of quarry resolves.
+# The image runs as its non-root user and carries the verbs user space: libibverbs and the
+# providers (rxe for Soft-RoCE, mlx5 for ConnectX); every library of quarry resolves.
 # shellcheck disable=SC2016 # expanded in the container
 check=$("$DOCKER" run --rm --network none --entrypoint /bin/sh "$IMAGE" -c '
     set -e
     echo "user $(id -un) $(id -u)"
-    for f in /usr/lib/x86_64-linux-gnu/libibverbs.so.1 /usr/lib/x86_64-linux-gnu/librdmacm.so.1 \
+    for f in /usr/lib/x86_64-linux-gnu/libibverbs.so.1 \
              /usr/lib/x86_64-linux-gnu/libibverbs/librxe-rdmav*.so \
              /usr/lib/x86_64-linux-gnu/libibverbs/libmlx5-rdmav*.so; do
         [ -e "$f" ] || { echo "missing $f"; exit 1; }
