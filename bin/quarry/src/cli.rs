@@ -76,6 +76,24 @@ pub struct ServerArgs {
     )]
     pub root_password: Option<String>,
 
+    /// The secret nodes of a cluster prove to each other (at least 16 bytes, the same on every
+    /// node; e.g. `openssl rand -hex 32`). Prefer --cluster-secret-file or the environment to
+    /// this flag, which other users can see in the process list. Without either, the secret is
+    /// derived from the root credentials, as before (deprecated: said in the log at start-up).
+    #[arg(
+        long,
+        env = "QUARRY_CLUSTER_SECRET",
+        value_name = "SECRET",
+        hide_env_values = true,
+        conflicts_with = "cluster_secret_file"
+    )]
+    pub cluster_secret: Option<String>,
+
+    /// A file holding the cluster secret (see --cluster-secret); surrounding whitespace is
+    /// ignored. It should be readable by the server's user only.
+    #[arg(long, env = "QUARRY_CLUSTER_SECRET_FILE", value_name = "FILE")]
+    pub cluster_secret_file: Option<PathBuf>,
+
     /// Region this server answers for (SigV4 scope, bucket location).
     #[arg(
         long,
@@ -136,7 +154,8 @@ pub struct ServerArgs {
     )]
     pub header_timeout: Duration,
 
-    /// S3 connections open at once; more are closed at once.
+    /// S3 connections open at once (in a cluster: with those whose protocol is not known yet);
+    /// more are closed at once. Lowered at start-up to what the descriptor limit allows.
     #[arg(
         long,
         env = "QUARRY_MAX_CONNECTIONS",
@@ -237,6 +256,24 @@ pub struct Settings {
     pub header_timeout: Duration,
     pub max_connections: usize,
     pub rdma: quarry_net::rdma::RdmaSettings,
+    /// Where the cluster secret comes from, when it is set.
+    pub cluster_secret: Option<SecretSource>,
+}
+
+/// Where a secret setting comes from.
+#[derive(Clone, PartialEq, Eq)]
+pub enum SecretSource {
+    Value(String),
+    File(PathBuf),
+}
+
+impl std::fmt::Debug for SecretSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SecretSource::Value(_) => f.write_str("Value(<redacted>)"),
+            SecretSource::File(p) => f.debug_tuple("File").field(p).finish(),
+        }
+    }
 }
 
 /// A size in the settings file: bytes, or text with a unit (`"256MiB"`).
@@ -270,6 +307,8 @@ pub struct FileConfig {
     pub rdma_qp_per_peer: Option<usize>,
     pub rdma_pool_bytes: Option<FileSize>,
     pub rdma_max_connections: Option<usize>,
+    pub cluster_secret: Option<String>,
+    pub cluster_secret_file: Option<String>,
 }
 
 /// The settings file format this build reads.
@@ -368,6 +407,16 @@ impl ServerArgs {
             self.rdma_max_connections = r::parse_max_connections(&v.to_string())
                 .unwrap_or_else(|e| usage_error(format!("config: rdma_max_connections: {e}")));
         }
+        if unset("cluster_secret") && unset("cluster_secret_file") {
+            match (f.cluster_secret, f.cluster_secret_file) {
+                (Some(_), Some(_)) => {
+                    usage_error("config: cluster_secret and cluster_secret_file exclude each other")
+                }
+                (Some(v), None) => self.cluster_secret = Some(v),
+                (None, Some(v)) => self.cluster_secret_file = Some(PathBuf::from(v)),
+                (None, None) => {}
+            }
+        }
         if unset("root_user") && unset("root_password") {
             match (f.root_user, f.root_password) {
                 (Some(u), Some(p)) => {
@@ -465,6 +514,11 @@ impl ServerArgs {
                 qp_per_peer: self.rdma_qp_per_peer,
                 pool_bytes: self.rdma_pool_bytes,
                 max_connections: self.rdma_max_connections,
+            },
+            cluster_secret: match (self.cluster_secret, self.cluster_secret_file) {
+                (Some(v), _) => Some(SecretSource::Value(v)),
+                (None, Some(p)) => Some(SecretSource::File(p)),
+                (None, None) => None,
             },
         }
     }
@@ -646,6 +700,51 @@ mod tests {
         std::fs::write(&f, "version = 1\nrdma_pool_bytes = 33554432\n").unwrap();
         let s = settings_of(&["server", "--config", path, "--rdma-qp-per-peer", "3"]);
         assert_eq!((s.rdma.pool_bytes, s.rdma.qp_per_peer), (32 << 20, 3));
+    }
+
+    #[test]
+    fn the_cluster_secret_comes_from_a_flag_a_file_or_the_config_and_is_never_printed() {
+        assert_eq!(settings_of(&["server"]).cluster_secret, None);
+        let s = settings_of(&["server", "--cluster-secret", "0123456789abcdef-xyz"]);
+        assert_eq!(
+            s.cluster_secret,
+            Some(SecretSource::Value("0123456789abcdef-xyz".into()))
+        );
+        assert!(!format!("{s:?}").contains("0123456789abcdef-xyz"));
+        let s = settings_of(&["server", "--cluster-secret-file", "/etc/q/secret"]);
+        assert_eq!(
+            s.cluster_secret,
+            Some(SecretSource::File(PathBuf::from("/etc/q/secret")))
+        );
+        assert!(parse(&[
+            "server",
+            "--cluster-secret",
+            "a",
+            "--cluster-secret-file",
+            "b"
+        ])
+        .is_err());
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("q.toml");
+        std::fs::write(&f, "version = 1\ncluster_secret_file = \"/srv/secret\"\n").unwrap();
+        let path = f.to_str().unwrap();
+        let s = settings_of(&["server", "--config", path]);
+        assert_eq!(
+            s.cluster_secret,
+            Some(SecretSource::File(PathBuf::from("/srv/secret")))
+        );
+        // A flag wins over the file.
+        let s = settings_of(&[
+            "server",
+            "--config",
+            path,
+            "--cluster-secret",
+            "from-the-flag-123",
+        ]);
+        assert_eq!(
+            s.cluster_secret,
+            Some(SecretSource::Value("from-the-flag-123".into()))
+        );
     }
 
     #[test]

@@ -4,6 +4,10 @@
 //! A node listens on one address, as MinIO does: an accepted connection whose first bytes are the
 //! internode handshake magic goes to the RPC server, any other to the S3 server. Nothing is read
 //! to decide: the bytes are peeked, so each server sees the connection from its first byte.
+//! Connections whose first bytes have not come yet take one of a fixed number of slots (carved
+//! out of `--max-connections`) for at most [`SNIFF_TIMEOUT`]; when all are taken the oldest is
+//! closed, so connections that send nothing (or one byte) neither pile up nor keep a peer's
+//! handshake from being seen. Waiting for more bytes is a readiness event, never a timer.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -13,17 +17,22 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use quarry_disk::{Drive, LocalDrive};
 use quarry_net::rdma::{choose_backend, Backend, RdmaMode, RdmaSettings};
+use quarry_net::rpc::{LogThrottle, PreAuth};
 use quarry_net::{ClusterSecret, DriveServer, Identity, RpcClient, RpcConfig, RpcServer};
 use quarry_node::dsync::{DistLockerConfig, LockServer, DEFAULT_MAX_ENTRIES};
 use quarry_node::{cluster_id, open_cluster, ClusterSpec, NodeService};
 use quarry_object::topology::Topology;
 use quarry_object::{ErasureServer, ObjectConfig};
+use tokio::io::Interest;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
-/// How long a new connection may stay silent before it is taken for S3 (whose server then
-/// applies its own timeouts).
-const SNIFF_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::cli::SecretSource;
+
+/// How long a new connection may stay silent (or show only part of the magic) before it is
+/// taken for S3, whose server then applies its own limit and timeouts. An internode peer sends
+/// its hello at once, and an HTTP client its request line.
+pub const SNIFF_TIMEOUT: Duration = Duration::from_secs(2);
 /// Connections waiting to be taken by either server.
 const HANDOFF_QUEUE: usize = 1024;
 
@@ -50,30 +59,55 @@ impl axum::serve::Listener for HttpIncoming {
     }
 }
 
-/// Accepts on `listener` and hands each connection to the RPC or the S3 side by its first bytes.
+/// Accepts on `listener` and hands each connection to the RPC or the S3 side by its first bytes;
+/// at most `sniff_slots` connections wait for theirs at once (see the module doc).
 fn split_port(
     listener: TcpListener,
+    sniff_slots: usize,
 ) -> std::io::Result<(HttpIncoming, mpsc::Receiver<(TcpStream, SocketAddr)>)> {
     let local = listener.local_addr()?;
     let (http_tx, http_rx) = mpsc::channel(HANDOFF_QUEUE);
     let (rpc_tx, rpc_rx) = mpsc::channel(HANDOFF_QUEUE);
+    let sniffing = PreAuth::new(sniff_slots);
+    let throttle = LogThrottle::new(Duration::from_secs(10));
     tokio::spawn(async move {
         loop {
             let (stream, peer) = match listener.accept().await {
                 Ok(c) => c,
                 Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
+                    if let Some(held) = throttle.allow() {
+                        tracing::warn!(error = %e, held_back = held, "accept failed");
+                    }
                     tokio::time::sleep(Duration::from_millis(50)).await;
                     continue;
                 }
             };
+            let (slot, cut) = sniffing.admit();
+            if cut {
+                if let Some(held) = throttle.allow() {
+                    tracing::warn!(
+                        held_back = held,
+                        "{sniff_slots} connections have not sent their first bytes; closing the oldest"
+                    );
+                }
+            }
             let (http_tx, rpc_tx) = (http_tx.clone(), rpc_tx.clone());
             tokio::spawn(async move {
-                let internode = matches!(
-                    tokio::time::timeout(SNIFF_TIMEOUT, starts_with_magic(&stream)).await,
-                    Ok(Ok(true))
-                );
-                let tx = if internode { rpc_tx } else { http_tx };
+                let Some(sniffed) = slot
+                    .run(tokio::time::timeout(
+                        SNIFF_TIMEOUT,
+                        starts_with_magic(&stream),
+                    ))
+                    .await
+                else {
+                    // Cut to make room for a newer connection: dropping it closes it.
+                    return;
+                };
+                let tx = if matches!(sniffed, Ok(Ok(true))) {
+                    rpc_tx
+                } else {
+                    http_tx
+                };
                 let _ = tx.send((stream, peer)).await;
             });
         }
@@ -81,39 +115,103 @@ fn split_port(
     Ok((HttpIncoming { rx: http_rx, local }, rpc_rx))
 }
 
-/// Whether the connection's first bytes are the internode handshake magic (peeked, not read).
-async fn starts_with_magic(stream: &TcpStream) -> std::io::Result<bool> {
+/// What the first bytes of a connection say: `Some(true)` the internode magic, `Some(false)`
+/// anything else (or the end of the stream), `None` a prefix of the magic so far.
+fn classify(first: &[u8]) -> Option<bool> {
     let magic = quarry_net::auth::HS_MAGIC;
-    let mut buf = [0u8; 4];
-    loop {
-        let n = stream.peek(&mut buf).await?;
-        if n == 0 {
-            return Ok(false);
-        }
-        if buf[..n] != magic[..n] {
-            return Ok(false);
-        }
-        if n == magic.len() {
-            return Ok(true);
-        }
-        // A prefix of the magic so far: wait for more bytes.
-        tokio::time::sleep(Duration::from_millis(2)).await;
+    let n = first.len().min(magic.len());
+    if n == 0 || first[..n] != magic[..n] {
+        Some(false)
+    } else if n == magic.len() {
+        Some(true)
+    } else {
+        None
     }
 }
 
-/// The cluster secret: `QUARRY_CLUSTER_SECRET` if set, else derived from the root credentials
-/// (which every node must share anyway).
-fn cluster_secret(access_key: &str, secret_key: &str) -> anyhow::Result<ClusterSecret> {
-    if let Ok(s) = std::env::var("QUARRY_CLUSTER_SECRET") {
-        return ClusterSecret::new(s.as_bytes())
-            .context("QUARRY_CLUSTER_SECRET is too weak (at least 16 bytes)");
+/// Whether the connection's first bytes are the internode handshake magic (peeked, not read).
+/// While only a prefix of it has come, the task sleeps until the socket's next readiness event
+/// (more bytes or the end of the stream): `try_io` clears the readiness it saw when the peek
+/// says "not enough yet", and `readable` waits for a newer one.
+async fn starts_with_magic(stream: &TcpStream) -> std::io::Result<bool> {
+    loop {
+        stream.readable().await?;
+        let peeked = stream.try_io(Interest::READABLE, || {
+            let mut buf = [0u8; 4];
+            let (n, _) = rustix::net::recv(stream, &mut buf[..], rustix::net::RecvFlags::PEEK)?;
+            classify(&buf[..n]).ok_or_else(|| std::io::ErrorKind::WouldBlock.into())
+        });
+        match peeked {
+            Ok(internode) => return Ok(internode),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(e) => return Err(e),
+        }
     }
+}
+
+/// Where the node's cluster secret came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecretOrigin {
+    /// `--cluster-secret` / `QUARRY_CLUSTER_SECRET` / `cluster_secret`.
+    Given,
+    /// `--cluster-secret-file` / `QUARRY_CLUSTER_SECRET_FILE` / `cluster_secret_file`.
+    File,
+    /// Derived from the root credentials: how clusters did it before a cluster secret existed.
+    Legacy,
+}
+
+/// The cluster secret: the one configured (a value or a file), else derived from the root
+/// credentials as earlier versions did, so a cluster started before the setting existed keeps
+/// working until its operator sets one on every node.
+pub fn cluster_secret(
+    configured: Option<&SecretSource>,
+    root: (&str, &str),
+) -> anyhow::Result<(ClusterSecret, SecretOrigin)> {
+    let weak = |what: &str| {
+        format!("{what} is too short: a cluster secret has at least {} bytes (e.g. `openssl rand -hex 32`)", quarry_net::auth::MIN_SECRET_LEN)
+    };
+    match configured {
+        Some(SecretSource::Value(v)) => Ok((
+            ClusterSecret::new(v.trim().as_bytes())
+                .with_context(|| weak("--cluster-secret (QUARRY_CLUSTER_SECRET)"))?,
+            SecretOrigin::Given,
+        )),
+        Some(SecretSource::File(path)) => {
+            let text = std::fs::read_to_string(path).with_context(|| {
+                format!("cannot read the cluster secret file {}", path.display())
+            })?;
+            #[cfg(unix)]
+            if let Ok(meta) = std::fs::metadata(path) {
+                use std::os::unix::fs::PermissionsExt;
+                if meta.permissions().mode() & 0o077 != 0 {
+                    tracing::warn!(
+                        file = %path.display(),
+                        "the cluster secret file can be read by other users: chmod 600 it"
+                    );
+                }
+            }
+            Ok((
+                ClusterSecret::new(text.trim().as_bytes())
+                    .with_context(|| weak(&format!("the cluster secret in {}", path.display())))?,
+                SecretOrigin::File,
+            ))
+        }
+        None => Ok((legacy_secret(root.0, root.1)?, SecretOrigin::Legacy)),
+    }
+}
+
+/// The secret earlier versions derived from the root credentials (kept bit for bit: nodes that
+/// have no cluster secret yet must agree with each other).
+fn legacy_secret(access_key: &str, secret_key: &str) -> anyhow::Result<ClusterSecret> {
+    Ok(ClusterSecret::new(legacy_key(access_key, secret_key))?)
+}
+
+fn legacy_key(access_key: &str, secret_key: &str) -> [u8; 32] {
     let mut material = Vec::new();
     material.extend_from_slice(access_key.as_bytes());
     material.push(0);
     material.extend_from_slice(secret_key.as_bytes());
-    let key = blake3::derive_key("quarry cluster secret v1", &material);
-    Ok(ClusterSecret::new(key)?)
+    blake3::derive_key("quarry cluster secret v1", &material)
 }
 
 /// The data-plane backend for `QUARRY_RDMA` (see [`quarry_net::rdma`]), with one log line that
@@ -166,9 +264,10 @@ pub struct Node {
 pub async fn start(
     topology: Topology,
     address: &str,
-    root: (&str, &str),
+    secret: ClusterSecret,
     cfg: ObjectConfig,
     rdma: &RdmaSettings,
+    sniff_slots: usize,
 ) -> anyhow::Result<Node> {
     let hostname = std::fs::read_to_string("/etc/hostname")
         .ok()
@@ -200,13 +299,13 @@ pub async fn start(
     let identity = Identity {
         deployment_id: cluster_id(&topology),
         node_id: node.clone(),
-        secret: cluster_secret(root.0, root.1)?,
+        secret,
     };
     let listener = TcpListener::bind(address)
         .await
         .with_context(|| format!("cannot listen on {address}"))?;
     let local = listener.local_addr()?;
-    let (http, rpc_rx) = split_port(listener)?;
+    let (http, rpc_rx) = split_port(listener, sniff_slots)?;
 
     let served: Vec<Arc<dyn Drive>> = local_drives
         .iter()
@@ -341,5 +440,61 @@ mod verbs {
             anyhow::bail!("RDMA: the RPC client already had a data plane");
         }
         Ok(server.with_pool(holder_pool).with_verbs(holder))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn first_bytes_are_classified() {
+        assert_eq!(classify(b"QHSK\x01"), Some(true));
+        assert_eq!(classify(b"QHSK"), Some(true));
+        assert_eq!(classify(b"QH"), None);
+        assert_eq!(classify(b"Q"), None);
+        assert_eq!(classify(b""), Some(false));
+        assert_eq!(classify(b"GET "), Some(false));
+        assert_eq!(classify(b"QX"), Some(false));
+    }
+
+    #[test]
+    fn the_cluster_secret_is_the_configured_one_and_never_the_root_credentials() {
+        let root = ("quarrytestadmin", "quarry-test-secret-key-0123456789");
+        let (_, origin) = cluster_secret(None, root).unwrap();
+        assert_eq!(origin, SecretOrigin::Legacy);
+        // The derivation clusters already run with, pinned: changing it would split them.
+        let hex: String = legacy_key(root.0, root.1)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        assert_eq!(
+            hex,
+            "ef61acf69a2fcc8985d586329b65fe56dcb2fb5b0987ff3a51a85bdc1022925f"
+        );
+
+        let (_, origin) = cluster_secret(
+            Some(&SecretSource::Value("0123456789abcdef-cluster".into())),
+            root,
+        )
+        .unwrap();
+        assert_eq!(origin, SecretOrigin::Given);
+        let e = cluster_secret(Some(&SecretSource::Value("short".into())), root).unwrap_err();
+        assert!(format!("{e:#}").contains("at least 16 bytes"), "{e:#}");
+
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("cluster.secret");
+        std::fs::write(&f, "0123456789abcdef-from-a-file\n").unwrap();
+        let (_, origin) = cluster_secret(Some(&SecretSource::File(f.clone())), root).unwrap();
+        assert_eq!(origin, SecretOrigin::File);
+        std::fs::write(&f, "  short \n").unwrap();
+        let e = cluster_secret(Some(&SecretSource::File(f.clone())), root).unwrap_err();
+        assert!(format!("{e:#}").contains("too short"), "{e:#}");
+        let missing = dir.path().join("nope");
+        let e = cluster_secret(Some(&SecretSource::File(missing)), root).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("cannot read the cluster secret file"),
+            "{e:#}"
+        );
     }
 }

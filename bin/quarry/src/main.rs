@@ -14,6 +14,7 @@ mod admin;
 mod cli;
 mod cluster;
 mod credentials;
+mod fdlimit;
 mod logging;
 mod server;
 

@@ -16,10 +16,20 @@ use crate::credentials::{self, Source};
 /// How long requests in flight may run after a shutdown signal before the process exits anyway.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(30);
 
-pub async fn run(settings: Settings) -> anyhow::Result<()> {
-    if settings.cluster.is_some() {
-        return run_cluster(settings).await;
+pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
+    let fds = crate::fdlimit::raise();
+    if fds.soft > fds.was {
+        tracing::info!(
+            "open-file limit raised from {} to {} (the hard limit)",
+            fds.was,
+            fds.soft
+        );
     }
+    if settings.cluster.is_some() {
+        return run_cluster(settings, fds.soft).await;
+    }
+    let reserve = crate::fdlimit::reserve(settings.dirs.len(), 0);
+    settings.max_connections = connection_limit(&settings, fds.soft, reserve)?;
     for dir in &settings.dirs {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create drive directory {}", dir.display()))?;
@@ -54,15 +64,18 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
     println!("Endpoint:  http://{local}");
     println!("Region:    {}", settings.region);
     println!("AccessKey: {access_key}");
-    println!("SecretKey: {secret_key}");
+    // The secret key is shown once, when it is made: a log must not hand out root.
     match source {
-        Source::Given => {}
-        Source::Stored => {
-            println!("(credentials read from the drives' .quarry.sys/credentials.json)")
-        }
-        Source::Generated => println!(
-            "(credentials generated and stored in each drive's .quarry.sys/credentials.json)"
+        Source::Given => println!("(secret key as given; not shown)"),
+        Source::Stored => println!(
+            "(credentials read from the drives' .quarry.sys/credentials.json; secret key not shown)"
         ),
+        Source::Generated => {
+            println!("SecretKey: {secret_key}");
+            println!(
+                "(credentials generated and stored in each drive's .quarry.sys/credentials.json; the secret key is not shown again)"
+            )
+        }
     }
 
     let cfg = S3Config {
@@ -78,7 +91,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<()> {
 
 /// One node of a cluster: the drives are URLs, the credentials must be given (every node needs
 /// the same ones).
-async fn run_cluster(settings: Settings) -> anyhow::Result<()> {
+async fn run_cluster(mut settings: Settings, soft_fds: u64) -> anyhow::Result<()> {
     let Some(topology) = settings.cluster.clone() else {
         anyhow::bail!("no cluster topology");
     };
@@ -93,12 +106,32 @@ async fn run_cluster(settings: Settings) -> anyhow::Result<()> {
         scan_rate: settings.scan_rate,
         ..ObjectConfig::default()
     };
+    let (secret, origin) = crate::cluster::cluster_secret(
+        settings.cluster_secret.as_ref(),
+        (&access_key, &secret_key),
+    )?;
+    if origin == crate::cluster::SecretOrigin::Legacy {
+        tracing::warn!(
+            "no cluster secret is set: internode connections are authenticated with a key derived from the root credentials, so whoever holds them can act as a node. Set the same --cluster-secret-file (QUARRY_CLUSTER_SECRET_FILE) or QUARRY_CLUSTER_SECRET on every node and restart them (see the README)"
+        );
+    }
+    // The port's connections: S3's, those whose protocol is not known yet (a sixteenth of
+    // --max-connections, 8 to 256), and the internode server's, which has its own bounds.
+    let rpc = quarry_net::RpcConfig::default();
+    let nodes = topology.nodes.len().max(1);
+    let per_node = topology.drives.len().div_ceil(nodes);
+    let internode = (rpc.max_connections + rpc.max_handshakes + 16 * nodes) as u64;
+    let reserve = crate::fdlimit::reserve(per_node, internode);
+    let port = connection_limit(&settings, soft_fds, reserve)?;
+    let sniff_slots = (port / 16).clamp(8, 256);
+    settings.max_connections = port.saturating_sub(sniff_slots).max(1);
     let node = crate::cluster::start(
         topology.clone(),
         &settings.address,
-        (&access_key, &secret_key),
+        secret,
         cfg,
         &settings.rdma,
+        sniff_slots,
     )
     .await?;
     let layout = node.layer.layout();
@@ -116,7 +149,7 @@ async fn run_cluster(settings: Settings) -> anyhow::Result<()> {
     println!("Endpoint:  http://{}", node.local);
     println!("Region:    {}", settings.region);
     println!("AccessKey: {access_key}");
-    println!("SecretKey: {secret_key}");
+    println!("(secret key as given; not shown)");
     let cfg = S3Config {
         region: settings.region.clone(),
         credentials: vec![Credentials {
@@ -131,6 +164,20 @@ async fn run_cluster(settings: Settings) -> anyhow::Result<()> {
     let result = serve_s3(http, layer, cfg, limits(&settings)).await;
     drop(_rpc);
     result
+}
+
+/// `--max-connections`, or less when the open-file limit does not leave room for it beside
+/// `reserve` (said in the log).
+fn connection_limit(settings: &Settings, soft_fds: u64, reserve: u64) -> anyhow::Result<usize> {
+    let limit = crate::fdlimit::connection_limit(settings.max_connections, soft_fds, reserve)
+        .map_err(anyhow::Error::msg)?;
+    if limit < settings.max_connections {
+        tracing::warn!(
+            "--max-connections {} does not fit the open-file limit of {soft_fds} ({reserve} kept for the drives and the node itself): serving at most {limit} connections; raise the limit (ulimit -n, LimitNOFILE=) for more",
+            settings.max_connections
+        );
+    }
+    Ok(limit)
 }
 
 /// Serves S3 on `listener` until SIGINT or SIGTERM (and the requests in flight, for a while).

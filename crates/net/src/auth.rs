@@ -17,7 +17,8 @@
 //! more than the configured skew away from ours is refused as stale. The per-direction session keys are
 //! `HKDF-SHA256(salt = nonce_c || nonce_s, ikm = secret, info = label || H(T))`.
 //!
-//! Messages are `magic "QHSK" | version (1) | type (1) | body length (u16 BE) | body`. Like
+//! Messages are `magic "QHSK" | version (1) | type (1) | body length (u16 BE) | body`. A node id is
+//! at most 255 bytes of printable ASCII without spaces (it is logged, so nothing else is accepted). Like
 //! [`crate::wire`], the messages and the two state machines below are pure (the clock and the nonce are
 //! parameters); [`client_handshake`] and [`server_handshake`] drive them over a stream.
 
@@ -126,6 +127,8 @@ pub enum AuthError {
     WeakSecret { len: usize },
     #[error("node id is {len} bytes; at most 255 are allowed")]
     NodeIdTooLong { len: usize },
+    #[error("node id {0:?} has characters other than printable ASCII (no spaces)")]
+    NodeIdNotPrintable(String),
     #[error("bad handshake magic {0:02x?}: the peer is not a Quarry node")]
     BadMagic([u8; 4]),
     #[error("unsupported handshake version {got} (this node speaks version {HS_VERSION})")]
@@ -139,7 +142,7 @@ pub enum AuthError {
         expected: &'static str,
         got: &'static str,
     },
-    #[error("peer {peer} belongs to deployment {theirs}, this node to {ours}")]
+    #[error("peer {peer:?} belongs to deployment {theirs}, this node to {ours}")]
     DeploymentMismatch {
         ours: Uuid,
         theirs: Uuid,
@@ -296,6 +299,13 @@ pub fn decode_message(buf: &[u8]) -> Result<Message, AuthError> {
                     "node id length does not match the message",
                 ));
             }
+            // The node id ends up in logs: bytes that could forge or garble a line are refused
+            // here, before anything else sees them.
+            if !b.iter().all(u8::is_ascii_graphic) {
+                return Err(AuthError::Malformed(
+                    "node id has characters other than printable ASCII",
+                ));
+            }
             let node_id = std::str::from_utf8(b)
                 .map_err(|_| AuthError::Malformed("node id is not UTF-8"))?
                 .to_owned();
@@ -431,6 +441,9 @@ fn check_node_id(identity: &Identity) -> Result<(), AuthError> {
         return Err(AuthError::NodeIdTooLong {
             len: identity.node_id.len(),
         });
+    }
+    if !identity.node_id.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(AuthError::NodeIdNotPrintable(identity.node_id.clone()));
     }
     Ok(())
 }
@@ -831,6 +844,48 @@ mod tests {
         ));
         let s = ClusterSecret::new(b"0123456789abcdef-secret").unwrap();
         assert!(!format!("{s:?}").contains("0123"));
+    }
+
+    #[test]
+    fn a_node_id_that_could_forge_log_lines_is_refused() {
+        let server = identity(b"0123456789abcdef-secret", "server");
+        let hello = |node_id: &str| {
+            encode_message(&Message::Hello(Hello {
+                role: Role::Client,
+                deployment_id: server.deployment_id,
+                nonce: [1; 32],
+                timestamp_ms: T0,
+                node_id: node_id.into(),
+            }))
+        };
+        // Control: an ordinary endpoint name passes.
+        assert!(server_on_client_hello(&server, [2; 32], T0, SKEW, &hello("node-1:9000")).is_ok());
+        for forged in [
+            "n1\n2026-01-01T00:00:00Z  INFO quarry: root login ok",
+            "n1\r",
+            "a b",
+            "\u{1b}[2J",
+            "n\u{e9}",
+        ] {
+            let e = server_on_client_hello(&server, [2; 32], T0, SKEW, &hello(forged))
+                .err()
+                .unwrap_or_else(|| panic!("{forged:?} accepted"));
+            assert!(matches!(e, AuthError::Malformed(_)), "{forged:?}: {e}");
+            assert!(!e.to_string().contains(forged), "{e}");
+        }
+        // And this node refuses to announce such an id itself.
+        let bad = identity(b"0123456789abcdef-secret", "a\nb");
+        assert!(matches!(
+            ClientStart::new(&bad, [1; 32], T0, SKEW),
+            Err(AuthError::NodeIdNotPrintable(_))
+        ));
+        // A deployment mismatch names the peer quoted.
+        let mut other = server.clone();
+        other.deployment_id = Uuid::from_u128(77);
+        let e = server_on_client_hello(&other, [2; 32], T0, SKEW, &hello("node-1:9000"))
+            .err()
+            .unwrap();
+        assert!(e.to_string().contains("\"node-1:9000\""), "{e}");
     }
 
     #[test]

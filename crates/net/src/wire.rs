@@ -427,14 +427,24 @@ pub fn encode_error(code: u16, message: &str) -> Bytes {
     out.freeze()
 }
 
-/// Inverse of [`encode_error`].
+/// Inverse of [`encode_error`]. The message comes from the peer and ends up in logs and error
+/// texts: its control characters (newlines, escape sequences) come out escaped (`\n`,
+/// `\u{1b}`), so it cannot forge or garble a log line.
 pub fn decode_error(payload: &[u8]) -> Result<(u16, String), WireError> {
     if payload.len() < 2 || payload.len() > 2 + MAX_ERROR_MESSAGE {
         return Err(WireError::MalformedError);
     }
     let code = u16::from_be_bytes([payload[0], payload[1]]);
     let message = std::str::from_utf8(&payload[2..]).map_err(|_| WireError::MalformedError)?;
-    Ok((code, message.to_owned()))
+    let mut out = String::with_capacity(message.len());
+    for c in message.chars() {
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    Ok((code, out))
 }
 
 #[cfg(test)]
@@ -607,6 +617,10 @@ mod tests {
         let long = "é".repeat(MAX_ERROR_MESSAGE);
         let (_, m) = decode_error(&encode_error(1, &long)).unwrap();
         assert!(m.len() <= MAX_ERROR_MESSAGE && long.starts_with(&m));
+        // A peer's newlines and escape sequences come out escaped.
+        let (_, m) =
+            decode_error(&encode_error(1, "no such key a\nERROR forged\u{1b}[2J")).unwrap();
+        assert_eq!(m, "no such key a\\nERROR forged\\u{1b}[2J");
         assert_eq!(decode_error(&[1]), Err(WireError::MalformedError));
         assert_eq!(decode_error(&[0, 1, 0xff]), Err(WireError::MalformedError));
     }

@@ -469,7 +469,7 @@ async fn oversized_frames_are_refused() {
 #[tokio::test]
 async fn a_peer_sending_garbage_is_disconnected_without_affecting_others() {
     let (server, _h, addr) = server_with(RpcConfig {
-        handshake_timeout: Duration::from_millis(300),
+        preauth_timeout: Duration::from_millis(300),
         ..config()
     })
     .await;
@@ -520,7 +520,7 @@ async fn a_peer_sending_garbage_is_disconnected_without_affecting_others() {
     s.write_all(&frame).await.unwrap();
     assert!(closed_by_server(&mut s).await);
 
-    // A peer that connects and says nothing is dropped after the handshake timeout.
+    // A peer that connects and says nothing is dropped after the pre-auth timeout.
     let mut s = TcpStream::connect(&addr).await.unwrap();
     assert!(closed_by_server(&mut s).await);
 
@@ -538,20 +538,34 @@ async fn a_peer_sending_garbage_is_disconnected_without_affecting_others() {
 async fn connections_beyond_the_bound_are_closed_at_once() {
     let (server, _h, addr) = server_with(RpcConfig {
         max_connections: 1,
+        max_handshakes: 2,
+        preauth_timeout: Duration::from_millis(500),
         ..config()
     })
     .await;
-    let c = RpcClient::new(
-        identity("client", SECRET),
-        RpcConfig {
-            connections_per_peer: 1,
-            ..config()
-        },
-    );
+    let one = RpcConfig {
+        connections_per_peer: 1,
+        ..config()
+    };
+    let c = RpcClient::new(identity("client", SECRET), one.clone());
     c.call(&addr, ECHO, Bytes::new()).await.unwrap();
-    let mut s = TcpStream::connect(&addr).await.unwrap();
-    assert!(closed_by_server(&mut s).await);
+    // A second authenticated peer is closed as soon as its handshake is done.
+    let other = RpcClient::new(identity("other", SECRET), one);
+    let e = other.call(&addr, ECHO, Bytes::new()).await.unwrap_err();
+    assert!(e.is_unreachable(), "{e}");
     assert_eq!(server.stats().connections_refused, 1);
+    // Connections that have not authenticated have their own few slots: a third one closes
+    // the oldest waiting, and none of them touches the served connection.
+    let mut a = TcpStream::connect(&addr).await.unwrap();
+    let mut b = TcpStream::connect(&addr).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let _c = TcpStream::connect(&addr).await.unwrap();
+    assert!(closed_by_server(&mut a).await);
+    assert_eq!(server.stats().handshakes_cut, 1);
+    assert!(
+        closed_by_server(&mut b).await,
+        "and the rest after the timeout"
+    );
     c.call(&addr, ECHO, Bytes::new()).await.unwrap();
 }
 
@@ -588,4 +602,171 @@ async fn requests_in_flight_per_connection_are_bounded() {
         start.elapsed() >= Duration::from_millis(150),
         "three waves of two"
     );
+}
+
+/// Log lines written while a [`tracing`] default is set (the tests' runtime is single-threaded,
+/// so the server's tasks log into it too).
+#[derive(Clone, Default)]
+struct LogCapture(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogCapture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogCapture {
+    fn install(&self) -> tracing::subscriber::DefaultGuard {
+        let me = self.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::INFO)
+            .with_writer(move || me.clone())
+            .finish();
+        tracing::subscriber::set_default(subscriber)
+    }
+
+    fn text(&self) -> String {
+        String::from_utf8_lossy(&self.0.lock().unwrap()).into_owned()
+    }
+}
+
+/// Opens `count` connections to `addr`, `rate` per second, each sending the handshake magic and
+/// nothing more, as a flooder without the secret would; each is held until the server closes it
+/// or `hold` passes. Returns how long the server kept each one (`hold` if it did not close it).
+async fn preauth_flood(addr: String, rate: u32, count: u32, hold: Duration) -> Vec<Duration> {
+    let mut held = tokio::task::JoinSet::new();
+    let gap = Duration::from_secs(1) / rate;
+    let start = Instant::now();
+    for i in 0..count {
+        tokio::time::sleep_until((start + gap * i).into()).await;
+        let addr = addr.clone();
+        held.spawn(async move {
+            let opened = Instant::now();
+            let Ok(mut s) = TcpStream::connect(&addr).await else {
+                return Duration::ZERO;
+            };
+            let _ = s.write_all(&auth::HS_MAGIC).await;
+            let mut buf = [0u8; 64];
+            loop {
+                match tokio::time::timeout_at((opened + hold).into(), s.read(&mut buf)).await {
+                    Ok(Ok(0)) | Ok(Err(_)) => return opened.elapsed(),
+                    Ok(Ok(_)) => continue,
+                    Err(_) => return hold,
+                }
+            }
+        });
+    }
+    held.join_all().await
+}
+
+#[tokio::test]
+async fn a_flood_of_unauthenticated_connections_neither_stops_peers_nor_keeps_new_ones_out() {
+    let logs = LogCapture::default();
+    let _guard = logs.install();
+    // Defaults but for a small bound, as a node that was just restarted meets it.
+    let (server, _h, addr) = server_with(RpcConfig {
+        max_connections: 16,
+        handshake_timeout: Duration::from_secs(5),
+        ..config()
+    })
+    .await;
+    let established = client();
+    for _ in 0..4 {
+        established.call(&addr, ECHO, Bytes::new()).await.unwrap();
+    }
+
+    // 300 connections/s for 2 s (600 in all), each holding on for up to 4 s.
+    let flood = tokio::spawn(preauth_flood(
+        addr.clone(),
+        300,
+        600,
+        Duration::from_secs(4),
+    ));
+    tokio::time::sleep(Duration::from_millis(700)).await;
+
+    // An established peer keeps working, at its usual pace.
+    let mut slowest = Duration::ZERO;
+    for i in 0..50u64 {
+        let t = Instant::now();
+        let p = arg(0, format!("during the flood {i}").as_bytes());
+        assert_eq!(established.call(&addr, ECHO, p.clone()).await.unwrap(), p);
+        slowest = slowest.max(t.elapsed());
+    }
+    assert!(
+        slowest < Duration::from_millis(500),
+        "an established peer's call took {slowest:?} during the flood"
+    );
+    // And a peer that connects now (a node just restarted) gets in at its first attempt.
+    for n in 0..3 {
+        let newcomer = RpcClient::new(identity(&format!("newcomer-{n}"), SECRET), config());
+        let got = newcomer.call(&addr, ECHO, Bytes::from_static(b"hi")).await;
+        assert_eq!(
+            got.map(|b| b.to_vec()).map_err(|e| e.to_string()),
+            Ok(b"hi".to_vec()),
+            "a new peer during the flood"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
+    let held = flood.await.unwrap();
+    let mut sorted = held.clone();
+    sorted.sort();
+    let median = sorted[sorted.len() / 2];
+    eprintln!(
+        "pre-auth flood: {} connections, server kept them for median {median:?}, max {:?}; established peer's slowest call {slowest:?}",
+        held.len(),
+        sorted[sorted.len() - 1]
+    );
+    // A connection that does not authenticate is let go well before the 5 s handshake timeout.
+    assert!(
+        median <= Duration::from_millis(1500),
+        "unauthenticated connections were held for a median of {median:?}"
+    );
+    // Refusals are logged, but not one line each.
+    let text = logs.text();
+    let warn_lines = text.lines().filter(|l| l.contains("WARN")).count();
+    assert!(
+        (1..=5).contains(&warn_lines),
+        "{warn_lines} WARN lines for 600 refused connections:\n{}",
+        &text[..text.len().min(2000)]
+    );
+    let stats = server.stats();
+    assert!(stats.handshakes_cut > 0, "{stats:?}");
+    assert_eq!(stats.connections_refused, 0, "{stats:?}");
+}
+
+#[tokio::test]
+async fn a_peer_supplied_node_id_cannot_forge_log_lines() {
+    let logs = LogCapture::default();
+    let _guard = logs.install();
+    let (server, handler, addr) = server().await;
+    // Another deployment's hello whose node id carries a newline and a fake log line.
+    let forged = "evil\n2031-01-01T00:00:00.000000Z  INFO quarry: FORGED root login accepted";
+    let hello = auth::encode_message(&auth::Message::Hello(auth::Hello {
+        role: auth::Role::Client,
+        deployment_id: Uuid::from_u128(0xbad),
+        nonce: [7; 32],
+        timestamp_ms: auth::now_ms(),
+        node_id: forged.into(),
+    }));
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    s.write_all(&hello).await.unwrap();
+    assert!(closed_by_server(&mut s).await);
+    // Control: the refusal was logged, so a forged line would have shown.
+    let text = logs.text();
+    assert!(text.contains("internode handshake refused"), "{text}");
+    assert!(
+        !text.lines().any(|l| l.starts_with("2031-01-01")),
+        "a peer forged a log line:\n{text}"
+    );
+    assert!(!text.contains("FORGED root login"), "{text}");
+    assert_eq!(handler.calls.load(Ordering::Relaxed), 0);
+    // A good peer is served as ever.
+    client().call(&addr, ECHO, Bytes::new()).await.unwrap();
+    assert_eq!(server.stats().handshake_failures, 1);
 }

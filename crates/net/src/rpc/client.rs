@@ -382,7 +382,7 @@ async fn connect(addr: &str, client: &Shared) -> Result<Conn, RpcError> {
             });
         }
     };
-    tracing::debug!(peer = %addr, node = %session.peer_node_id, "internode connection established");
+    tracing::debug!(peer = %addr, node = ?session.peer_node_id, "internode connection established");
     let sealer = session.sealer(config.max_frame);
     let bulk = session.bulk_sender();
     let mut opener = session.opener(config.max_frame);

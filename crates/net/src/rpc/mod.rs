@@ -16,6 +16,7 @@
 //! its own connections to the same server.
 
 mod client;
+mod preauth;
 mod server;
 
 use std::future::Future;
@@ -26,6 +27,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
 
 pub use client::{ClientStats, PeerStatus, RpcClient};
+pub use preauth::{LogThrottle, PreAuth, PreAuthSlot};
 pub use server::{RpcServer, ServerStats};
 
 use crate::auth::AuthError;
@@ -53,8 +55,16 @@ pub struct RpcConfig {
     pub call_timeout: Duration,
     /// Bound on establishing a TCP connection.
     pub connect_timeout: Duration,
-    /// Bound on the handshake, on both ends.
+    /// Bound on the handshake of a connection this node opens.
     pub handshake_timeout: Duration,
+    /// Bound on the handshake of a connection a server accepted, from its accept to the client's
+    /// proof. Much shorter than `handshake_timeout`: a peer on the LAN proves itself within a
+    /// round trip or two, and until it does its connection holds one of `max_handshakes` slots.
+    pub preauth_timeout: Duration,
+    /// Accepted connections a server lets handshake at once. When all are taken, the one that
+    /// has waited longest is closed to make room (see [`PreAuth`]): connections that never
+    /// prove anything cannot lock real peers out. They do not count against `max_connections`.
+    pub max_handshakes: usize,
     /// Allowed difference between two nodes' clocks in the handshake.
     pub max_clock_skew: Duration,
     /// Connections a client keeps to each peer; calls are spread over them round-robin.
@@ -69,7 +79,8 @@ pub struct RpcConfig {
     /// A server holds at most `max_connections * max_in_flight_per_connection` request payloads of
     /// at most `max_frame` bytes each.
     pub max_in_flight_per_connection: usize,
-    /// Connections a server accepts at once; beyond that new ones are closed at once.
+    /// Authenticated connections a server serves at once; beyond that a new one is closed as
+    /// soon as its handshake is done.
     pub max_connections: usize,
     /// Buffers of the pool a server reads request bodies sent as bulk frames into
     /// ([`wire::FLAG_BULK_BODY`]: the data plane's shard appends).
@@ -85,6 +96,8 @@ impl Default for RpcConfig {
             call_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(3),
             handshake_timeout: Duration::from_secs(5),
+            preauth_timeout: Duration::from_secs(1),
+            max_handshakes: 64,
             max_clock_skew: crate::auth::DEFAULT_MAX_SKEW,
             connections_per_peer: 2,
             max_frame: wire::DEFAULT_MAX_PAYLOAD,

@@ -1,10 +1,15 @@
 //! The serving side: accept, handshake, then dispatch each request to the [`Handler`].
 //!
-//! Nothing is read from a connection as a request before its handshake succeeded. At most
-//! `max_connections` connections are served at once (more are closed on accept) and at most
+//! Nothing is read from a connection as a request before its handshake succeeded. A connection
+//! that has not authenticated yet holds one of `max_handshakes` slots for at most
+//! `preauth_timeout`; when every slot is taken the oldest such connection is closed to make room
+//! ([`PreAuth`]), so a flood of connections that never prove anything neither touches the
+//! authenticated ones nor keeps a new peer from joining. At most `max_connections` authenticated
+//! connections are served at once (more are closed after their handshake) and at most
 //! `max_in_flight_per_connection` requests run at once per connection: beyond that the server stops
 //! reading that connection, so TCP flow control pushes back on the peer. A connection that sends
-//! anything that is not a valid frame is closed; other connections are not affected.
+//! anything that is not a valid frame is closed; other connections are not affected. Refusals are
+//! logged through a [`LogThrottle`] (one line per period, with the count held back).
 
 use std::net::SocketAddr;
 use std::panic::AssertUnwindSafe;
@@ -17,8 +22,10 @@ use tokio::net::{TcpListener, TcpStream, ToSocketAddrs};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
-use super::{codes, read_frame, write_loop, Handler, Outgoing, RpcConfig, RpcError};
-use crate::auth::{self, Identity};
+use super::{
+    codes, read_frame, write_loop, Handler, LogThrottle, Outgoing, PreAuth, RpcConfig, RpcError,
+};
+use crate::auth::{self, Identity, Session};
 use crate::wire::{Frame, FrameKind, FLAG_BULK, FLAG_BULK_BODY};
 use quarry_buf::{BufPool, BufPoolConfig};
 
@@ -26,9 +33,13 @@ use quarry_buf::{BufPool, BufPoolConfig};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ServerStats {
     pub connections_accepted: u64,
-    /// Connections closed at once because `max_connections` were open.
+    /// Authenticated connections closed at once because `max_connections` were open.
     pub connections_refused: u64,
+    /// Failed or timed-out handshakes.
     pub handshake_failures: u64,
+    /// Connections closed before their handshake was done to make room for newer ones
+    /// (`max_handshakes` were waiting).
+    pub handshakes_cut: u64,
     /// Connections closed because of an invalid frame.
     pub protocol_errors: u64,
     pub requests: u64,
@@ -39,6 +50,7 @@ struct Counters {
     connections_accepted: AtomicU64,
     connections_refused: AtomicU64,
     handshake_failures: AtomicU64,
+    handshakes_cut: AtomicU64,
     protocol_errors: AtomicU64,
     requests: AtomicU64,
 }
@@ -104,6 +116,7 @@ impl RpcServer {
             config,
             counters: counters.clone(),
             bulk_pool: std::sync::OnceLock::new(),
+            refusals: LogThrottle::new(REFUSAL_LOG_PERIOD),
         });
         let (stop, stopped) = oneshot::channel();
         let accept = tokio::spawn(accept_loop(listener, ctx, handler, stopped));
@@ -135,6 +148,7 @@ impl RpcServer {
             connections_accepted: c.connections_accepted.load(Ordering::Relaxed),
             connections_refused: c.connections_refused.load(Ordering::Relaxed),
             handshake_failures: c.handshake_failures.load(Ordering::Relaxed),
+            handshakes_cut: c.handshakes_cut.load(Ordering::Relaxed),
             protocol_errors: c.protocol_errors.load(Ordering::Relaxed),
             requests: c.requests.load(Ordering::Relaxed),
         }
@@ -149,10 +163,15 @@ impl Drop for RpcServer {
     }
 }
 
+/// At most one log line per this period about refused or cut connections.
+const REFUSAL_LOG_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
+
 struct Ctx {
     identity: Identity,
     config: RpcConfig,
     counters: Arc<Counters>,
+    /// Throttles the log lines about connections refused before or at their handshake.
+    refusals: LogThrottle,
     /// Where bulk request bodies land; made on first use (most servers never see one).
     bulk_pool: std::sync::OnceLock<Option<BufPool>>,
 }
@@ -200,6 +219,7 @@ async fn accept_loop<H: Handler>(
     mut stop: oneshot::Receiver<()>,
 ) {
     let limit = Arc::new(Semaphore::new(ctx.config.max_connections.max(1)));
+    let preauth = PreAuth::new(ctx.config.max_handshakes);
     // Connection tasks live in this set: when the accept task is aborted, they are aborted with it.
     let mut conns = JoinSet::new();
     loop {
@@ -211,13 +231,34 @@ async fn accept_loop<H: Handler>(
             }
             accepted = listener.accept() => match accepted {
                 Ok((stream, peer)) => {
-                    let Ok(permit) = limit.clone().try_acquire_owned() else {
-                        ctx.counters.connections_refused.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(%peer, "internode connection refused: too many connections");
-                        continue;
-                    };
                     ctx.counters.connections_accepted.fetch_add(1, Ordering::Relaxed);
-                    conns.spawn(serve(stream, peer, ctx.clone(), handler.clone(), permit));
+                    let (slot, cut) = preauth.admit();
+                    if cut {
+                        ctx.counters.handshakes_cut.fetch_add(1, Ordering::Relaxed);
+                        if let Some(held) = ctx.refusals.allow() {
+                            tracing::warn!(
+                                held_back = held,
+                                "internode: {} connections are waiting to authenticate; closing the oldest",
+                                ctx.config.max_handshakes
+                            );
+                        }
+                    }
+                    let ctx = ctx.clone();
+                    let handler = handler.clone();
+                    let limit = limit.clone();
+                    conns.spawn(async move {
+                        let mut stream = stream;
+                        let handshake = slot.run(handshake(&mut stream, peer, &ctx)).await;
+                        let Some(Some(session)) = handshake else { return };
+                        let Ok(permit) = limit.try_acquire_owned() else {
+                            ctx.counters.connections_refused.fetch_add(1, Ordering::Relaxed);
+                            if let Some(held) = ctx.refusals.allow() {
+                                tracing::warn!(%peer, node = ?session.peer_node_id, held_back = held, "internode connection refused: too many connections");
+                            }
+                            return;
+                        };
+                        serve(stream, peer, session, ctx, handler, permit).await
+                    });
                 }
                 Err(e) => {
                     // E.g. out of file descriptors: wait a little instead of spinning.
@@ -230,35 +271,38 @@ async fn accept_loop<H: Handler>(
     }
 }
 
+/// The server side of the handshake within `preauth_timeout`; failures are counted and logged
+/// (throttled).
+async fn handshake(stream: &mut TcpStream, peer: SocketAddr, ctx: &Ctx) -> Option<Session> {
+    let config = &ctx.config;
+    let _ = stream.set_nodelay(true);
+    let handshake = auth::server_handshake(stream, &ctx.identity, config.max_clock_skew);
+    let error = match tokio::time::timeout(config.preauth_timeout, handshake).await {
+        Ok(Ok(s)) => return Some(s),
+        Ok(Err(e)) => e.to_string(),
+        Err(_) => format!("no handshake within {:?}", config.preauth_timeout),
+    };
+    ctx.counters
+        .handshake_failures
+        .fetch_add(1, Ordering::Relaxed);
+    if let Some(held) = ctx.refusals.allow() {
+        tracing::warn!(%peer, %error, held_back = held, "internode handshake refused");
+    }
+    None
+}
+
 async fn serve<H: Handler>(
-    mut stream: TcpStream,
+    stream: TcpStream,
     peer: SocketAddr,
+    session: Session,
     ctx: Arc<Ctx>,
     handler: Arc<H>,
     _permit: OwnedSemaphorePermit,
 ) {
     let config = &ctx.config;
-    let _ = stream.set_nodelay(true);
-    let handshake = auth::server_handshake(&mut stream, &ctx.identity, config.max_clock_skew);
-    let session = match tokio::time::timeout(config.handshake_timeout, handshake).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            ctx.counters
-                .handshake_failures
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(%peer, error = %e, "internode handshake refused");
-            return;
-        }
-        Err(_) => {
-            ctx.counters
-                .handshake_failures
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::warn!(%peer, "internode handshake timed out");
-            return;
-        }
-    };
+    // Checked printable by the handshake; quoted all the same (`?`), as every peer-given string.
     let node = session.peer_node_id.clone();
-    tracing::debug!(%peer, %node, "internode connection authenticated");
+    tracing::debug!(%peer, ?node, "internode connection authenticated");
     let sealer = session.sealer(config.max_frame);
     let bulk = session.bulk_sender();
     let mut bulk_rx = session.bulk_receiver();
@@ -282,7 +326,7 @@ async fn serve<H: Handler>(
                 if matches!(e, super::ReadError::Wire(_)) {
                     ctx.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
                 }
-                tracing::warn!(%peer, %node, error = %e, "internode connection closed");
+                tracing::warn!(%peer, ?node, error = %e, "internode connection closed");
                 break;
             }
         };
@@ -310,7 +354,7 @@ async fn serve<H: Handler>(
                     if !matches!(e, crate::data::DataError::Io(_)) {
                         ctx.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
                     }
-                    tracing::warn!(%peer, %node, error = %e, "internode connection closed: bad request body");
+                    tracing::warn!(%peer, ?node, error = %e, "internode connection closed: bad request body");
                     break;
                 }
             }
@@ -350,7 +394,7 @@ async fn serve<H: Handler>(
             }
             other => {
                 ctx.counters.protocol_errors.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(%peer, %node, kind = ?other, "internode client sent a non-request frame; closing");
+                tracing::warn!(%peer, ?node, kind = ?other, "internode client sent a non-request frame; closing");
                 break;
             }
         }
