@@ -14,7 +14,7 @@ use axum::response::Response;
 
 use crate::api_error::{ApiError, ApiResult};
 use crate::error::S3ErrorCode;
-use crate::put::check_acl_headers;
+use crate::headers::check_acl_headers;
 use crate::server::ReqCtx;
 use crate::xml::{parse_document, xml_response, Element, XmlWriter, OWNER_ID};
 

@@ -8,8 +8,8 @@ use quarry_object::BucketInfo;
 
 use crate::api_error::{ApiError, ApiResult};
 use crate::error::S3ErrorCode;
+use crate::headers::check_acl_headers;
 use crate::list::{decode_token, encode_token};
-use crate::put::check_acl_headers;
 use crate::router::Query;
 use crate::server::ReqCtx;
 use crate::xml::{iso8601, parse_create_bucket_configuration, xml_response, XmlWriter};

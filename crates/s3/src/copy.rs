@@ -22,7 +22,7 @@ use quarry_object::{CopyChecksums, CopyOptions, LateChecksums, ObjectInfo, Repla
 use crate::api_error::{ApiError, ApiResult};
 use crate::error::S3ErrorCode;
 use crate::get::etag_list_matches;
-use crate::put::{
+use crate::headers::{
     check_acl_headers, check_storage_class, check_unsupported_headers, stored_headers,
     user_metadata, write_precondition,
 };

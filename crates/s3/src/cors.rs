@@ -344,7 +344,7 @@ impl CorsCache {
 }
 
 pub async fn put_bucket_cors(ctx: &ReqCtx, bucket: &str) -> ApiResult<Response> {
-    let expected_md5 = crate::put::content_md5(&ctx.parts.headers)?;
+    let expected_md5 = crate::headers::content_md5(&ctx.parts.headers)?;
     let body = ctx.small_body().await?;
     if let Some(md5) = expected_md5 {
         if Md5::digest(&body)[..] != md5[..] {

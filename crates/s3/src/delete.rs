@@ -9,7 +9,7 @@ use md5::{Digest, Md5};
 
 use crate::api_error::{object_error, ApiError, ApiResult};
 use crate::error::S3ErrorCode;
-use crate::put::content_md5;
+use crate::headers::content_md5;
 use crate::server::ReqCtx;
 use crate::xml::{parse_document, xml_response, XmlWriter};
 

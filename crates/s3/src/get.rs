@@ -13,7 +13,7 @@ use quarry_object::{HttpRange, ObjectInfo};
 
 use crate::api_error::{ApiError, ApiResult};
 use crate::error::S3ErrorCode;
-use crate::put::STORED_HEADERS;
+use crate::headers::{checksum_headers, set_header, STORED_HEADERS};
 use crate::router::Query;
 use crate::server::ReqCtx;
 use crate::xml::{http_date, system_time};
@@ -197,12 +197,12 @@ fn object_response(
     let out = response.headers_mut();
     // Checksums describe the whole object: only sent with it.
     object_headers(out, info, checksum_mode && !ranged);
-    insert(out, header::CONTENT_LENGTH, &length.to_string());
+    set_header(out, header::CONTENT_LENGTH.as_str(), &length.to_string());
     if ranged {
         let end = (offset + length).saturating_sub(1);
-        insert(
+        set_header(
             out,
-            header::CONTENT_RANGE,
+            header::CONTENT_RANGE.as_str(),
             &format!("bytes {offset}-{end}/{}", info.size),
         );
     }
@@ -251,12 +251,16 @@ fn response_overrides(query: &Query) -> ApiResult<Vec<(HeaderName, HeaderValue)>
 
 /// The headers describing an object: type, tag, date, stored headers and user metadata.
 pub fn object_headers(out: &mut HeaderMap, info: &ObjectInfo, with_checksums: bool) {
-    insert(out, header::ETAG, &format!("\"{}\"", info.etag));
-    insert(out, header::LAST_MODIFIED, &http_date(info.mod_time_ns));
+    set_header(out, header::ETAG.as_str(), &format!("\"{}\"", info.etag));
+    set_header(
+        out,
+        header::LAST_MODIFIED.as_str(),
+        &http_date(info.mod_time_ns),
+    );
     out.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
     for &name in STORED_HEADERS {
         if let Some(value) = info.headers.get(name) {
-            insert(out, HeaderName::from_static(name), value);
+            set_header(out, name, value);
         }
     }
     if !out.contains_key(header::CONTENT_TYPE) {
@@ -278,16 +282,7 @@ pub fn object_headers(out: &mut HeaderMap, info: &ObjectInfo, with_checksums: bo
         }
     }
     if with_checksums {
-        crate::put::checksum_headers(out, info);
-    }
-}
-
-fn insert(out: &mut HeaderMap, name: HeaderName, value: &str) {
-    match HeaderValue::from_str(value) {
-        Ok(v) => {
-            out.insert(name, v);
-        }
-        Err(_) => tracing::warn!(header = %name, "value is not a valid header; not sent"),
+        checksum_headers(out, info);
     }
 }
 

@@ -23,6 +23,7 @@ mod cors;
 mod delete;
 pub mod error;
 mod get;
+mod headers;
 mod list;
 mod metrics;
 mod multipart;

@@ -15,7 +15,7 @@ use axum::response::Response;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use futures::TryStreamExt;
-use http::header::{self, HeaderName, HeaderValue};
+use http::header::{self, HeaderValue};
 use http::{HeaderMap, StatusCode};
 use percent_encoding::percent_decode_str;
 use quarry_object::{
@@ -26,9 +26,9 @@ use quarry_object::{
 use crate::api_error::{ApiError, ApiResult};
 use crate::error::S3ErrorCode;
 use crate::get::{evaluate_preconditions, object_headers, Precondition};
-use crate::put::{
-    check_acl_headers, check_storage_class, check_unsupported_headers, content_md5, stored_headers,
-    user_metadata, write_precondition,
+use crate::headers::{
+    check_acl_headers, check_storage_class, check_unsupported_headers, content_md5, set_header,
+    stored_headers, user_metadata, write_precondition,
 };
 use crate::server::ReqCtx;
 use crate::signature::{self, checksum::ChecksumAlgorithm, checksum::Checksummer};
@@ -100,15 +100,6 @@ fn algorithm_of(name: &str) -> ApiResult<ChecksumAlgorithm> {
     })
 }
 
-fn insert_header(out: &mut HeaderMap, name: &str, value: &str) {
-    if let (Ok(n), Ok(v)) = (
-        HeaderName::from_bytes(name.as_bytes()),
-        HeaderValue::from_str(value),
-    ) {
-        out.insert(n, v);
-    }
-}
-
 /// `POST /bucket/key?uploads`.
 pub async fn create_multipart_upload(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Response> {
     let headers = &ctx.parts.headers;
@@ -167,8 +158,8 @@ pub async fn create_multipart_upload(ctx: &ReqCtx, bucket: &str, key: &str) -> A
         &info.upload_id,
     ));
     if let Some(a) = algorithm {
-        insert_header(response.headers_mut(), "x-amz-checksum-algorithm", a.name());
-        insert_header(response.headers_mut(), "x-amz-checksum-type", "COMPOSITE");
+        set_header(response.headers_mut(), "x-amz-checksum-algorithm", a.name());
+        set_header(response.headers_mut(), "x-amz-checksum-type", "COMPOSITE");
     }
     Ok(response)
 }
@@ -197,13 +188,13 @@ pub async fn upload_part(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Res
         .put_object_part(bucket, key, upload_id, number, body, opts)
         .await?;
     let mut response = Response::new(Body::empty());
-    insert_header(
+    set_header(
         response.headers_mut(),
         "etag",
         &format!("\"{}\"", part.etag),
     );
     if let (Some(sum), Some(alg)) = (&part.checksum, &part.checksum_algorithm) {
-        insert_header(
+        set_header(
             response.headers_mut(),
             algorithm_of(alg)?.header_name(),
             sum,
@@ -481,8 +472,8 @@ pub async fn complete_multipart_upload(
         checksum.map(|(a, v)| (a.as_str(), v.as_str())),
     ));
     if let Some((a, v)) = checksum {
-        insert_header(response.headers_mut(), &format!("x-amz-checksum-{a}"), v);
-        insert_header(response.headers_mut(), "x-amz-checksum-type", "COMPOSITE");
+        set_header(response.headers_mut(), &format!("x-amz-checksum-{a}"), v);
+        set_header(response.headers_mut(), "x-amz-checksum-type", "COMPOSITE");
     }
     Ok(response)
 }
@@ -611,13 +602,13 @@ pub async fn get_object_part(
     let mut response = Response::new(body);
     let out = response.headers_mut();
     object_headers(out, &info, false);
-    insert_header(out, "content-length", &len.to_string());
+    set_header(out, "content-length", &len.to_string());
     // Only objects uploaded in parts (ETag `<md5>-N`) say how many parts they have.
     if info.etag.contains('-') {
-        insert_header(out, "x-amz-mp-parts-count", &info.parts.to_string());
+        set_header(out, "x-amz-mp-parts-count", &info.parts.to_string());
     }
     if len > 0 {
-        insert_header(
+        set_header(
             out,
             "content-range",
             &format!("bytes {offset}-{}/{}", offset + len - 1, info.size),

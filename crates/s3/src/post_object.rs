@@ -37,7 +37,8 @@ use time::OffsetDateTime;
 use crate::api_error::{ApiError, ApiResult};
 use crate::body::counted_stream;
 use crate::error::{S3Error, S3ErrorCode};
-use crate::put::{self, MAX_PUT_SIZE};
+use crate::headers::{check_acl_headers, stored_headers, user_metadata, STORED_HEADERS};
+use crate::put::MAX_PUT_SIZE;
 use crate::server::AppState;
 use crate::signature;
 use crate::xml::{self, XmlWriter};
@@ -419,12 +420,12 @@ async fn upload(
     // What the object is stored with.
     let file_type = file.content_type().map(|m| m.to_string());
     let headers = form_headers(&form, file_type.as_deref())?;
-    put::check_acl_headers(&headers)?;
+    check_acl_headers(&headers)?;
     let opts = PutOptions {
         size: None,
         content_md5: None,
-        headers: put::stored_headers(&headers)?,
-        user_meta: put::user_metadata(&headers)?,
+        headers: stored_headers(&headers)?,
+        user_meta: user_metadata(&headers)?,
         checksums: BTreeMap::new(),
         ..PutOptions::default()
     };
@@ -508,7 +509,7 @@ fn form_headers(form: &Form, file_type: Option<&str>) -> ApiResult<HeaderMap> {
         }
         let header = match name.as_str() {
             "acl" => "x-amz-acl",
-            n if put::STORED_HEADERS.contains(&n) || n.starts_with("x-amz-meta-") => n,
+            n if STORED_HEADERS.contains(&n) || n.starts_with("x-amz-meta-") => n,
             _ => continue,
         };
         let (Ok(n), Ok(v)) = (

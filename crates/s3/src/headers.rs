@@ -1,0 +1,349 @@
+//! The request headers the write operations share (PutObject, CopyObject, the multipart
+//! operations, browser uploads, CreateBucket, the ACL and CORS calls): the checks S3 makes before a
+//! byte of the body is read, the headers stored as object metadata, write preconditions, and the
+//! checksum headers of a response.
+//!
+//! Headers asking for something Quarry does not do (server-side encryption, tagging, object lock,
+//! ACL grants, website redirects) are refused with `NotImplemented` rather than ignored: a client
+//! that asked for encryption must not believe it got it.
+
+use std::collections::BTreeMap;
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use http::header::{HeaderName, HeaderValue};
+use http::HeaderMap;
+use quarry_object::{ObjectInfo, WritePrecondition};
+
+use crate::api_error::{ApiError, ApiResult};
+use crate::error::S3ErrorCode;
+
+/// The most user metadata (`x-amz-meta-*` names and values, in bytes) an object may carry.
+pub const MAX_USER_META: usize = 2 * 1024;
+
+/// Standard headers stored with the object and sent back on GET and HEAD.
+pub const STORED_HEADERS: &[&str] = &[
+    "cache-control",
+    "content-disposition",
+    "content-encoding",
+    "content-language",
+    "content-type",
+    "expires",
+];
+
+/// Header prefixes and names that request features Quarry does not implement.
+const UNSUPPORTED_HEADERS: &[(&str, &str)] = &[
+    ("x-amz-server-side-encryption", "Server-side encryption"),
+    ("x-amz-tagging", "Object tagging"),
+    ("x-amz-object-lock-", "Object lock"),
+    ("x-amz-website-redirect-location", "Website redirects"),
+    ("x-amz-grant-", "ACL grants"),
+    ("x-amz-write-offset-bytes", "Appends"),
+];
+
+/// `x-amz-checksum-<algorithm>` for each stored checksum and, when there is one,
+/// `x-amz-checksum-type` (a single-part object's checksum always covers the full object).
+pub fn checksum_headers(out: &mut HeaderMap, info: &ObjectInfo) {
+    for (name, value) in &info.checksums {
+        set_header(out, &format!("x-amz-checksum-{name}"), value);
+    }
+    if !info.checksums.is_empty() && !out.contains_key("x-amz-checksum-type") {
+        let kind = if info.checksums.values().any(|v| v.contains('-')) {
+            "COMPOSITE"
+        } else {
+            "FULL_OBJECT"
+        };
+        out.insert("x-amz-checksum-type", HeaderValue::from_static(kind));
+    }
+}
+
+/// Sets a response header. A name or value that is not a valid header (it came from stored
+/// metadata, say) is logged and not sent.
+pub(crate) fn set_header(out: &mut HeaderMap, name: &str, value: &str) {
+    match (
+        HeaderName::from_bytes(name.as_bytes()),
+        HeaderValue::from_str(value),
+    ) {
+        (Ok(n), Ok(v)) => {
+            out.insert(n, v);
+        }
+        _ => tracing::warn!(header = name, "value is not a valid header; not sent"),
+    }
+}
+
+fn not_implemented(what: &str) -> ApiError {
+    ApiError::new(
+        S3ErrorCode::NotImplemented,
+        format!("{what} is not implemented by Quarry."),
+    )
+}
+
+pub(crate) fn check_unsupported_headers(headers: &HeaderMap) -> ApiResult<()> {
+    for name in headers.keys() {
+        let name = name.as_str();
+        if let Some((_, what)) = UNSUPPORTED_HEADERS
+            .iter()
+            .find(|(prefix, _)| name.starts_with(prefix))
+        {
+            return Err(not_implemented(what));
+        }
+    }
+    Ok(())
+}
+
+/// Canned ACLs: every bucket and object is private to its one owner, so `private` (the default)
+/// is accepted and anything else is refused.
+pub fn check_acl_headers(headers: &HeaderMap) -> ApiResult<()> {
+    if headers
+        .keys()
+        .any(|k| k.as_str().starts_with("x-amz-grant-"))
+    {
+        return Err(not_implemented("ACL grants"));
+    }
+    match headers.get("x-amz-acl") {
+        None => Ok(()),
+        Some(v) if v.as_bytes() == b"private" => Ok(()),
+        Some(v) => Err(not_implemented(&format!(
+            "The canned ACL {:?}",
+            String::from_utf8_lossy(v.as_bytes())
+        ))),
+    }
+}
+
+pub(crate) fn check_storage_class(headers: &HeaderMap) -> ApiResult<()> {
+    match headers.get("x-amz-storage-class") {
+        None => Ok(()),
+        Some(v) if v.as_bytes() == b"STANDARD" => Ok(()),
+        Some(v) => Err(ApiError::new(
+            S3ErrorCode::InvalidStorageClass,
+            format!(
+                "The storage class {:?} is not valid: Quarry stores every object as STANDARD.",
+                String::from_utf8_lossy(v.as_bytes())
+            ),
+        )),
+    }
+}
+
+/// `Content-MD5`: the base64 of 16 bytes, or `InvalidDigest`.
+pub fn content_md5(headers: &HeaderMap) -> ApiResult<Option<[u8; 16]>> {
+    let Some(value) = headers.get("content-md5") else {
+        return Ok(None);
+    };
+    STANDARD
+        .decode(value.as_bytes())
+        .ok()
+        .and_then(|bytes| <[u8; 16]>::try_from(bytes).ok())
+        .map(Some)
+        .ok_or_else(|| ApiError::from(S3ErrorCode::InvalidDigest))
+}
+
+/// The standard headers to store, lower-case names to values. `aws-chunked` is a transfer detail
+/// of the upload and is dropped from `Content-Encoding`.
+pub fn stored_headers(headers: &HeaderMap) -> ApiResult<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    for &name in STORED_HEADERS {
+        let Some(value) = headers.get(name) else {
+            continue;
+        };
+        let value = header_text(name, value)?;
+        let value = if name == "content-encoding" {
+            value
+                .split(',')
+                .map(str::trim)
+                .filter(|e| !e.is_empty() && !e.eq_ignore_ascii_case("aws-chunked"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        } else {
+            value
+        };
+        if !value.is_empty() || name != "content-encoding" {
+            out.insert(name.to_owned(), value);
+        }
+    }
+    Ok(out)
+}
+
+/// `x-amz-meta-*` headers, prefix removed, names lower-case; at most 2 KiB in all.
+pub fn user_metadata(headers: &HeaderMap) -> ApiResult<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    let mut total = 0;
+    for (name, value) in headers {
+        let Some(meta) = name.as_str().strip_prefix("x-amz-meta-") else {
+            continue;
+        };
+        let value = header_text(name.as_str(), value)?;
+        total += meta.len() + value.len();
+        if total > MAX_USER_META {
+            return Err(ApiError::new(
+                S3ErrorCode::MetadataTooLarge,
+                format!("User metadata is limited to {MAX_USER_META} bytes of names and values."),
+            ));
+        }
+        // Repeated headers are joined as S3 does.
+        out.entry(meta.to_owned())
+            .and_modify(|v: &mut String| {
+                v.push(',');
+                v.push_str(&value);
+            })
+            .or_insert(value);
+    }
+    Ok(out)
+}
+
+fn header_text(name: &str, value: &HeaderValue) -> ApiResult<String> {
+    String::from_utf8(value.as_bytes().to_vec()).map_err(|_| {
+        ApiError::new(
+            S3ErrorCode::InvalidArgument,
+            format!("The value of header {name} is not UTF-8."),
+        )
+    })
+}
+
+/// `If-None-Match: *` (create only) and `If-Match: <etag>` on a write. S3 supports no other
+/// If-None-Match value on writes, so anything else is refused rather than ignored.
+pub fn write_precondition(headers: &HeaderMap) -> ApiResult<Option<WritePrecondition>> {
+    let text = |name: http::header::HeaderName| -> ApiResult<Option<String>> {
+        headers
+            .get(&name)
+            .map(|v| {
+                v.to_str().map(|s| s.trim().to_string()).map_err(|_| {
+                    ApiError::new(
+                        S3ErrorCode::InvalidArgument,
+                        format!("{name} is not valid text."),
+                    )
+                })
+            })
+            .transpose()
+    };
+    let none_match = text(http::header::IF_NONE_MATCH)?;
+    let if_match = text(http::header::IF_MATCH)?;
+    match (none_match, if_match) {
+        (Some(_), Some(_)) => Err(ApiError::new(
+            S3ErrorCode::NotImplemented,
+            "If-Match and If-None-Match together on a write are not supported.",
+        )),
+        (Some(v), None) if v == "*" => Ok(Some(WritePrecondition::IfNoneMatchAny)),
+        (Some(_), None) => Err(ApiError::new(
+            S3ErrorCode::NotImplemented,
+            "If-None-Match on a write only supports the value \"*\".",
+        )),
+        (None, Some(v)) => Ok(Some(WritePrecondition::IfMatch(v))),
+        (None, None) => Ok(None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut map = HeaderMap::new();
+        for (k, v) in pairs {
+            map.append(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        map
+    }
+
+    #[test]
+    fn content_md5_is_checked_for_shape() {
+        assert_eq!(content_md5(&headers(&[])).unwrap(), None);
+        let md5 = content_md5(&headers(&[("content-md5", "1B2M2Y8AsgTpgAmY7PhCfg==")])).unwrap();
+        assert_eq!(
+            md5.map(hex::encode).as_deref(),
+            Some("d41d8cd98f00b204e9800998ecf8427e")
+        );
+        for bad in ["not base64!", "AAAA", ""] {
+            let err = content_md5(&headers(&[("content-md5", bad)])).unwrap_err();
+            assert_eq!(err.code(), S3ErrorCode::InvalidDigest, "{bad}");
+        }
+    }
+
+    #[test]
+    fn stored_headers_drop_aws_chunked() {
+        let h = headers(&[
+            ("content-type", "text/plain"),
+            ("content-encoding", "aws-chunked,gzip"),
+            ("cache-control", "no-cache"),
+            ("x-other", "x"),
+        ]);
+        let stored = stored_headers(&h).unwrap();
+        assert_eq!(
+            stored.get("content-encoding").map(String::as_str),
+            Some("gzip")
+        );
+        assert_eq!(
+            stored.get("content-type").map(String::as_str),
+            Some("text/plain")
+        );
+        assert_eq!(
+            stored.get("cache-control").map(String::as_str),
+            Some("no-cache")
+        );
+        assert_eq!(stored.len(), 3);
+        let only_chunked =
+            stored_headers(&headers(&[("content-encoding", "aws-chunked")])).unwrap();
+        assert!(only_chunked.is_empty());
+    }
+
+    #[test]
+    fn user_metadata_is_collected_and_limited() {
+        let h = headers(&[
+            ("x-amz-meta-Color", "blue"),
+            ("x-amz-meta-empty", ""),
+            ("x-amz-metadata", "no"),
+        ]);
+        let meta = user_metadata(&h).unwrap();
+        assert_eq!(meta.get("color").map(String::as_str), Some("blue"));
+        assert_eq!(meta.get("empty").map(String::as_str), Some(""));
+        assert_eq!(meta.len(), 2);
+        let big = "x".repeat(MAX_USER_META);
+        let err = user_metadata(&headers(&[("x-amz-meta-a", &big)])).unwrap_err();
+        assert_eq!(err.code(), S3ErrorCode::MetadataTooLarge);
+    }
+
+    #[test]
+    fn unsupported_features_are_refused() {
+        for (name, value) in [
+            ("x-amz-server-side-encryption", "AES256"),
+            ("x-amz-tagging", "a=b"),
+            ("x-amz-object-lock-mode", "GOVERNANCE"),
+            ("x-amz-grant-read", "id=x"),
+            ("x-amz-acl", "public-read"),
+        ] {
+            let h = headers(&[(name, value)]);
+            let err = check_unsupported_headers(&h)
+                .and_then(|()| check_acl_headers(&h))
+                .unwrap_err();
+            assert_eq!(err.code(), S3ErrorCode::NotImplemented, "{name}");
+        }
+        assert!(check_acl_headers(&headers(&[("x-amz-acl", "private")])).is_ok());
+        assert!(check_storage_class(&headers(&[("x-amz-storage-class", "STANDARD")])).is_ok());
+        let err = check_storage_class(&headers(&[("x-amz-storage-class", "GLACIER")])).unwrap_err();
+        assert_eq!(err.code(), S3ErrorCode::InvalidStorageClass);
+    }
+
+    #[test]
+    fn checksum_response_headers() {
+        let mut info = ObjectInfo {
+            bucket: "b".into(),
+            key: "k".into(),
+            size: 0,
+            mod_time_ns: 0,
+            etag: "e".into(),
+            headers: BTreeMap::new(),
+            user_meta: BTreeMap::new(),
+            checksums: BTreeMap::new(),
+            parts: 1,
+        };
+        let mut out = HeaderMap::new();
+        checksum_headers(&mut out, &info);
+        assert!(out.is_empty());
+        info.checksums.insert("crc32".into(), "AAAAAA==".into());
+        checksum_headers(&mut out, &info);
+        assert_eq!(out["x-amz-checksum-crc32"], "AAAAAA==");
+        assert_eq!(out["x-amz-checksum-type"], "FULL_OBJECT");
+    }
+}
