@@ -50,12 +50,11 @@ impl ListBucketsParams {
     }
 }
 
-pub async fn list_buckets(ctx: &ReqCtx) -> ApiResult<Response> {
-    let params = ListBucketsParams::from_query(&ctx.query)?;
+pub async fn list_buckets(ctx: &ReqCtx, params: &ListBucketsParams) -> ApiResult<Response> {
     let buckets = ctx.layer().list_buckets().await?;
     Ok(xml_response(render_list_buckets(
         buckets,
-        &params,
+        params,
         ctx.region(),
     )?))
 }

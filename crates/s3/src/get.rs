@@ -1,6 +1,7 @@
 //! GetObject and HeadObject: the `Range` header, conditional requests (`If-Match`,
 //! `If-None-Match`, `If-Modified-Since`, `If-Unmodified-Since`), `response-*` header overrides,
-//! and the response headers of an object. The body streams from the object layer to the socket.
+//! one part of a multipart object (`?partNumber=N`), and the response headers of an object. The
+//! body streams from the object layer to the socket.
 
 use std::time::SystemTime;
 
@@ -14,6 +15,7 @@ use quarry_object::{HttpRange, ObjectInfo};
 use crate::api_error::{ApiError, ApiResult};
 use crate::error::S3ErrorCode;
 use crate::headers::{checksum_headers, set_header, STORED_HEADERS};
+use crate::multipart::part_number;
 use crate::router::Query;
 use crate::server::ReqCtx;
 use crate::xml::{http_date, system_time};
@@ -127,12 +129,44 @@ pub(crate) fn etag_list_matches(list: &str, etag: &str) -> bool {
     })
 }
 
-pub async fn get_object(ctx: &ReqCtx, bucket: &str, key: &str, head: bool) -> ApiResult<Response> {
-    if ctx.query.has("partNumber") {
-        return crate::multipart::get_object_part(ctx, bucket, key, head).await;
+/// What a GetObject or HeadObject reads, from its query.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ObjectRead {
+    /// The object, or the bytes its `Range` header names, with the `response-*` overrides.
+    Whole {
+        overrides: Vec<(HeaderName, HeaderValue)>,
+    },
+    /// `?partNumber=N`: that part of an object uploaded in parts (a whole object is part 1).
+    Part { number: u32 },
+}
+
+impl ObjectRead {
+    pub(crate) fn from_query(q: &Query) -> ApiResult<ObjectRead> {
+        match q.get("partNumber") {
+            Some(n) => Ok(ObjectRead::Part {
+                number: part_number(Some(n))?,
+            }),
+            None => Ok(ObjectRead::Whole {
+                overrides: response_overrides(q)?,
+            }),
+        }
     }
+}
+
+pub async fn get_object(
+    ctx: &ReqCtx,
+    bucket: &str,
+    key: &str,
+    read: ObjectRead,
+    head: bool,
+) -> ApiResult<Response> {
+    let overrides = match read {
+        ObjectRead::Whole { overrides } => overrides,
+        ObjectRead::Part { number } => {
+            return get_object_part(ctx, bucket, key, number, head).await
+        }
+    };
     let headers = &ctx.parts.headers;
-    let overrides = response_overrides(&ctx.query)?;
     let range = match headers.get(header::RANGE) {
         Some(v) => parse_range(&String::from_utf8_lossy(v.as_bytes()))?,
         None => None,
@@ -182,6 +216,47 @@ pub async fn get_object(ctx: &ReqCtx, bucket: &str, key: &str, head: bool) -> Ap
         checksum_mode,
         overrides,
     ))
+}
+
+/// GetObject and HeadObject with `partNumber`: that part's bytes of a completed object, as a 206
+/// with `Content-Range` and `x-amz-mp-parts-count`.
+async fn get_object_part(
+    ctx: &ReqCtx,
+    bucket: &str,
+    key: &str,
+    number: u32,
+    head: bool,
+) -> ApiResult<Response> {
+    let headers = &ctx.parts.headers;
+    if headers.contains_key(header::RANGE) {
+        return Err(ApiError::new(
+            S3ErrorCode::InvalidRequest,
+            "Cannot specify both Range header and partNumber query parameter",
+        ));
+    }
+    let reader = ctx.layer().get_object_part(bucket, key, number).await?;
+    check_preconditions(headers, &reader.info)?;
+    let body = if head {
+        Body::empty()
+    } else {
+        Body::from_stream(
+            reader
+                .body
+                .inspect_err(|e| tracing::error!(error = %e, "object part stream failed")),
+        )
+    };
+    let (_, len) = reader.range;
+    let mut response =
+        object_response(body, &reader.info, reader.range, len > 0, false, Vec::new());
+    // Only objects uploaded in parts (ETag `<md5>-N`) say how many parts they have.
+    if reader.info.etag.contains('-') {
+        set_header(
+            response.headers_mut(),
+            "x-amz-mp-parts-count",
+            &reader.info.parts.to_string(),
+        );
+    }
+    Ok(response)
 }
 
 /// A 200 (or 206 for a range) with the object's headers around `body`.

@@ -119,20 +119,26 @@ fn last_entry(page: &ListResult) -> Option<String> {
     last_key.max(last_prefix).map(str::to_owned)
 }
 
-pub async fn list_objects_v2(ctx: &ReqCtx, bucket: &str) -> ApiResult<Response> {
-    let params = ListParams::from_query(&ctx.query)?;
+pub async fn list_objects_v2(
+    ctx: &ReqCtx,
+    bucket: &str,
+    params: &ListParams,
+) -> ApiResult<Response> {
     let marker = match &params.continuation_token {
         Some(token) => Some(decode_token(token)?),
         None => params.start_after.clone(),
     };
-    let page = list_page(ctx, bucket, &params, marker).await?;
-    Ok(xml_response(render_v2(bucket, &params, &page)))
+    let page = list_page(ctx, bucket, params, marker).await?;
+    Ok(xml_response(render_v2(bucket, params, &page)))
 }
 
-pub async fn list_objects_v1(ctx: &ReqCtx, bucket: &str) -> ApiResult<Response> {
-    let params = ListParams::from_query(&ctx.query)?;
-    let page = list_page(ctx, bucket, &params, params.marker.clone()).await?;
-    Ok(xml_response(render_v1(bucket, &params, &page)))
+pub async fn list_objects_v1(
+    ctx: &ReqCtx,
+    bucket: &str,
+    params: &ListParams,
+) -> ApiResult<Response> {
+    let page = list_page(ctx, bucket, params, params.marker.clone()).await?;
+    Ok(xml_response(render_v1(bucket, params, &page)))
 }
 
 async fn list_page(

@@ -1,6 +1,6 @@
 //! Multipart uploads: CreateMultipartUpload, UploadPart, UploadPartCopy, CompleteMultipartUpload,
-//! AbortMultipartUpload, ListParts, ListMultipartUploads, and GetObject/HeadObject with
-//! `partNumber`.
+//! AbortMultipartUpload, ListParts, ListMultipartUploads, and the query parameters they take (the
+//! router parses them; a completed object's part is read by GetObject, in `get.rs`).
 //!
 //! Part bodies stream to the object layer as PUT bodies do. Additional checksums: an upload created
 //! with `x-amz-checksum-algorithm` stores each part's checksum in that algorithm (computed here as
@@ -15,7 +15,7 @@ use axum::response::Response;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use futures::TryStreamExt;
-use http::header::{self, HeaderValue};
+use http::header;
 use http::{HeaderMap, StatusCode};
 use percent_encoding::percent_decode_str;
 use quarry_object::{
@@ -25,11 +25,12 @@ use quarry_object::{
 
 use crate::api_error::{ApiError, ApiResult};
 use crate::error::S3ErrorCode;
-use crate::get::{evaluate_preconditions, object_headers, Precondition};
+use crate::get::{evaluate_preconditions, Precondition};
 use crate::headers::{
     check_acl_headers, check_storage_class, check_unsupported_headers, content_md5, set_header,
     stored_headers, user_metadata, write_precondition,
 };
+use crate::router::Query;
 use crate::server::ReqCtx;
 use crate::signature::{self, checksum::ChecksumAlgorithm, checksum::Checksummer};
 use crate::xml::{self, xml_response, ListUploadsEcho};
@@ -42,15 +43,15 @@ fn invalid_argument(message: impl Into<String>) -> ApiError {
 }
 
 /// The `uploadId` query parameter.
-fn upload_id(ctx: &ReqCtx) -> ApiResult<&str> {
-    match ctx.query.get("uploadId") {
-        Some(id) if !id.is_empty() => Ok(id),
+pub(crate) fn upload_id(q: &Query) -> ApiResult<String> {
+    match q.get("uploadId") {
+        Some(id) if !id.is_empty() => Ok(id.to_owned()),
         _ => Err(invalid_argument("This operation needs an uploadId.")),
     }
 }
 
-/// A part number, 1..=10000.
-fn parse_part_number(value: Option<&str>) -> ApiResult<u32> {
+/// A part number (`partNumber`), 1..=10000.
+pub(crate) fn part_number(value: Option<&str>) -> ApiResult<u32> {
     value
         .and_then(|v| v.parse::<u32>().ok())
         .filter(|n| (1..=MAX_PARTS).contains(n))
@@ -62,14 +63,77 @@ fn parse_part_number(value: Option<&str>) -> ApiResult<u32> {
 }
 
 /// An optional non-negative integer query parameter (`max-parts`, `part-number-marker`, ...).
-fn query_number(ctx: &ReqCtx, name: &str) -> ApiResult<Option<u64>> {
-    match ctx.query.get(name) {
+fn query_number(q: &Query, name: &str) -> ApiResult<Option<u64>> {
+    match q.get(name) {
         None => Ok(None),
         Some(v) => v.trim().parse::<u64>().map(Some).map_err(|_| {
             invalid_argument(format!(
                 "Provided {name} not an integer or within integer range"
             ))
         }),
+    }
+}
+
+/// The parameters of ListParts, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListPartsParams {
+    /// `max-parts`, at most [`MAX_LIST`].
+    pub max_parts: usize,
+    /// `part-number-marker`: the page starts after this part (0: from the first).
+    pub part_number_marker: u32,
+}
+
+impl ListPartsParams {
+    pub(crate) fn from_query(q: &Query) -> ApiResult<Self> {
+        let max_parts =
+            query_number(q, "max-parts")?.map_or(MAX_LIST, |n| (n as usize).min(MAX_LIST));
+        let part_number_marker = match query_number(q, "part-number-marker")? {
+            None => 0,
+            Some(n) => u32::try_from(n).unwrap_or(u32::MAX),
+        };
+        Ok(ListPartsParams {
+            max_parts,
+            part_number_marker,
+        })
+    }
+}
+
+/// The parameters of ListMultipartUploads, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListUploadsParams {
+    pub prefix: String,
+    pub delimiter: Option<String>,
+    pub key_marker: Option<String>,
+    /// As sent; it only counts together with a `key-marker`.
+    pub upload_id_marker: Option<String>,
+    /// `max-uploads`, at most [`MAX_LIST`].
+    pub max_uploads: usize,
+    /// `encoding-type=url`.
+    pub url_encoded: bool,
+}
+
+impl ListUploadsParams {
+    pub(crate) fn from_query(q: &Query) -> ApiResult<Self> {
+        let url_encoded = match q.get("encoding-type") {
+            None => false,
+            Some("url") => true,
+            Some(_) => {
+                return Err(invalid_argument(
+                    "Invalid Encoding Method specified in Request",
+                ))
+            }
+        };
+        let max_uploads =
+            query_number(q, "max-uploads")?.map_or(MAX_LIST, |n| (n as usize).min(MAX_LIST));
+        let non_empty = |name: &str| q.get(name).filter(|v| !v.is_empty()).map(str::to_owned);
+        Ok(ListUploadsParams {
+            prefix: q.get("prefix").unwrap_or("").to_owned(),
+            delimiter: non_empty("delimiter"),
+            key_marker: non_empty("key-marker"),
+            upload_id_marker: non_empty("upload-id-marker"),
+            max_uploads,
+            url_encoded,
+        })
     }
 }
 
@@ -165,10 +229,14 @@ pub async fn create_multipart_upload(ctx: &ReqCtx, bucket: &str, key: &str) -> A
 }
 
 /// `PUT /bucket/key?partNumber=N&uploadId=X`.
-pub async fn upload_part(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Response> {
+pub async fn upload_part(
+    ctx: &ReqCtx,
+    bucket: &str,
+    key: &str,
+    upload_id: &str,
+    number: u32,
+) -> ApiResult<Response> {
     check_unsupported_headers(&ctx.parts.headers)?;
-    let number = parse_part_number(ctx.query.get("partNumber"))?;
-    let upload_id = upload_id(ctx)?;
     let size = signature::declared_size(&ctx.parts)
         .ok_or_else(|| ApiError::from(S3ErrorCode::MissingContentLength))?;
     if size > MAX_PART_SIZE {
@@ -279,10 +347,14 @@ fn copy_conditions(headers: &HeaderMap) -> HeaderMap {
 }
 
 /// `PUT /bucket/key?partNumber=N&uploadId=X` with `x-amz-copy-source`.
-pub async fn upload_part_copy(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Response> {
+pub async fn upload_part_copy(
+    ctx: &ReqCtx,
+    bucket: &str,
+    key: &str,
+    upload_id: &str,
+    number: u32,
+) -> ApiResult<Response> {
     check_unsupported_headers(&ctx.parts.headers)?;
-    let number = parse_part_number(ctx.query.get("partNumber"))?;
-    let upload_id = upload_id(ctx)?;
     let headers = &ctx.parts.headers;
     let source = headers
         .get("x-amz-copy-source")
@@ -359,8 +431,8 @@ pub async fn complete_multipart_upload(
     ctx: &ReqCtx,
     bucket: &str,
     key: &str,
+    upload_id: &str,
 ) -> ApiResult<Response> {
-    let upload_id = upload_id(ctx)?.to_owned();
     let precondition = write_precondition(&ctx.parts.headers)?;
     let body = ctx.small_body().await?;
     let requested = xml::parse_complete_multipart_upload(&body)?;
@@ -384,7 +456,7 @@ pub async fn complete_multipart_upload(
             .list_object_parts(
                 bucket,
                 key,
-                &upload_id,
+                upload_id,
                 ListPartsOptions {
                     part_number_marker: marker,
                     max_parts: MAX_PARTS as usize,
@@ -448,7 +520,7 @@ pub async fn complete_multipart_upload(
     }
     let info = ctx
         .layer()
-        .complete_multipart_upload(bucket, key, &upload_id, parts, opts)
+        .complete_multipart_upload(bucket, key, upload_id, parts, opts)
         .await?;
     let host = ctx
         .parts
@@ -479,8 +551,12 @@ pub async fn complete_multipart_upload(
 }
 
 /// `DELETE /bucket/key?uploadId=X`: 204.
-pub async fn abort_multipart_upload(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Response> {
-    let upload_id = upload_id(ctx)?;
+pub async fn abort_multipart_upload(
+    ctx: &ReqCtx,
+    bucket: &str,
+    key: &str,
+    upload_id: &str,
+) -> ApiResult<Response> {
     ctx.layer()
         .abort_multipart_upload(bucket, key, upload_id)
         .await?;
@@ -490,14 +566,14 @@ pub async fn abort_multipart_upload(ctx: &ReqCtx, bucket: &str, key: &str) -> Ap
 }
 
 /// `GET /bucket/key?uploadId=X`.
-pub async fn list_parts(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Response> {
-    let upload_id = upload_id(ctx)?;
-    let max_parts =
-        query_number(ctx, "max-parts")?.map_or(MAX_LIST, |n| (n as usize).min(MAX_LIST));
-    let marker = match query_number(ctx, "part-number-marker")? {
-        None => 0,
-        Some(n) => u32::try_from(n).unwrap_or(u32::MAX),
-    };
+pub async fn list_parts(
+    ctx: &ReqCtx,
+    bucket: &str,
+    key: &str,
+    upload_id: &str,
+    params: &ListPartsParams,
+) -> ApiResult<Response> {
+    let (marker, max_parts) = (params.part_number_marker, params.max_parts);
     let page = ctx
         .layer()
         .list_object_parts(
@@ -516,33 +592,22 @@ pub async fn list_parts(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Resp
 }
 
 /// `GET /bucket?uploads`.
-pub async fn list_multipart_uploads(ctx: &ReqCtx, bucket: &str) -> ApiResult<Response> {
-    let q = &ctx.query;
-    let url_encoded = match q.get("encoding-type") {
-        None => false,
-        Some("url") => true,
-        Some(_) => {
-            return Err(invalid_argument(
-                "Invalid Encoding Method specified in Request",
-            ))
-        }
-    };
-    let max_uploads =
-        query_number(ctx, "max-uploads")?.map_or(MAX_LIST, |n| (n as usize).min(MAX_LIST));
-    let prefix = q.get("prefix").unwrap_or("");
-    let delimiter = q.get("delimiter").filter(|d| !d.is_empty());
-    let key_marker = q.get("key-marker").filter(|m| !m.is_empty());
-    let upload_id_marker = q.get("upload-id-marker").filter(|m| !m.is_empty());
+pub async fn list_multipart_uploads(
+    ctx: &ReqCtx,
+    bucket: &str,
+    params: &ListUploadsParams,
+) -> ApiResult<Response> {
+    let key_marker = params.key_marker.as_deref();
     let page = ctx
         .layer()
         .list_multipart_uploads(
             bucket,
             ListUploadsOptions {
-                prefix: prefix.to_owned(),
-                delimiter: delimiter.map(str::to_owned),
-                key_marker: key_marker.map(str::to_owned),
-                upload_id_marker: key_marker.and(upload_id_marker).map(str::to_owned),
-                max_uploads,
+                prefix: params.prefix.clone(),
+                delimiter: params.delimiter.clone(),
+                key_marker: params.key_marker.clone(),
+                upload_id_marker: key_marker.and(params.upload_id_marker.clone()),
+                max_uploads: params.max_uploads,
             },
         )
         .await?;
@@ -550,72 +615,14 @@ pub async fn list_multipart_uploads(ctx: &ReqCtx, bucket: &str) -> ApiResult<Res
         &page,
         &ListUploadsEcho {
             bucket,
-            prefix,
-            delimiter,
+            prefix: &params.prefix,
+            delimiter: params.delimiter.as_deref(),
             key_marker,
-            upload_id_marker,
-            max_uploads,
-            url_encoded,
+            upload_id_marker: params.upload_id_marker.as_deref(),
+            max_uploads: params.max_uploads,
+            url_encoded: params.url_encoded,
         },
     )))
-}
-
-/// GetObject and HeadObject with `partNumber`: that part's bytes of a completed object, as a 206
-/// with `Content-Range` and `x-amz-mp-parts-count`.
-pub async fn get_object_part(
-    ctx: &ReqCtx,
-    bucket: &str,
-    key: &str,
-    head: bool,
-) -> ApiResult<Response> {
-    let number = parse_part_number(ctx.query.get("partNumber"))?;
-    let headers = &ctx.parts.headers;
-    if headers.contains_key(header::RANGE) {
-        return Err(ApiError::new(
-            S3ErrorCode::InvalidRequest,
-            "Cannot specify both Range header and partNumber query parameter",
-        ));
-    }
-    let reader = ctx.layer().get_object_part(bucket, key, number).await?;
-    match evaluate_preconditions(headers, &reader.info.etag, reader.info.mod_time_ns) {
-        Precondition::Proceed => {}
-        Precondition::Failed => return Err(S3ErrorCode::PreconditionFailed.into()),
-        Precondition::NotModified => {
-            let mut err = ApiError::from(S3ErrorCode::NotModified);
-            if let Ok(v) = HeaderValue::from_str(&format!("\"{}\"", reader.info.etag)) {
-                err.headers.push((header::ETAG, v));
-            }
-            return Err(err);
-        }
-    }
-    let info = reader.info;
-    let (offset, len) = reader.range;
-    let body = if head {
-        Body::empty()
-    } else {
-        Body::from_stream(
-            reader
-                .body
-                .inspect_err(|e| tracing::error!(error = %e, "object part stream failed")),
-        )
-    };
-    let mut response = Response::new(body);
-    let out = response.headers_mut();
-    object_headers(out, &info, false);
-    set_header(out, "content-length", &len.to_string());
-    // Only objects uploaded in parts (ETag `<md5>-N`) say how many parts they have.
-    if info.etag.contains('-') {
-        set_header(out, "x-amz-mp-parts-count", &info.parts.to_string());
-    }
-    if len > 0 {
-        set_header(
-            out,
-            "content-range",
-            &format!("bytes {offset}-{}/{}", offset + len - 1, info.size),
-        );
-        *response.status_mut() = StatusCode::PARTIAL_CONTENT;
-    }
-    Ok(response)
 }
 
 #[cfg(test)]
@@ -661,8 +668,8 @@ mod tests {
 
     #[test]
     fn part_numbers() {
-        assert_eq!(parse_part_number(Some("1")).unwrap(), 1);
-        assert_eq!(parse_part_number(Some("10000")).unwrap(), 10000);
+        assert_eq!(part_number(Some("1")).unwrap(), 1);
+        assert_eq!(part_number(Some("10000")).unwrap(), 10000);
         for bad in [
             None,
             Some("0"),
@@ -672,7 +679,7 @@ mod tests {
             Some(""),
         ] {
             assert_eq!(
-                parse_part_number(bad).unwrap_err().code(),
+                part_number(bad).unwrap_err().code(),
                 S3ErrorCode::InvalidArgument
             );
         }

@@ -1,13 +1,17 @@
 //! Which S3 operation a request is: one [`Endpoint`], parsed once from the method, the path, the
-//! query keywords and a few headers. Handlers never look at the method or path again.
+//! query keywords and a few headers (`x-amz-copy-source`, a form's `Content-Type`). Each variant
+//! carries its bucket, key and query parameters, parsed and validated here (upload id, part
+//! number, list markers and limits, `response-*` overrides), so handlers never look at the
+//! method, path or query again. A bad parameter is the request's S3 error (`InvalidArgument`,
+//! mostly), answered after authentication like every routing error.
 //!
 //! Addressing: path style (`/bucket/key`), or virtual-host style, where the server passes the
 //! bucket taken from the `Host` header (`<bucket>.<domain>`) as `host_bucket` and the whole path
 //! is the key.
 //!
 //! Operations Quarry does not implement still get a name here ([`Endpoint::Unsupported`]) and
-//! answer `NotImplemented`: a request for `?acl`, `?versioning`, multipart uploads and the like
-//! never falls through to a plain GET or PUT and succeeds silently.
+//! answer `NotImplemented`: a request for `?versioning`, `?tagging`, a specific object version and
+//! the like never falls through to a plain GET or PUT and succeeds silently.
 //!
 //! Health probes (`/health/live`, `/health/ready`) are anonymous `GET`/`HEAD` requests. Quarry
 //! serves no anonymous S3 access at all, so a request without credentials cannot mean an object
@@ -16,9 +20,14 @@
 use http::{HeaderMap, Method};
 use percent_encoding::percent_decode_str;
 
+use crate::api_error::ApiResult;
+use crate::bucket::ListBucketsParams;
 use crate::error::{S3Error, S3ErrorCode};
+use crate::get::ObjectRead;
+use crate::list::ListParams;
+use crate::multipart::{self, ListPartsParams, ListUploadsParams};
 
-/// The S3 operations, with the bucket and key they act on.
+/// The S3 operations, with the bucket and key they act on and their parsed query parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Endpoint {
     /// `GET /health/live`, anonymous: the process is up.
@@ -27,7 +36,9 @@ pub enum Endpoint {
     HealthReady,
     /// `GET /metrics`, anonymous: Prometheus text exposition (see `metrics.rs`).
     Metrics,
-    ListBuckets,
+    ListBuckets {
+        params: ListBucketsParams,
+    },
     CreateBucket {
         bucket: String,
     },
@@ -42,9 +53,11 @@ pub enum Endpoint {
     },
     ListObjects {
         bucket: String,
+        params: ListParams,
     },
     ListObjectsV2 {
         bucket: String,
+        params: ListParams,
     },
     PutObject {
         bucket: String,
@@ -55,13 +68,16 @@ pub enum Endpoint {
         bucket: String,
         key: String,
     },
+    /// `GET /bucket/key`, or with `?partNumber=N` that part of a completed multipart object.
     GetObject {
         bucket: String,
         key: String,
+        read: ObjectRead,
     },
     HeadObject {
         bucket: String,
         key: String,
+        read: ObjectRead,
     },
     DeleteObject {
         bucket: String,
@@ -94,6 +110,7 @@ pub enum Endpoint {
     /// `GET /bucket?uploads`.
     ListMultipartUploads {
         bucket: String,
+        params: ListUploadsParams,
     },
     /// `POST /bucket/key?uploads`.
     CreateMultipartUpload {
@@ -104,26 +121,34 @@ pub enum Endpoint {
     UploadPart {
         bucket: String,
         key: String,
+        upload_id: String,
+        part_number: u32,
     },
     /// `PUT /bucket/key?partNumber=N&uploadId=X` with `x-amz-copy-source`.
     UploadPartCopy {
         bucket: String,
         key: String,
+        upload_id: String,
+        part_number: u32,
     },
     /// `POST /bucket/key?uploadId=X`.
     CompleteMultipartUpload {
         bucket: String,
         key: String,
+        upload_id: String,
     },
     /// `DELETE /bucket/key?uploadId=X`.
     AbortMultipartUpload {
         bucket: String,
         key: String,
+        upload_id: String,
     },
     /// `GET /bucket/key?uploadId=X`.
     ListParts {
         bucket: String,
         key: String,
+        upload_id: String,
+        params: ListPartsParams,
     },
     /// `GET /bucket?acl`: always the owner's `FULL_CONTROL` (see `acl.rs`).
     GetBucketAcl {
@@ -154,7 +179,8 @@ pub enum Endpoint {
 }
 
 impl Endpoint {
-    /// Whether the request must carry a valid signature. Only the health probes are anonymous.
+    /// Whether the request must carry a valid signature. Anonymous: the health probes and
+    /// `/metrics`, CORS preflights, and browser uploads (authenticated by their signed policy).
     pub fn needs_auth(&self) -> bool {
         !matches!(
             self,
@@ -173,15 +199,15 @@ impl Endpoint {
             E::HealthLive
             | E::HealthReady
             | E::Metrics
-            | E::ListBuckets
+            | E::ListBuckets { .. }
             | E::Admin { .. }
             | E::Unsupported { .. } => None,
             E::CreateBucket { bucket }
             | E::HeadBucket { bucket }
             | E::DeleteBucket { bucket }
             | E::GetBucketLocation { bucket }
-            | E::ListObjects { bucket }
-            | E::ListObjectsV2 { bucket }
+            | E::ListObjects { bucket, .. }
+            | E::ListObjectsV2 { bucket, .. }
             | E::PutObject { bucket, .. }
             | E::CopyObject { bucket, .. }
             | E::GetObject { bucket, .. }
@@ -193,7 +219,7 @@ impl Endpoint {
             | E::DeleteBucketCors { bucket }
             | E::CorsPreflight { bucket, .. }
             | E::PostObject { bucket }
-            | E::ListMultipartUploads { bucket }
+            | E::ListMultipartUploads { bucket, .. }
             | E::CreateMultipartUpload { bucket, .. }
             | E::UploadPart { bucket, .. }
             | E::UploadPartCopy { bucket, .. }
@@ -213,7 +239,7 @@ impl Endpoint {
             Endpoint::HealthLive => "HealthLive",
             Endpoint::HealthReady => "HealthReady",
             Endpoint::Metrics => "Metrics",
-            Endpoint::ListBuckets => "ListBuckets",
+            Endpoint::ListBuckets { .. } => "ListBuckets",
             Endpoint::CreateBucket { .. } => "CreateBucket",
             Endpoint::HeadBucket { .. } => "HeadBucket",
             Endpoint::DeleteBucket { .. } => "DeleteBucket",
@@ -423,7 +449,7 @@ pub fn parse(
                 "The bucket name is empty.",
             ));
         }
-        return service_endpoint(method);
+        return service_endpoint(method, query);
     }
     if key.is_empty() {
         if method == Method::POST && keyword(query, BUCKET_SUBRESOURCES).is_none() {
@@ -466,9 +492,16 @@ fn method_not_allowed(method: &Method, what: &str) -> S3Error {
     )
 }
 
-fn service_endpoint(method: &Method) -> Result<Endpoint, S3Error> {
+/// A parameter parsed by its handler's module: its error is the request's.
+fn param<T>(parsed: ApiResult<T>) -> Result<T, S3Error> {
+    parsed.map_err(|e| e.error)
+}
+
+fn service_endpoint(method: &Method, query: &Query) -> Result<Endpoint, S3Error> {
     match *method {
-        Method::GET => Ok(Endpoint::ListBuckets),
+        Method::GET => Ok(Endpoint::ListBuckets {
+            params: param(ListBucketsParams::from_query(query))?,
+        }),
         _ => Err(method_not_allowed(method, "the service")),
     }
 }
@@ -527,15 +560,24 @@ fn bucket_endpoint(method: &Method, query: &Query, bucket: String) -> Result<End
         (Method::GET, Some("cors")) => Ok(Endpoint::GetBucketCors { bucket }),
         (Method::PUT, Some("cors")) => Ok(Endpoint::PutBucketCors { bucket }),
         (Method::DELETE, Some("cors")) => Ok(Endpoint::DeleteBucketCors { bucket }),
-        (Method::GET, Some("uploads")) => Ok(Endpoint::ListMultipartUploads { bucket }),
+        (Method::GET, Some("uploads")) => Ok(Endpoint::ListMultipartUploads {
+            bucket,
+            params: param(ListUploadsParams::from_query(query))?,
+        }),
         (Method::GET, Some("acl")) => Ok(Endpoint::GetBucketAcl { bucket }),
         (Method::PUT, Some("acl")) => Ok(Endpoint::PutBucketAcl { bucket }),
         (Method::GET | Method::PUT | Method::DELETE | Method::POST | Method::HEAD, Some(sub)) => {
             Ok(unsupported(bucket_operation_name(method, sub)))
         }
         (Method::GET, None) => match query.get("list-type") {
-            None => Ok(Endpoint::ListObjects { bucket }),
-            Some("2") => Ok(Endpoint::ListObjectsV2 { bucket }),
+            None => Ok(Endpoint::ListObjects {
+                bucket,
+                params: param(ListParams::from_query(query))?,
+            }),
+            Some("2") => Ok(Endpoint::ListObjectsV2 {
+                bucket,
+                params: param(ListParams::from_query(query))?,
+            }),
             Some(other) => Err(S3Error::new(
                 S3ErrorCode::InvalidArgument,
                 format!("Invalid list-type {other:?}: only 2 is defined."),
@@ -576,9 +618,18 @@ fn object_endpoint(
     let sub = keyword(query, OBJECT_SUBRESOURCES);
     // An explicit version other than "null" (the only version of an unversioned object).
     let versioned = query.get("versionId").is_some_and(|v| v != "null");
+    let read = || -> Result<ObjectRead, S3Error> { param(ObjectRead::from_query(query)) };
+    let upload_id = || param(multipart::upload_id(query));
+    let part_number = || param(multipart::part_number(query.get("partNumber")));
     let op = match (method.clone(), sub) {
-        (Method::GET, None) if !versioned => return Ok(Endpoint::GetObject { bucket, key }),
-        (Method::HEAD, None) if !versioned => return Ok(Endpoint::HeadObject { bucket, key }),
+        (Method::GET, None | Some("partNumber")) if !versioned => {
+            let read = read()?;
+            return Ok(Endpoint::GetObject { bucket, key, read });
+        }
+        (Method::HEAD, None | Some("partNumber")) if !versioned => {
+            let read = read()?;
+            return Ok(Endpoint::HeadObject { bucket, key, read });
+        }
         (Method::DELETE, None) if !versioned => return Ok(Endpoint::DeleteObject { bucket, key }),
         (Method::PUT, None) if copy => return Ok(Endpoint::CopyObject { bucket, key }),
         (Method::PUT, None) => return Ok(Endpoint::PutObject { bucket, key }),
@@ -589,24 +640,48 @@ fn object_endpoint(
             return Ok(Endpoint::CreateMultipartUpload { bucket, key })
         }
         (Method::POST, Some("uploadId")) => {
-            return Ok(Endpoint::CompleteMultipartUpload { bucket, key })
-        }
-        (Method::PUT, Some("uploadId" | "partNumber")) if copy => {
-            return Ok(Endpoint::UploadPartCopy { bucket, key })
+            let upload_id = upload_id()?;
+            return Ok(Endpoint::CompleteMultipartUpload {
+                bucket,
+                key,
+                upload_id,
+            });
         }
         (Method::PUT, Some("uploadId" | "partNumber")) => {
-            return Ok(Endpoint::UploadPart { bucket, key })
+            let (part_number, upload_id) = (part_number()?, upload_id()?);
+            return Ok(if copy {
+                Endpoint::UploadPartCopy {
+                    bucket,
+                    key,
+                    upload_id,
+                    part_number,
+                }
+            } else {
+                Endpoint::UploadPart {
+                    bucket,
+                    key,
+                    upload_id,
+                    part_number,
+                }
+            });
         }
-        (Method::GET, Some("uploadId")) => return Ok(Endpoint::ListParts { bucket, key }),
+        (Method::GET, Some("uploadId")) => {
+            let upload_id = upload_id()?;
+            let params = param(ListPartsParams::from_query(query))?;
+            return Ok(Endpoint::ListParts {
+                bucket,
+                key,
+                upload_id,
+                params,
+            });
+        }
         (Method::DELETE, Some("uploadId")) => {
-            return Ok(Endpoint::AbortMultipartUpload { bucket, key })
-        }
-        // GetObject and HeadObject read `partNumber` themselves.
-        (Method::GET, Some("partNumber")) if !versioned => {
-            return Ok(Endpoint::GetObject { bucket, key })
-        }
-        (Method::HEAD, Some("partNumber")) if !versioned => {
-            return Ok(Endpoint::HeadObject { bucket, key })
+            let upload_id = upload_id()?;
+            return Ok(Endpoint::AbortMultipartUpload {
+                bucket,
+                key,
+                upload_id,
+            });
         }
         (Method::GET | Method::HEAD, Some("partNumber")) => {
             format!("{} of a specific object version", verb(method))
@@ -660,13 +735,65 @@ mod tests {
         name.to_owned()
     }
 
+    /// A listing's parameters when the query gives none.
+    fn lb() -> ListBucketsParams {
+        ListBucketsParams::default()
+    }
+
+    fn lp() -> ListParams {
+        ListParams {
+            prefix: b(""),
+            delimiter: None,
+            max_keys: crate::list::MAX_KEYS,
+            encoding_url: false,
+            marker: None,
+            continuation_token: None,
+            start_after: None,
+            fetch_owner: false,
+        }
+    }
+
+    fn whole() -> ObjectRead {
+        ObjectRead::Whole {
+            overrides: Vec::new(),
+        }
+    }
+
+    fn uploads() -> ListUploadsParams {
+        ListUploadsParams {
+            prefix: b(""),
+            delimiter: None,
+            key_marker: None,
+            upload_id_marker: None,
+            max_uploads: 1000,
+            url_encoded: false,
+        }
+    }
+
     #[test]
     fn routing_table() {
         use Endpoint::*;
         let auth = [("authorization", "AWS4-HMAC-SHA256 ...")];
         let cases: Vec<Case<Endpoint>> = vec![
-            ("GET", "/", &auth, ListBuckets),
-            ("GET", "/?x-id=ListBuckets", &auth, ListBuckets),
+            ("GET", "/", &auth, ListBuckets { params: lb() }),
+            (
+                "GET",
+                "/?x-id=ListBuckets",
+                &auth,
+                ListBuckets { params: lb() },
+            ),
+            (
+                "GET",
+                "/?max-buckets=2&prefix=a",
+                &auth,
+                ListBuckets {
+                    params: ListBucketsParams {
+                        prefix: Some(b("a")),
+                        max_buckets: Some(2),
+                        ..lb()
+                    },
+                },
+            ),
             ("PUT", "/bkt", &auth, CreateBucket { bucket: b("bkt") }),
             ("PUT", "/bkt/", &auth, CreateBucket { bucket: b("bkt") }),
             ("HEAD", "/bkt", &auth, HeadBucket { bucket: b("bkt") }),
@@ -683,24 +810,49 @@ mod tests {
                 &auth,
                 GetBucketLocation { bucket: b("bkt") },
             ),
-            ("GET", "/bkt", &auth, ListObjects { bucket: b("bkt") }),
+            (
+                "GET",
+                "/bkt",
+                &auth,
+                ListObjects {
+                    bucket: b("bkt"),
+                    params: lp(),
+                },
+            ),
             (
                 "GET",
                 "/bkt?prefix=a&marker=b&max-keys=3",
                 &auth,
-                ListObjects { bucket: b("bkt") },
+                ListObjects {
+                    bucket: b("bkt"),
+                    params: ListParams {
+                        prefix: b("a"),
+                        marker: Some(b("b")),
+                        max_keys: 3,
+                        ..lp()
+                    },
+                },
             ),
             (
                 "GET",
                 "/bkt?list-type=2&prefix=",
                 &auth,
-                ListObjectsV2 { bucket: b("bkt") },
+                ListObjectsV2 {
+                    bucket: b("bkt"),
+                    params: lp(),
+                },
             ),
             (
                 "GET",
                 "/bkt?list-type=2&fetch-owner&start-after=x",
                 &auth,
-                ListObjectsV2 { bucket: b("bkt") },
+                ListObjectsV2 {
+                    bucket: b("bkt"),
+                    params: ListParams {
+                        start_after: Some(b("x")),
+                        ..lp()
+                    },
+                },
             ),
             (
                 "PUT",
@@ -727,6 +879,7 @@ mod tests {
                 GetObject {
                     bucket: b("bkt"),
                     key: b("a b+c+d"),
+                    read: whole(),
                 },
             ),
             (
@@ -736,6 +889,12 @@ mod tests {
                 GetObject {
                     bucket: b("bkt"),
                     key: b("k"),
+                    read: ObjectRead::Whole {
+                        overrides: vec![(
+                            http::header::CONTENT_TYPE,
+                            HeaderValue::from_static("x"),
+                        )],
+                    },
                 },
             ),
             (
@@ -745,6 +904,7 @@ mod tests {
                 HeadObject {
                     bucket: b("bkt"),
                     key: b("k"),
+                    read: whole(),
                 },
             ),
             (
@@ -775,6 +935,7 @@ mod tests {
                 GetObject {
                     bucket: b("bkt"),
                     key: b("dir/"),
+                    read: whole(),
                 },
             ),
             // Health: anonymous only; with credentials it is an ordinary object.
@@ -787,6 +948,7 @@ mod tests {
                 &auth,
                 ListObjects {
                     bucket: b("metrics"),
+                    params: lp(),
                 },
             ),
             (
@@ -796,6 +958,7 @@ mod tests {
                 GetObject {
                     bucket: b("health"),
                     key: b("live"),
+                    read: whole(),
                 },
             ),
             (
@@ -805,6 +968,7 @@ mod tests {
                 GetObject {
                     bucket: b("health"),
                     key: b("live"),
+                    read: whole(),
                 },
             ),
             (
@@ -833,13 +997,25 @@ mod tests {
                 "GET",
                 "/bkt?uploads",
                 &auth,
-                ListMultipartUploads { bucket: bk() },
+                ListMultipartUploads {
+                    bucket: bk(),
+                    params: uploads(),
+                },
             ),
             (
                 "GET",
                 "/bkt?uploads&prefix=a&key-marker=x&upload-id-marker=y&max-uploads=3",
                 &auth,
-                ListMultipartUploads { bucket: bk() },
+                ListMultipartUploads {
+                    bucket: bk(),
+                    params: ListUploadsParams {
+                        prefix: b("a"),
+                        key_marker: Some(b("x")),
+                        upload_id_marker: Some(b("y")),
+                        max_uploads: 3,
+                        ..uploads()
+                    },
+                },
             ),
             (
                 "POST",
@@ -857,6 +1033,8 @@ mod tests {
                 UploadPart {
                     bucket: bk(),
                     key: k(),
+                    upload_id: b("u"),
+                    part_number: 1,
                 },
             ),
             (
@@ -866,6 +1044,8 @@ mod tests {
                 UploadPartCopy {
                     bucket: bk(),
                     key: k(),
+                    upload_id: b("u"),
+                    part_number: 1,
                 },
             ),
             (
@@ -875,6 +1055,7 @@ mod tests {
                 CompleteMultipartUpload {
                     bucket: bk(),
                     key: k(),
+                    upload_id: b("u"),
                 },
             ),
             (
@@ -884,6 +1065,7 @@ mod tests {
                 AbortMultipartUpload {
                     bucket: bk(),
                     key: k(),
+                    upload_id: b("u"),
                 },
             ),
             (
@@ -893,6 +1075,11 @@ mod tests {
                 ListParts {
                     bucket: bk(),
                     key: k(),
+                    upload_id: b("u"),
+                    params: ListPartsParams {
+                        max_parts: 2,
+                        part_number_marker: 1,
+                    },
                 },
             ),
             (
@@ -902,6 +1089,7 @@ mod tests {
                 GetObject {
                     bucket: bk(),
                     key: k(),
+                    read: ObjectRead::Part { number: 2 },
                 },
             ),
             (
@@ -911,6 +1099,7 @@ mod tests {
                 HeadObject {
                     bucket: bk(),
                     key: k(),
+                    read: ObjectRead::Part { number: 2 },
                 },
             ),
         ];
@@ -1060,6 +1249,37 @@ mod tests {
             ("GET", "/bkt?prefix=%FF", S3ErrorCode::InvalidURI),
             ("GET", "//key", S3ErrorCode::InvalidBucketName),
             ("GET", "/bkt?list-type=3", S3ErrorCode::InvalidArgument),
+            // Parameters are parsed with the route: a bad one is the request's error.
+            ("GET", "/bkt?max-keys=x", S3ErrorCode::InvalidArgument),
+            (
+                "GET",
+                "/bkt?uploads&max-uploads=-1",
+                S3ErrorCode::InvalidArgument,
+            ),
+            ("GET", "/?max-buckets=0", S3ErrorCode::InvalidArgument),
+            (
+                "PUT",
+                "/bkt/k?partNumber=0&uploadId=u",
+                S3ErrorCode::InvalidArgument,
+            ),
+            ("PUT", "/bkt/k?partNumber=1", S3ErrorCode::InvalidArgument),
+            ("GET", "/bkt/k?uploadId=", S3ErrorCode::InvalidArgument),
+            (
+                "GET",
+                "/bkt/k?uploadId=u&max-parts=x",
+                S3ErrorCode::InvalidArgument,
+            ),
+            ("GET", "/bkt/k?partNumber=x", S3ErrorCode::InvalidArgument),
+            (
+                "HEAD",
+                "/bkt/k?partNumber=10001",
+                S3ErrorCode::InvalidArgument,
+            ),
+            (
+                "GET",
+                "/bkt/k?response-expires=%0A",
+                S3ErrorCode::InvalidArgument,
+            ),
         ] {
             let err = route(method, uri, &auth).unwrap_err();
             assert_eq!(err.code, code, "{method} {uri}");
@@ -1074,12 +1294,16 @@ mod tests {
             parse(&Method::GET, "/a/b", &q, &h, Some("bkt")).unwrap(),
             Endpoint::GetObject {
                 bucket: b("bkt"),
-                key: b("a/b")
+                key: b("a/b"),
+                read: whole(),
             }
         );
         assert_eq!(
             parse(&Method::GET, "/", &q, &h, Some("bkt")).unwrap(),
-            Endpoint::ListObjects { bucket: b("bkt") }
+            Endpoint::ListObjects {
+                bucket: b("bkt"),
+                params: lp()
+            }
         );
     }
 

@@ -422,7 +422,7 @@ async fn dispatch(
     use Endpoint as E;
     match endpoint {
         E::HealthLive | E::HealthReady | E::Metrics => unreachable_health(),
-        E::ListBuckets => bucket::list_buckets(&ctx).await,
+        E::ListBuckets { params } => bucket::list_buckets(&ctx, &params).await,
         E::CreateBucket { bucket } => bucket::create_bucket(&ctx, &bucket).await,
         E::HeadBucket { bucket } => bucket::head_bucket(&ctx, &bucket).await,
         E::DeleteBucket { bucket } => {
@@ -432,33 +432,56 @@ async fn dispatch(
             result
         }
         E::GetBucketLocation { bucket } => bucket::get_bucket_location(&ctx, &bucket).await,
-        E::ListObjects { bucket } => list::list_objects_v1(&ctx, &bucket).await,
-        E::ListObjectsV2 { bucket } => list::list_objects_v2(&ctx, &bucket).await,
+        E::ListObjects { bucket, params } => list::list_objects_v1(&ctx, &bucket, &params).await,
+        E::ListObjectsV2 { bucket, params } => list::list_objects_v2(&ctx, &bucket, &params).await,
         E::PutObject { bucket, key } => put::put_object(&ctx, &bucket, &key).await,
         E::CopyObject { bucket, key } => copy::copy_object(&ctx, &bucket, &key).await,
-        E::GetObject { bucket, key } => get::get_object(&ctx, &bucket, &key, false).await,
-        E::HeadObject { bucket, key } => get::get_object(&ctx, &bucket, &key, true).await,
+        E::GetObject { bucket, key, read } => {
+            get::get_object(&ctx, &bucket, &key, read, false).await
+        }
+        E::HeadObject { bucket, key, read } => {
+            get::get_object(&ctx, &bucket, &key, read, true).await
+        }
         E::DeleteObject { bucket, key } => delete::delete_object(&ctx, &bucket, &key).await,
         E::DeleteObjects { bucket } => delete::delete_objects(&ctx, &bucket).await,
         E::GetBucketCors { bucket } => cors::get_bucket_cors(&ctx, &bucket).await,
         E::PutBucketCors { bucket } => cors::put_bucket_cors(&ctx, &bucket).await,
         E::DeleteBucketCors { bucket } => cors::delete_bucket_cors(&ctx, &bucket).await,
         E::CorsPreflight { .. } | E::PostObject { .. } => unauthenticated_endpoint(),
-        E::ListMultipartUploads { bucket } => {
-            multipart::list_multipart_uploads(&ctx, &bucket).await
+        E::ListMultipartUploads { bucket, params } => {
+            multipart::list_multipart_uploads(&ctx, &bucket, &params).await
         }
         E::CreateMultipartUpload { bucket, key } => {
             multipart::create_multipart_upload(&ctx, &bucket, &key).await
         }
-        E::UploadPart { bucket, key } => multipart::upload_part(&ctx, &bucket, &key).await,
-        E::UploadPartCopy { bucket, key } => multipart::upload_part_copy(&ctx, &bucket, &key).await,
-        E::CompleteMultipartUpload { bucket, key } => {
-            multipart::complete_multipart_upload(&ctx, &bucket, &key).await
-        }
-        E::AbortMultipartUpload { bucket, key } => {
-            multipart::abort_multipart_upload(&ctx, &bucket, &key).await
-        }
-        E::ListParts { bucket, key } => multipart::list_parts(&ctx, &bucket, &key).await,
+        E::UploadPart {
+            bucket,
+            key,
+            upload_id,
+            part_number,
+        } => multipart::upload_part(&ctx, &bucket, &key, &upload_id, part_number).await,
+        E::UploadPartCopy {
+            bucket,
+            key,
+            upload_id,
+            part_number,
+        } => multipart::upload_part_copy(&ctx, &bucket, &key, &upload_id, part_number).await,
+        E::CompleteMultipartUpload {
+            bucket,
+            key,
+            upload_id,
+        } => multipart::complete_multipart_upload(&ctx, &bucket, &key, &upload_id).await,
+        E::AbortMultipartUpload {
+            bucket,
+            key,
+            upload_id,
+        } => multipart::abort_multipart_upload(&ctx, &bucket, &key, &upload_id).await,
+        E::ListParts {
+            bucket,
+            key,
+            upload_id,
+            params,
+        } => multipart::list_parts(&ctx, &bucket, &key, &upload_id, &params).await,
         E::Admin { op } => crate::admin::handle(&ctx, op).await,
         E::GetBucketAcl { bucket } => acl::get_bucket_acl(&ctx, &bucket).await,
         E::PutBucketAcl { bucket } => acl::put_bucket_acl(&ctx, &bucket).await,
