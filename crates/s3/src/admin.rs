@@ -24,6 +24,7 @@ use serde::Serialize;
 
 use crate::api_error::{ApiError, ApiResult};
 use crate::error::{S3Error, S3ErrorCode};
+use crate::router::Query;
 use crate::server::ReqCtx;
 
 /// Every admin path starts with this.
@@ -35,8 +36,12 @@ pub const V1: &str = "/quarry/admin/v1/";
 /// One admin call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AdminOp {
-    /// `POST /quarry/admin/v1/heal`.
-    Heal,
+    /// `POST /quarry/admin/v1/heal[?bucket=B[&prefix=P]]`: every bucket, one bucket, or the keys
+    /// of a bucket under a prefix.
+    Heal {
+        bucket: Option<String>,
+        prefix: String,
+    },
     /// `GET /quarry/admin/v1/heal/status`.
     HealStatus,
     /// `GET /quarry/admin/v1/info`.
@@ -44,7 +49,7 @@ pub enum AdminOp {
     /// `GET /quarry/admin/v1/drives`.
     Drives,
     /// `POST /quarry/admin/v1/data-plane/reset` (`?peer=host:port`, else every peer).
-    ResetDataPlane,
+    ResetDataPlane { peer: Option<String> },
     /// An unknown call, version or method: this error, but only for the root user (others are
     /// told nothing about the admin API).
     Invalid { code: S3ErrorCode, message: String },
@@ -54,11 +59,11 @@ impl AdminOp {
     /// The operation's name in logs and metrics.
     pub fn name(&self) -> &'static str {
         match self {
-            AdminOp::Heal => "AdminHeal",
+            AdminOp::Heal { .. } => "AdminHeal",
             AdminOp::HealStatus => "AdminHealStatus",
             AdminOp::Info => "AdminInfo",
             AdminOp::Drives => "AdminDrives",
-            AdminOp::ResetDataPlane => "AdminResetDataPlane",
+            AdminOp::ResetDataPlane { .. } => "AdminResetDataPlane",
             AdminOp::Invalid { .. } => "Admin",
         }
     }
@@ -66,19 +71,20 @@ impl AdminOp {
 
 /// The admin call a path-style request names: `None` when the path is not under [`PREFIX`] (an
 /// S3 request); [`AdminOp::Invalid`] for an unknown call or method.
-pub(crate) fn parse(method: &Method, path: &str) -> Option<AdminOp> {
+pub(crate) fn parse(method: &Method, path: &str, query: &Query) -> Option<AdminOp> {
     if !path.starts_with(PREFIX) {
         return None;
     }
     Some(
-        parse_call(method, path).unwrap_or_else(|e| AdminOp::Invalid {
+        parse_call(method, path, query).unwrap_or_else(|e| AdminOp::Invalid {
             code: e.code,
             message: e.message,
         }),
     )
 }
 
-fn parse_call(method: &Method, path: &str) -> Result<AdminOp, S3Error> {
+fn parse_call(method: &Method, path: &str, query: &Query) -> Result<AdminOp, S3Error> {
+    let non_empty = |name: &str| query.get(name).filter(|v| !v.is_empty()).map(str::to_owned);
     let Some(call) = path.strip_prefix(V1) else {
         return Err(S3Error::new(
             S3ErrorCode::InvalidRequest,
@@ -86,11 +92,22 @@ fn parse_call(method: &Method, path: &str) -> Result<AdminOp, S3Error> {
         ));
     };
     let (op, allowed) = match call.trim_end_matches('/') {
-        "heal" => (AdminOp::Heal, Method::POST),
+        "heal" => (
+            AdminOp::Heal {
+                bucket: non_empty("bucket"),
+                prefix: query.get("prefix").unwrap_or("").to_owned(),
+            },
+            Method::POST,
+        ),
         "heal/status" => (AdminOp::HealStatus, Method::GET),
         "info" => (AdminOp::Info, Method::GET),
         "drives" => (AdminOp::Drives, Method::GET),
-        "data-plane/reset" => (AdminOp::ResetDataPlane, Method::POST),
+        "data-plane/reset" => (
+            AdminOp::ResetDataPlane {
+                peer: non_empty("peer"),
+            },
+            Method::POST,
+        ),
         _ => {
             return Err(S3Error::new(
                 S3ErrorCode::InvalidRequest,
@@ -117,7 +134,7 @@ pub(crate) async fn handle(ctx: &ReqCtx, op: AdminOp) -> ApiResult<Response> {
         ));
     }
     match op {
-        AdminOp::Heal => heal(ctx).await,
+        AdminOp::Heal { bucket, prefix } => heal(ctx, bucket.as_deref(), &prefix).await,
         AdminOp::HealStatus => {
             let stats = ctx.layer().stats().await;
             json(&HealStatusJson::from(&stats))
@@ -130,8 +147,8 @@ pub(crate) async fn handle(ctx: &ReqCtx, op: AdminOp) -> ApiResult<Response> {
             let info = ctx.layer().info().await?;
             json(&DrivesJson::from(&info))
         }
-        AdminOp::ResetDataPlane => {
-            let peer = ctx.query.get("peer").filter(|p| !p.is_empty());
+        AdminOp::ResetDataPlane { peer } => {
+            let peer = peer.as_deref();
             let reset = ctx.layer().reset_data_plane(peer).await?;
             tracing::info!(
                 peer = peer.unwrap_or("*"),
@@ -145,9 +162,7 @@ pub(crate) async fn handle(ctx: &ReqCtx, op: AdminOp) -> ApiResult<Response> {
     }
 }
 
-async fn heal(ctx: &ReqCtx) -> ApiResult<Response> {
-    let bucket = ctx.query.get("bucket").filter(|b| !b.is_empty());
-    let prefix = ctx.query.get("prefix").unwrap_or("");
+async fn heal(ctx: &ReqCtx, bucket: Option<&str>, prefix: &str) -> ApiResult<Response> {
     if bucket.is_none() && !prefix.is_empty() {
         return Err(ApiError::new(
             S3ErrorCode::InvalidArgument,
@@ -545,14 +560,25 @@ mod tests {
     #[test]
     fn paths_and_methods() {
         let p = |m: Method, path: &str| {
-            parse(&m, path).map(|op| match op {
+            let (path, query) = path.split_once('?').unwrap_or((path, ""));
+            parse(&m, path, &Query::parse(Some(query)).unwrap()).map(|op| match op {
                 AdminOp::Invalid { code, .. } => Err(code),
                 op => Ok(op),
             })
         };
         assert_eq!(
             p(Method::POST, "/quarry/admin/v1/heal"),
-            Some(Ok(AdminOp::Heal))
+            Some(Ok(AdminOp::Heal {
+                bucket: None,
+                prefix: String::new()
+            }))
+        );
+        assert_eq!(
+            p(Method::POST, "/quarry/admin/v1/heal?bucket=b&prefix=a%2F"),
+            Some(Ok(AdminOp::Heal {
+                bucket: Some("b".into()),
+                prefix: "a/".into()
+            }))
         );
         assert_eq!(
             p(Method::GET, "/quarry/admin/v1/heal/status"),
@@ -568,7 +594,16 @@ mod tests {
         );
         assert_eq!(
             p(Method::POST, "/quarry/admin/v1/data-plane/reset"),
-            Some(Ok(AdminOp::ResetDataPlane))
+            Some(Ok(AdminOp::ResetDataPlane { peer: None }))
+        );
+        assert_eq!(
+            p(
+                Method::POST,
+                "/quarry/admin/v1/data-plane/reset?peer=127.0.0.1:9001"
+            ),
+            Some(Ok(AdminOp::ResetDataPlane {
+                peer: Some("127.0.0.1:9001".into())
+            }))
         );
         assert_eq!(
             p(Method::GET, "/quarry/admin/v1/data-plane/reset"),

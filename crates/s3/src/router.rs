@@ -422,7 +422,7 @@ pub fn parse(
     }
 
     if host_bucket.is_none() {
-        if let Some(op) = crate::admin::parse(method, path) {
+        if let Some(op) = crate::admin::parse(method, path, query) {
             return Ok(Endpoint::Admin { op });
         }
     }

@@ -231,7 +231,6 @@ impl RequestIds {
 pub(crate) struct ReqCtx {
     pub state: Arc<AppState>,
     pub parts: Parts,
-    pub query: Query,
     pub auth: Authenticated,
     /// Taken once by the handler that reads it. (A mutex only to make `ReqCtx` `Sync`: handlers
     /// hold `&ReqCtx` across awaits and `Body` is not `Sync`.)
@@ -408,12 +407,11 @@ async fn dispatch(
         }
         None => signature::verify_request(&parts, &state.auth, SystemTime::now())?,
     };
+    // A query that does not decode is an error of the route (see `router::Query::parse`).
     let endpoint = endpoint?;
-    let query = query?;
     let ctx = ReqCtx {
         state,
         parts,
-        query,
         auth,
         body: Mutex::new(Some(body)),
         bytes_in: log.bytes_in.clone(),
