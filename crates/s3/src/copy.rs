@@ -1,7 +1,7 @@
-//! CopyObject: `PUT /bucket/key` with `x-amz-copy-source`. The source is named by the header,
-//! checked against the `x-amz-copy-source-if-*` conditions, and streamed into the destination by
-//! the object layer; the metadata comes from the source (`x-amz-metadata-directive: COPY`, the
-//! default) or from the request (`REPLACE`). An object copied onto itself must change something,
+//! CopyObject: `PUT /bucket/key` with `x-amz-copy-source`. The source is named by the header and
+//! checked against the `x-amz-copy-source-if-*` conditions (both parsed here for UploadPartCopy
+//! too), then streamed into the destination by the object layer; the metadata comes from the
+//! source (`x-amz-metadata-directive: COPY`, the default) or from the request (`REPLACE`). An object copied onto itself must change something,
 //! which in Quarry means `REPLACE`: its metadata is then rewritten in place.
 //!
 //! Checksums: the copy keeps the source's full-object checksum; `x-amz-checksum-algorithm` asks
@@ -90,6 +90,17 @@ pub fn parse_copy_source(value: &str) -> ApiResult<CopySource> {
         bucket: bucket.to_owned(),
         key: key.to_owned(),
     })
+}
+
+/// The source named by `x-amz-copy-source`, for CopyObject and UploadPartCopy.
+pub(crate) fn copy_source(headers: &HeaderMap) -> ApiResult<CopySource> {
+    let raw = headers
+        .get("x-amz-copy-source")
+        .ok_or_else(|| invalid_argument("x-amz-copy-source is missing."))?;
+    let raw = raw
+        .to_str()
+        .map_err(|_| invalid_argument("The copy source is not valid text."))?;
+    parse_copy_source(raw)
 }
 
 /// Parses `x-amz-metadata-directive` (default `COPY`).
@@ -239,13 +250,7 @@ fn computed_checksum(algorithm: ChecksumAlgorithm) -> CopyChecksums {
 pub async fn copy_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Response> {
     let headers = &ctx.parts.headers;
     check_copy_headers(headers)?;
-    let raw = headers
-        .get("x-amz-copy-source")
-        .ok_or_else(|| invalid_argument("x-amz-copy-source is missing."))?;
-    let raw = raw
-        .to_str()
-        .map_err(|_| invalid_argument("The copy source is not valid text."))?;
-    let source = parse_copy_source(raw)?;
+    let source = copy_source(headers)?;
     let directive = metadata_directive(headers)?;
     let requested = requested_algorithm(headers)?;
     let metadata = match directive {
@@ -358,6 +363,7 @@ mod tests {
             "/k",
             "bkt/k?foo=1",
             "bkt/%FF",
+            "/%FF/x",
         ] {
             assert_eq!(
                 parse_copy_source(bad).unwrap_err().code(),

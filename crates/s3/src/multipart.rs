@@ -16,16 +16,15 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
 use futures::TryStreamExt;
 use http::header;
-use http::{HeaderMap, StatusCode};
-use percent_encoding::percent_decode_str;
+use http::StatusCode;
 use quarry_object::{
     ByteStream, ChecksumHashers, CompleteOptions, CompletePart, HttpRange, ListPartsOptions,
     ListUploadsOptions, NewUploadOptions, PartHasher, PartOptions, MAX_PARTS, MAX_PART_SIZE,
 };
 
 use crate::api_error::{ApiError, ApiResult};
+use crate::copy::{check_copy_conditions, copy_source, CopySource};
 use crate::error::S3ErrorCode;
-use crate::get::{evaluate_preconditions, Precondition};
 use crate::headers::{
     check_acl_headers, check_storage_class, check_unsupported_headers, content_md5, set_header,
     stored_headers, user_metadata, write_precondition,
@@ -271,37 +270,6 @@ pub async fn upload_part(
     Ok(response)
 }
 
-/// The source of a copy: `x-amz-copy-source: [/]bucket/key[?versionId=null]`, URL-encoded.
-pub(crate) fn parse_copy_source(value: &str) -> ApiResult<(String, String)> {
-    let bad = || {
-        invalid_argument(
-            "Copy Source must mention the source bucket and key: sourcebucket/sourcekey.",
-        )
-    };
-    let (path, query) = value
-        .split_once('?')
-        .map_or((value, None), |(p, q)| (p, Some(q)));
-    if let Some(q) = query {
-        for pair in q.split('&').filter(|p| !p.is_empty()) {
-            match pair.split_once('=') {
-                Some(("versionId", "null")) => {}
-                Some(("versionId", _)) => return Err(invalid_argument(
-                    "Quarry keeps one version of each object: only versionId=null can be copied.",
-                )),
-                _ => return Err(bad()),
-            }
-        }
-    }
-    let path = percent_decode_str(path.strip_prefix('/').unwrap_or(path))
-        .decode_utf8()
-        .map_err(|_| bad())?;
-    let (bucket, key) = path.split_once('/').ok_or_else(bad)?;
-    if bucket.is_empty() || key.is_empty() {
-        return Err(bad());
-    }
-    Ok((bucket.to_owned(), key.to_owned()))
-}
-
 /// `x-amz-copy-source-range: bytes=first-last`, both required.
 fn parse_copy_range(value: &str) -> ApiResult<(u64, u64)> {
     let bad = || {
@@ -324,28 +292,6 @@ fn parse_copy_range(value: &str) -> ApiResult<(u64, u64)> {
     }
 }
 
-/// The `x-amz-copy-source-if-*` headers as the standard conditional headers.
-fn copy_conditions(headers: &HeaderMap) -> HeaderMap {
-    let mut out = HeaderMap::new();
-    for (from, to) in [
-        ("x-amz-copy-source-if-match", header::IF_MATCH),
-        ("x-amz-copy-source-if-none-match", header::IF_NONE_MATCH),
-        (
-            "x-amz-copy-source-if-modified-since",
-            header::IF_MODIFIED_SINCE,
-        ),
-        (
-            "x-amz-copy-source-if-unmodified-since",
-            header::IF_UNMODIFIED_SINCE,
-        ),
-    ] {
-        if let Some(v) = headers.get(from) {
-            out.insert(to, v.clone());
-        }
-    }
-    out
-}
-
 /// `PUT /bucket/key?partNumber=N&uploadId=X` with `x-amz-copy-source`.
 pub async fn upload_part_copy(
     ctx: &ReqCtx,
@@ -356,16 +302,14 @@ pub async fn upload_part_copy(
 ) -> ApiResult<Response> {
     check_unsupported_headers(&ctx.parts.headers)?;
     let headers = &ctx.parts.headers;
-    let source = headers
-        .get("x-amz-copy-source")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let (src_bucket, src_key) = parse_copy_source(source)?;
+    let CopySource {
+        bucket: src_bucket,
+        key: src_key,
+    } = copy_source(headers)?;
     let range = headers
         .get("x-amz-copy-source-range")
         .map(|v| parse_copy_range(v.to_str().unwrap_or("")))
         .transpose()?;
-    let conditions = copy_conditions(headers);
 
     let info = ctx.layer().object_info(&src_bucket, &src_key).await?;
     let (offset, len) = match range {
@@ -394,11 +338,7 @@ pub async fn upload_part_copy(
         .await?;
     // The conditions are evaluated on the version being read (it may have changed since the
     // size was looked up; then its size must still cover the range).
-    if evaluate_preconditions(&conditions, &reader.info.etag, reader.info.mod_time_ns)
-        != Precondition::Proceed
-    {
-        return Err(S3ErrorCode::PreconditionFailed.into());
-    }
+    check_copy_conditions(headers, &reader.info, std::time::SystemTime::now())?;
     if reader.range.1 != len {
         return Err(ApiError::new(
             S3ErrorCode::PreconditionFailed,
@@ -628,34 +568,6 @@ pub async fn list_multipart_uploads(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn copy_sources() {
-        assert_eq!(
-            parse_copy_source("/b/a%20b/c").unwrap(),
-            ("b".to_string(), "a b/c".to_string())
-        );
-        assert_eq!(
-            parse_copy_source("b/k?versionId=null").unwrap(),
-            ("b".to_string(), "k".to_string())
-        );
-        for bad in [
-            "",
-            "/",
-            "b",
-            "b/",
-            "/b",
-            "/%FF/x",
-            "b/k?versionId=3",
-            "b/k?x=y",
-        ] {
-            assert_eq!(
-                parse_copy_source(bad).unwrap_err().code(),
-                S3ErrorCode::InvalidArgument,
-                "{bad}"
-            );
-        }
-    }
 
     #[test]
     fn copy_ranges() {
