@@ -28,6 +28,19 @@ impl ApiError {
     pub fn code(&self) -> S3ErrorCode {
         self.error.code
     }
+
+    /// `InvalidArgument`: a header or parameter value S3 would refuse.
+    pub fn invalid_argument(message: impl Into<String>) -> Self {
+        ApiError::new(S3ErrorCode::InvalidArgument, message)
+    }
+
+    /// `NotImplemented` for a feature (`what`) Quarry refuses rather than ignores.
+    pub fn not_implemented(what: &str) -> Self {
+        ApiError::new(
+            S3ErrorCode::NotImplemented,
+            format!("{what} is not implemented by Quarry."),
+        )
+    }
 }
 
 impl From<S3Error> for ApiError {

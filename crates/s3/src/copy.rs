@@ -47,15 +47,11 @@ pub enum MetadataDirective {
     Replace,
 }
 
-fn invalid_argument(message: impl Into<String>) -> ApiError {
-    ApiError::new(S3ErrorCode::InvalidArgument, message)
-}
-
 /// Parses `x-amz-copy-source`: `bucket/key` or `/bucket/key`, URL-encoded, optionally followed by
 /// `?versionId=<id>`. Only the version `null` exists in an unversioned bucket.
 pub fn parse_copy_source(value: &str) -> ApiResult<CopySource> {
     let bad = || {
-        invalid_argument(
+        ApiError::invalid_argument(
             "Copy Source must mention the source bucket and key: sourcebucket/sourcekey",
         )
     };
@@ -79,7 +75,7 @@ pub fn parse_copy_source(value: &str) -> ApiResult<CopySource> {
         }
     }
     let decoded = percent_decode_str(path).decode_utf8().map_err(|_| {
-        invalid_argument("The copy source is not valid UTF-8 after percent-decoding.")
+        ApiError::invalid_argument("The copy source is not valid UTF-8 after percent-decoding.")
     })?;
     let decoded = decoded.strip_prefix('/').unwrap_or(&decoded);
     let (bucket, key) = decoded.split_once('/').ok_or_else(bad)?;
@@ -96,10 +92,10 @@ pub fn parse_copy_source(value: &str) -> ApiResult<CopySource> {
 pub(crate) fn copy_source(headers: &HeaderMap) -> ApiResult<CopySource> {
     let raw = headers
         .get("x-amz-copy-source")
-        .ok_or_else(|| invalid_argument("x-amz-copy-source is missing."))?;
+        .ok_or_else(|| ApiError::invalid_argument("x-amz-copy-source is missing."))?;
     let raw = raw
         .to_str()
-        .map_err(|_| invalid_argument("The copy source is not valid text."))?;
+        .map_err(|_| ApiError::invalid_argument("The copy source is not valid text."))?;
     parse_copy_source(raw)
 }
 
@@ -111,7 +107,7 @@ pub fn metadata_directive(headers: &HeaderMap) -> ApiResult<MetadataDirective> {
     {
         None | Some(b"COPY") => Ok(MetadataDirective::Copy),
         Some(b"REPLACE") => Ok(MetadataDirective::Replace),
-        Some(_) => Err(invalid_argument("Unknown metadata directive.")),
+        Some(_) => Err(ApiError::invalid_argument("Unknown metadata directive.")),
     }
 }
 
@@ -186,10 +182,7 @@ fn check_copy_headers(headers: &HeaderMap) -> ApiResult<()> {
             .iter()
             .find(|(prefix, _)| name.as_str().starts_with(prefix))
         {
-            return Err(ApiError::new(
-                S3ErrorCode::NotImplemented,
-                format!("{what} is not implemented by Quarry."),
-            ));
+            return Err(ApiError::not_implemented(what));
         }
     }
     Ok(())
@@ -205,7 +198,9 @@ fn requested_algorithm(headers: &HeaderMap) -> ApiResult<Option<ChecksumAlgorith
                 .ok()
                 .and_then(ChecksumAlgorithm::from_name)
                 .ok_or_else(|| {
-                    invalid_argument("Value for x-amz-checksum-algorithm header is invalid.")
+                    ApiError::invalid_argument(
+                        "Value for x-amz-checksum-algorithm header is invalid.",
+                    )
                 })
         })
         .transpose()

@@ -71,13 +71,6 @@ pub(crate) fn set_header(out: &mut HeaderMap, name: &str, value: &str) {
     }
 }
 
-fn not_implemented(what: &str) -> ApiError {
-    ApiError::new(
-        S3ErrorCode::NotImplemented,
-        format!("{what} is not implemented by Quarry."),
-    )
-}
-
 pub(crate) fn check_unsupported_headers(headers: &HeaderMap) -> ApiResult<()> {
     for name in headers.keys() {
         let name = name.as_str();
@@ -85,7 +78,7 @@ pub(crate) fn check_unsupported_headers(headers: &HeaderMap) -> ApiResult<()> {
             .iter()
             .find(|(prefix, _)| name.starts_with(prefix))
         {
-            return Err(not_implemented(what));
+            return Err(ApiError::not_implemented(what));
         }
     }
     Ok(())
@@ -98,12 +91,12 @@ pub fn check_acl_headers(headers: &HeaderMap) -> ApiResult<()> {
         .keys()
         .any(|k| k.as_str().starts_with("x-amz-grant-"))
     {
-        return Err(not_implemented("ACL grants"));
+        return Err(ApiError::not_implemented("ACL grants"));
     }
     match headers.get("x-amz-acl") {
         None => Ok(()),
         Some(v) if v.as_bytes() == b"private" => Ok(()),
-        Some(v) => Err(not_implemented(&format!(
+        Some(v) => Err(ApiError::not_implemented(&format!(
             "The canned ACL {:?}",
             String::from_utf8_lossy(v.as_bytes())
         ))),

@@ -10,7 +10,6 @@ use base64::Engine as _;
 use quarry_object::{ListOptions, ListResult, ObjectInfo};
 
 use crate::api_error::{ApiError, ApiResult};
-use crate::error::S3ErrorCode;
 use crate::router::Query;
 use crate::server::ReqCtx;
 use crate::xml::{iso8601, url_encode, xml_response, XmlWriter};
@@ -42,8 +41,7 @@ impl ListParams {
             Some(s) => match s.trim().parse::<i64>() {
                 Ok(n) if n >= 0 => usize::try_from(n).unwrap_or(MAX_KEYS).min(MAX_KEYS),
                 _ => {
-                    return Err(ApiError::new(
-                        S3ErrorCode::InvalidArgument,
+                    return Err(ApiError::invalid_argument(
                         "Argument max-keys must be an integer between 0 and 2147483647.",
                     ))
                 }
@@ -53,8 +51,7 @@ impl ListParams {
             None => false,
             Some(e) if e.eq_ignore_ascii_case("url") => true,
             Some(_) => {
-                return Err(ApiError::new(
-                    S3ErrorCode::InvalidArgument,
+                return Err(ApiError::invalid_argument(
                     "Invalid Encoding Method specified in Request: only \"url\" is supported.",
                 ))
             }
@@ -64,8 +61,7 @@ impl ListParams {
             Some(v) if v.eq_ignore_ascii_case("true") => true,
             Some(v) if v.eq_ignore_ascii_case("false") || v.is_empty() => false,
             Some(_) => {
-                return Err(ApiError::new(
-                    S3ErrorCode::InvalidArgument,
+                return Err(ApiError::invalid_argument(
                     "fetch-owner must be true or false.",
                 ))
             }
@@ -104,12 +100,7 @@ pub fn decode_token(token: &str) -> ApiResult<String> {
         .decode(token.as_bytes())
         .ok()
         .and_then(|bytes| String::from_utf8(bytes).ok())
-        .ok_or_else(|| {
-            ApiError::new(
-                S3ErrorCode::InvalidArgument,
-                "The continuation token provided is incorrect.",
-            )
-        })
+        .ok_or_else(|| ApiError::invalid_argument("The continuation token provided is incorrect."))
 }
 
 /// The key the next page should start after, when the layer did not name one.
@@ -252,6 +243,7 @@ pub fn render_v1(bucket: &str, params: &ListParams, page: &ListResult) -> String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::S3ErrorCode;
 
     fn obj(key: &str, size: u64) -> ObjectInfo {
         ObjectInfo {

@@ -37,15 +37,13 @@ use crate::xml::{self, xml_response, ListUploadsEcho};
 /// Most parts or uploads one list page returns, as S3.
 const MAX_LIST: usize = 1000;
 
-fn invalid_argument(message: impl Into<String>) -> ApiError {
-    ApiError::new(S3ErrorCode::InvalidArgument, message)
-}
-
 /// The `uploadId` query parameter.
 pub(crate) fn upload_id(q: &Query) -> ApiResult<String> {
     match q.get("uploadId") {
         Some(id) if !id.is_empty() => Ok(id.to_owned()),
-        _ => Err(invalid_argument("This operation needs an uploadId.")),
+        _ => Err(ApiError::invalid_argument(
+            "This operation needs an uploadId.",
+        )),
     }
 }
 
@@ -55,7 +53,7 @@ pub(crate) fn part_number(value: Option<&str>) -> ApiResult<u32> {
         .and_then(|v| v.parse::<u32>().ok())
         .filter(|n| (1..=MAX_PARTS).contains(n))
         .ok_or_else(|| {
-            invalid_argument(format!(
+            ApiError::invalid_argument(format!(
                 "Part number must be an integer between 1 and {MAX_PARTS}, inclusive"
             ))
         })
@@ -66,7 +64,7 @@ fn query_number(q: &Query, name: &str) -> ApiResult<Option<u64>> {
     match q.get(name) {
         None => Ok(None),
         Some(v) => v.trim().parse::<u64>().map(Some).map_err(|_| {
-            invalid_argument(format!(
+            ApiError::invalid_argument(format!(
                 "Provided {name} not an integer or within integer range"
             ))
         }),
@@ -117,7 +115,7 @@ impl ListUploadsParams {
             None => false,
             Some("url") => true,
             Some(_) => {
-                return Err(invalid_argument(
+                return Err(ApiError::invalid_argument(
                     "Invalid Encoding Method specified in Request",
                 ))
             }
@@ -273,7 +271,7 @@ pub async fn upload_part(
 /// `x-amz-copy-source-range: bytes=first-last`, both required.
 fn parse_copy_range(value: &str) -> ApiResult<(u64, u64)> {
     let bad = || {
-        invalid_argument(
+        ApiError::invalid_argument(
             "The x-amz-copy-source-range value must be of the form bytes=first-last where first \
              and last are the zero-based offsets of the first and last bytes to copy",
         )
@@ -316,7 +314,7 @@ pub async fn upload_part_copy(
         None => (0, info.size),
         Some((a, b)) => {
             if b >= info.size {
-                return Err(invalid_argument(format!(
+                return Err(ApiError::invalid_argument(format!(
                     "Range specified is not valid for source object of size: {}",
                     info.size
                 )));
