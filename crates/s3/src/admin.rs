@@ -702,13 +702,9 @@ mod tests {
     /// The admin routes through the whole front end, against a stub layer.
     mod routes {
         use std::sync::{Arc, Mutex};
-        use std::time::SystemTime;
 
         use async_trait::async_trait;
-        use aws_sigv4::http_request::{
-            sign, PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest,
-            SigningSettings, UriPathNormalizationMode,
-        };
+        use aws_sigv4::http_request::SignableBody;
         use axum::body::Body;
         use bytes::Bytes;
         use http::{Request, StatusCode};
@@ -815,40 +811,22 @@ mod tests {
         }
 
         fn request(method: &str, uri: &str, who: Option<(&str, &str)>) -> Request<Body> {
-            let mut builder = Request::builder()
-                .method(method)
-                .uri(uri)
-                .header("host", "localhost");
-            if let Some((ak, sk)) = who {
-                let identity =
-                    aws_credential_types::Credentials::new(ak, sk, None, None, "t").into();
-                let mut settings = SigningSettings::default();
-                settings.percent_encoding_mode = PercentEncodingMode::Single;
-                settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
-                settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
-                let params = aws_sigv4::sign::v4::SigningParams::builder()
-                    .identity(&identity)
-                    .region("us-east-1")
-                    .name("s3")
-                    .time(SystemTime::now())
-                    .settings(settings)
-                    .build()
-                    .unwrap()
-                    .into();
-                let url = format!("http://localhost{uri}");
-                let signable = SignableRequest::new(
+            match who {
+                Some(who) => crate::tests::signed_request_as(
+                    who,
                     method,
-                    url,
-                    [("host", "localhost")].into_iter(),
+                    uri,
+                    &[],
+                    b"",
                     SignableBody::Bytes(b""),
-                )
-                .unwrap();
-                let (instructions, _) = sign(signable, &params).unwrap().into_parts();
-                for (k, v) in instructions.headers() {
-                    builder = builder.header(k, v);
-                }
+                ),
+                None => Request::builder()
+                    .method(method)
+                    .uri(uri)
+                    .header("host", "localhost")
+                    .body(Body::empty())
+                    .unwrap(),
             }
-            builder.body(Body::empty()).unwrap()
         }
 
         async fn send(layer: Arc<Stub>, req: Request<Body>) -> (StatusCode, String) {

@@ -334,7 +334,20 @@ fn signed_request(
     body: &[u8],
     signable: SignableBody<'_>,
 ) -> Request<Body> {
-    let identity = aws_credential_types::Credentials::new(AK, SK, None, None, "test").into();
+    signed_request_as((AK, SK), method, uri, headers, body, signable)
+}
+
+/// A request to `localhost` signed with SigV4 by `aws-sigv4` as the key pair `(ak, sk)`; a `PUT`
+/// gets its `Content-Length`.
+pub(crate) fn signed_request_as(
+    (ak, sk): (&str, &str),
+    method: &str,
+    uri: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+    signable: SignableBody<'_>,
+) -> Request<Body> {
+    let identity = aws_credential_types::Credentials::new(ak, sk, None, None, "test").into();
     let mut settings = SigningSettings::default();
     settings.percent_encoding_mode = PercentEncodingMode::Single;
     settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
