@@ -87,6 +87,10 @@ impl ListParams {
             s.to_owned()
         }
     }
+
+    fn enc_opt(&self, s: Option<&str>) -> Option<String> {
+        s.map(|s| self.enc(s))
+    }
 }
 
 /// The opaque continuation token for a page that starts after `marker`.
@@ -175,11 +179,7 @@ pub fn render_v2(bucket: &str, params: &ListParams, page: &ListResult) -> String
         .elem("Prefix", &params.enc(&params.prefix))
         .elem_opt(
             "Delimiter",
-            params
-                .delimiter
-                .as_deref()
-                .map(|d| params.enc(d))
-                .as_deref(),
+            params.enc_opt(params.delimiter.as_deref()).as_deref(),
         )
         .elem_display("MaxKeys", params.max_keys)
         .elem_opt("EncodingType", params.encoding_url.then_some("url"))
@@ -187,11 +187,7 @@ pub fn render_v2(bucket: &str, params: &ListParams, page: &ListResult) -> String
         .elem_opt("ContinuationToken", params.continuation_token.as_deref())
         .elem_opt(
             "StartAfter",
-            params
-                .start_after
-                .as_deref()
-                .map(|s| params.enc(s))
-                .as_deref(),
+            params.enc_opt(params.start_after.as_deref()).as_deref(),
         );
     if page.is_truncated {
         if let Some(next) = page.next_marker.clone().or_else(|| last_entry(page)) {
@@ -220,11 +216,7 @@ pub fn render_v1(bucket: &str, params: &ListParams, page: &ListResult) -> String
         .elem_display("MaxKeys", params.max_keys)
         .elem_opt(
             "Delimiter",
-            params
-                .delimiter
-                .as_deref()
-                .map(|d| params.enc(d))
-                .as_deref(),
+            params.enc_opt(params.delimiter.as_deref()).as_deref(),
         )
         .elem_opt("EncodingType", params.encoding_url.then_some("url"));
     if page.is_truncated && params.delimiter.is_some() {

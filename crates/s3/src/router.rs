@@ -299,10 +299,6 @@ impl Query {
             .map(|(_, v)| v.as_str())
     }
 
-    pub fn has(&self, name: &str) -> bool {
-        self.pairs.iter().any(|(k, _)| k == name)
-    }
-
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.pairs.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
@@ -1313,7 +1309,6 @@ mod tests {
         assert_eq!(q.get("prefix"), Some("a b/c"));
         assert_eq!(q.get("delimiter"), Some("/"));
         assert_eq!(q.get("flag"), Some(""));
-        assert!(q.has("flag"));
         assert_eq!(q.get("missing"), None);
     }
 
