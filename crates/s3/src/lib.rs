@@ -3,8 +3,12 @@
 //!
 //! Where things are:
 //! - [`server`]: the listener, request ids, the per-request log line, authentication, dispatch.
-//! - [`router`]: method + path + query + headers -> one [`router::Endpoint`].
-//! - `bucket`, `list`, `put`, `get`, `delete`, `multipart`, `acl`: one file per family of operations.
+//! - [`router`]: method + path + query + headers -> one [`router::Endpoint`], carrying the
+//!   operation's bucket, key and parsed query parameters.
+//! - `bucket`, `list`, `put`, `get`, `copy`, `delete`, `multipart`, `acl`: one file per family of
+//!   operations; `headers`: the request-header checks and metadata headers they share.
+//! - `api_error`: the error a handler returns, and the mapping of every object-layer error to
+//!   its S3 code; `body`: request and response bodies (byte counts, the per-request log line).
 //! - `cors`: bucket CORS configuration, the unauthenticated preflight, CORS response headers.
 //! - `post_object`: browser form uploads, authenticated by their signed POST policy.
 //! - [`admin`]: the admin API under `/quarry/admin/v1/` (heal, heal status, info, drives), root

@@ -339,13 +339,13 @@ async fn dispatch(
     log: &mut RequestLog,
     cors_bucket: &mut Option<String>,
 ) -> ApiResult<Response> {
-    let query = Query::parse(parts.uri.query());
     let host_bucket = host_bucket(&parts, &state.domains);
-    let endpoint = query.as_ref().map_err(Clone::clone).and_then(|q| {
+    // A query that does not decode is a routing error like any other.
+    let endpoint = Query::parse(parts.uri.query()).and_then(|q| {
         router::parse(
             &parts.method,
             parts.uri.path(),
-            q,
+            &q,
             &parts.headers,
             host_bucket.as_deref(),
         )
@@ -407,7 +407,6 @@ async fn dispatch(
         }
         None => signature::verify_request(&parts, &state.auth, SystemTime::now())?,
     };
-    // A query that does not decode is an error of the route (see `router::Query::parse`).
     let endpoint = endpoint?;
     let ctx = ReqCtx {
         state,
