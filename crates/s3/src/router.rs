@@ -319,6 +319,26 @@ fn invalid_uri() -> S3Error {
     )
 }
 
+/// Why a request has no endpoint: its S3 error and, when only a parameter of a known operation
+/// was bad, that operation and its bucket (the request is logged, counted and given CORS headers
+/// as that operation).
+#[derive(Debug, Clone)]
+pub struct RouteError {
+    pub operation: Option<&'static str>,
+    pub bucket: Option<String>,
+    pub error: S3Error,
+}
+
+impl From<S3Error> for RouteError {
+    fn from(error: S3Error) -> Self {
+        RouteError {
+            operation: None,
+            bucket: None,
+            error,
+        }
+    }
+}
+
 /// Bucket sub-resources S3 defines. Each selects an operation other than the plain one.
 pub(crate) const BUCKET_SUBRESOURCES: &[&str] = &[
     "accelerate",
@@ -404,7 +424,7 @@ pub fn parse(
     query: &Query,
     headers: &HeaderMap,
     host_bucket: Option<&str>,
-) -> Result<Endpoint, S3Error> {
+) -> Result<Endpoint, RouteError> {
     if host_bucket.is_none()
         && (method == Method::GET || method == Method::HEAD)
         && is_anonymous(headers, query)
@@ -440,21 +460,27 @@ pub fn parse(
     }
     if bucket.is_empty() {
         if !key.is_empty() {
-            return Err(S3Error::new(
-                S3ErrorCode::InvalidBucketName,
-                "The bucket name is empty.",
-            ));
+            return Err(
+                S3Error::new(S3ErrorCode::InvalidBucketName, "The bucket name is empty.").into(),
+            );
         }
         return service_endpoint(method, query);
     }
-    if key.is_empty() {
+    let named = bucket.clone();
+    let routed = if key.is_empty() {
         if method == Method::POST && keyword(query, BUCKET_SUBRESOURCES).is_none() {
             return post_object_endpoint(headers, bucket);
         }
         bucket_endpoint(method, query, bucket)
     } else {
         object_endpoint(method, query, headers, bucket, key)
-    }
+    };
+    routed.map_err(|mut e| {
+        if e.operation.is_some() {
+            e.bucket = Some(named);
+        }
+        e
+    })
 }
 
 /// A request with neither an `Authorization` header nor presigned query parameters.
@@ -481,22 +507,26 @@ fn unsupported(operation: impl Into<String>) -> Endpoint {
     }
 }
 
-fn method_not_allowed(method: &Method, what: &str) -> S3Error {
-    S3Error::new(
+fn method_not_allowed(method: &Method, what: &str) -> RouteError {
+    RouteError::from(S3Error::new(
         S3ErrorCode::MethodNotAllowed,
         format!("The method {method} is not allowed against {what}."),
-    )
+    ))
 }
 
-/// A parameter parsed by its handler's module: its error is the request's.
-fn param<T>(parsed: ApiResult<T>) -> Result<T, S3Error> {
-    parsed.map_err(|e| e.error)
+/// A parameter of `operation`, parsed by its handler's module: its error is the request's.
+fn param<T>(operation: &'static str, parsed: ApiResult<T>) -> Result<T, RouteError> {
+    parsed.map_err(|e| RouteError {
+        operation: Some(operation),
+        bucket: None,
+        error: e.error,
+    })
 }
 
-fn service_endpoint(method: &Method, query: &Query) -> Result<Endpoint, S3Error> {
+fn service_endpoint(method: &Method, query: &Query) -> Result<Endpoint, RouteError> {
     match *method {
         Method::GET => Ok(Endpoint::ListBuckets {
-            params: param(ListBucketsParams::from_query(query))?,
+            params: param("ListBuckets", ListBucketsParams::from_query(query))?,
         }),
         _ => Err(method_not_allowed(method, "the service")),
     }
@@ -548,7 +578,7 @@ fn camel(s: &str) -> String {
         .collect()
 }
 
-fn bucket_endpoint(method: &Method, query: &Query, bucket: String) -> Result<Endpoint, S3Error> {
+fn bucket_endpoint(method: &Method, query: &Query, bucket: String) -> Result<Endpoint, RouteError> {
     let sub = keyword(query, BUCKET_SUBRESOURCES);
     match (method.clone(), sub) {
         (Method::GET, Some("location")) => Ok(Endpoint::GetBucketLocation { bucket }),
@@ -558,7 +588,7 @@ fn bucket_endpoint(method: &Method, query: &Query, bucket: String) -> Result<End
         (Method::DELETE, Some("cors")) => Ok(Endpoint::DeleteBucketCors { bucket }),
         (Method::GET, Some("uploads")) => Ok(Endpoint::ListMultipartUploads {
             bucket,
-            params: param(ListUploadsParams::from_query(query))?,
+            params: param("ListMultipartUploads", ListUploadsParams::from_query(query))?,
         }),
         (Method::GET, Some("acl")) => Ok(Endpoint::GetBucketAcl { bucket }),
         (Method::PUT, Some("acl")) => Ok(Endpoint::PutBucketAcl { bucket }),
@@ -568,16 +598,17 @@ fn bucket_endpoint(method: &Method, query: &Query, bucket: String) -> Result<End
         (Method::GET, None) => match query.get("list-type") {
             None => Ok(Endpoint::ListObjects {
                 bucket,
-                params: param(ListParams::from_query(query))?,
+                params: param("ListObjects", ListParams::from_query(query))?,
             }),
             Some("2") => Ok(Endpoint::ListObjectsV2 {
                 bucket,
-                params: param(ListParams::from_query(query))?,
+                params: param("ListObjectsV2", ListParams::from_query(query))?,
             }),
             Some(other) => Err(S3Error::new(
                 S3ErrorCode::InvalidArgument,
                 format!("Invalid list-type {other:?}: only 2 is defined."),
-            )),
+            )
+            .into()),
         },
         (Method::PUT, None) => Ok(Endpoint::CreateBucket { bucket }),
         (Method::HEAD, None) => Ok(Endpoint::HeadBucket { bucket }),
@@ -587,7 +618,7 @@ fn bucket_endpoint(method: &Method, query: &Query, bucket: String) -> Result<End
 }
 
 /// `POST /bucket` without a sub-resource is a browser upload, which must be a form.
-fn post_object_endpoint(headers: &HeaderMap, bucket: String) -> Result<Endpoint, S3Error> {
+fn post_object_endpoint(headers: &HeaderMap, bucket: String) -> Result<Endpoint, RouteError> {
     let multipart = headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
@@ -599,7 +630,8 @@ fn post_object_endpoint(headers: &HeaderMap, bucket: String) -> Result<Endpoint,
         Err(S3Error::new(
             S3ErrorCode::PreconditionFailed,
             "Bucket POST must be of the enclosure-type multipart/form-data",
-        ))
+        )
+        .into())
     }
 }
 
@@ -609,21 +641,20 @@ fn object_endpoint(
     headers: &HeaderMap,
     bucket: String,
     key: String,
-) -> Result<Endpoint, S3Error> {
+) -> Result<Endpoint, RouteError> {
     let copy = headers.contains_key("x-amz-copy-source");
     let sub = keyword(query, OBJECT_SUBRESOURCES);
     // An explicit version other than "null" (the only version of an unversioned object).
     let versioned = query.get("versionId").is_some_and(|v| v != "null");
-    let read = || -> Result<ObjectRead, S3Error> { param(ObjectRead::from_query(query)) };
-    let upload_id = || param(multipart::upload_id(query));
-    let part_number = || param(multipart::part_number(query.get("partNumber")));
+    let read = |op| param(op, ObjectRead::from_query(query));
+    let upload_id = |op| param(op, multipart::upload_id(query));
     let op = match (method.clone(), sub) {
         (Method::GET, None | Some("partNumber")) if !versioned => {
-            let read = read()?;
+            let read = read("GetObject")?;
             return Ok(Endpoint::GetObject { bucket, key, read });
         }
         (Method::HEAD, None | Some("partNumber")) if !versioned => {
-            let read = read()?;
+            let read = read("HeadObject")?;
             return Ok(Endpoint::HeadObject { bucket, key, read });
         }
         (Method::DELETE, None) if !versioned => return Ok(Endpoint::DeleteObject { bucket, key }),
@@ -636,7 +667,7 @@ fn object_endpoint(
             return Ok(Endpoint::CreateMultipartUpload { bucket, key })
         }
         (Method::POST, Some("uploadId")) => {
-            let upload_id = upload_id()?;
+            let upload_id = upload_id("CompleteMultipartUpload")?;
             return Ok(Endpoint::CompleteMultipartUpload {
                 bucket,
                 key,
@@ -644,7 +675,9 @@ fn object_endpoint(
             });
         }
         (Method::PUT, Some("uploadId" | "partNumber")) => {
-            let (part_number, upload_id) = (part_number()?, upload_id()?);
+            let op = if copy { "UploadPartCopy" } else { "UploadPart" };
+            let part_number = param(op, multipart::part_number(query.get("partNumber")))?;
+            let upload_id = upload_id(op)?;
             return Ok(if copy {
                 Endpoint::UploadPartCopy {
                     bucket,
@@ -662,8 +695,8 @@ fn object_endpoint(
             });
         }
         (Method::GET, Some("uploadId")) => {
-            let upload_id = upload_id()?;
-            let params = param(ListPartsParams::from_query(query))?;
+            let upload_id = upload_id("ListParts")?;
+            let params = param("ListParts", ListPartsParams::from_query(query))?;
             return Ok(Endpoint::ListParts {
                 bucket,
                 key,
@@ -672,7 +705,7 @@ fn object_endpoint(
             });
         }
         (Method::DELETE, Some("uploadId")) => {
-            let upload_id = upload_id()?;
+            let upload_id = upload_id("AbortMultipartUpload")?;
             return Ok(Endpoint::AbortMultipartUpload {
                 bucket,
                 key,
@@ -704,6 +737,14 @@ mod tests {
     use http::HeaderValue;
 
     fn route(method: &str, uri: &str, headers: &[(&str, &str)]) -> Result<Endpoint, S3Error> {
+        route_or_why(method, uri, headers).map_err(|e| e.error)
+    }
+
+    fn route_or_why(
+        method: &str,
+        uri: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<Endpoint, RouteError> {
         let (path, query) = uri
             .split_once('?')
             .map_or((uri, None), |(p, q)| (p, Some(q)));
@@ -1279,6 +1320,44 @@ mod tests {
         ] {
             let err = route(method, uri, &auth).unwrap_err();
             assert_eq!(err.code, code, "{method} {uri}");
+        }
+    }
+
+    #[test]
+    fn a_bad_parameter_names_its_operation_and_bucket() {
+        let auth = [("authorization", "x")];
+        let copy = [("authorization", "x"), ("x-amz-copy-source", "/a/b")];
+        for (method, uri, headers, op) in [
+            (
+                "PUT",
+                "/bkt/k?partNumber=0&uploadId=u",
+                &auth[..],
+                "UploadPart",
+            ),
+            (
+                "PUT",
+                "/bkt/k?partNumber=0&uploadId=u",
+                &copy[..],
+                "UploadPartCopy",
+            ),
+            ("GET", "/bkt/k?partNumber=x", &auth[..], "GetObject"),
+            ("GET", "/bkt?max-keys=x", &auth[..], "ListObjects"),
+            (
+                "DELETE",
+                "/bkt/k?uploadId=",
+                &auth[..],
+                "AbortMultipartUpload",
+            ),
+        ] {
+            let err = route_or_why(method, uri, headers).unwrap_err();
+            assert_eq!(err.operation, Some(op), "{method} {uri}");
+            assert_eq!(err.bucket.as_deref(), Some("bkt"), "{method} {uri}");
+            assert_eq!(err.error.code, S3ErrorCode::InvalidArgument);
+        }
+        // Errors that leave the operation unknown name none.
+        for (method, uri) in [("PATCH", "/bkt/k"), ("GET", "/bkt?list-type=3")] {
+            let err = route_or_why(method, uri, &auth).unwrap_err();
+            assert_eq!((err.operation, err.bucket), (None, None), "{method} {uri}");
         }
     }
 

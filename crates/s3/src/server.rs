@@ -29,7 +29,7 @@ use crate::api_error::{ApiError, ApiResult};
 use crate::body::{counted_stream, read_small, LoggedBody, RequestLog, MAX_XML_BODY};
 use crate::cors::{self, CorsCache};
 use crate::error::{error_xml, S3ErrorCode};
-use crate::router::{self, Endpoint, Query};
+use crate::router::{self, Endpoint, Query, RouteError};
 use crate::signature::{self, AuthConfig, Authenticated, Credentials};
 use crate::{acl, bucket, copy, delete, get, list, multipart, post_object, put};
 
@@ -341,15 +341,30 @@ async fn dispatch(
 ) -> ApiResult<Response> {
     let host_bucket = host_bucket(&parts, &state.domains);
     // A query that does not decode is a routing error like any other.
-    let endpoint = Query::parse(parts.uri.query()).and_then(|q| {
-        router::parse(
-            &parts.method,
-            parts.uri.path(),
-            &q,
-            &parts.headers,
-            host_bucket.as_deref(),
-        )
-    });
+    let endpoint = Query::parse(parts.uri.query())
+        .map_err(RouteError::from)
+        .and_then(|q| {
+            router::parse(
+                &parts.method,
+                parts.uri.path(),
+                &q,
+                &parts.headers,
+                host_bucket.as_deref(),
+            )
+        });
+    // A bad parameter of a known operation: logged, counted and given CORS headers as that
+    // operation, as its handler's refusal was before the router parsed the parameters.
+    if let Err(RouteError {
+        operation: Some(operation),
+        bucket,
+        ..
+    }) = &endpoint
+    {
+        log.operation = (*operation).to_owned();
+        if parts.headers.contains_key(http::header::ORIGIN) {
+            cors_bucket.clone_from(bucket);
+        }
+    }
     if let Ok(endpoint) = &endpoint {
         log.operation = endpoint.name().to_owned();
         if parts.headers.contains_key(http::header::ORIGIN)
@@ -407,7 +422,7 @@ async fn dispatch(
         }
         None => signature::verify_request(&parts, &state.auth, SystemTime::now())?,
     };
-    let endpoint = endpoint?;
+    let endpoint = endpoint.map_err(|e| e.error)?;
     let ctx = ReqCtx {
         state,
         parts,
