@@ -657,3 +657,184 @@ async fn auth_signed_payload_hash_with_control() {
         "signed body",
     );
 }
+
+/// An `x-amz-*` header the signature does not cover is refused (403 AccessDenied, "There were
+/// headers present in the request which were not signed", `<HeadersNotSigned>`), for header
+/// auth and presigned SigV4 alike: the holder of a presigned PUT URL must not turn it into a copy
+/// of an object it may not read (`x-amz-copy-source`), nor store metadata the signer did not
+/// choose. SigV2 signs every `x-amz-*` header, so an added one breaks the signature. Each next to
+/// the control that passes.
+#[tokio::test]
+async fn auth_unsigned_amz_headers_are_refused() {
+    let s = TestServer::start(4).await;
+    let c = s.client();
+    s.create_bucket("umh").await;
+    s.create_bucket("umh-private").await;
+    put_bytes(&c, "umh-private", "secret", b"private bytes").await;
+    let http = reqwest::Client::new();
+    let stored = |key: &'static str| {
+        let c = c.clone();
+        async move {
+            match c.get_object().bucket("umh").key(key).send().await {
+                Ok(o) => Some(o.body.collect().await.expect("body").into_bytes().to_vec()),
+                Err(_) => None,
+            }
+        }
+    };
+    let refused = |got: (u16, String), header: &str, what: &str| {
+        expect_verbatim_error(got.clone(), 403, "AccessDenied", what);
+        assert!(
+            got.1
+                .contains(&format!("<HeadersNotSigned>{header}</HeadersNotSigned>")),
+            "{what}: {}",
+            got.1
+        );
+    };
+    let send = |req: reqwest::RequestBuilder| async move {
+        let r = req.send().await.expect("send");
+        (r.status().as_u16(), r.text().await.unwrap_or_default())
+    };
+
+    // Presigned SigV4 PUT for um/slot.
+    let url = c
+        .put_object()
+        .bucket("umh")
+        .key("slot")
+        .presigned(PresigningConfig::expires_in(Duration::from_secs(300)).expect("config"))
+        .await
+        .expect("presign")
+        .uri()
+        .to_string();
+    for (name, value) in [
+        ("x-amz-copy-source", "/umh-private/secret"),
+        ("x-amz-meta-owner", "mallory"),
+        ("x-amz-acl", "public-read"),
+        ("x-amz-content-sha256", "STREAMING-UNSIGNED-PAYLOAD-TRAILER"),
+    ] {
+        let got = send(http.put(&url).header(name, value).body("")).await;
+        refused(got, name, &format!("presigned PUT with unsigned {name}"));
+    }
+    assert_eq!(stored("slot").await, None, "a refused PUT stored nothing");
+    // Control: the URL as signed; x-amz-content-sha256 repeating the URL's UNSIGNED-PAYLOAD too.
+    let (st, body) = send(http.put(&url).body("mine")).await;
+    status_ok(st, &body, "presigned PUT");
+    let (st, body) = send(
+        http.put(&url)
+            .header("x-amz-content-sha256", "UNSIGNED-PAYLOAD")
+            .body("mine"),
+    )
+    .await;
+    status_ok(
+        st,
+        &body,
+        "presigned PUT with x-amz-content-sha256: UNSIGNED-PAYLOAD",
+    );
+    assert_eq!(stored("slot").await.as_deref(), Some(&b"mine"[..]));
+
+    // Header auth: a PUT signed without the header it then carries.
+    let url = format!("{}/umh/hdr", s.endpoint());
+    let signed = |body: &[u8]| {
+        sign_headers(
+            "PUT",
+            &url,
+            &[],
+            PayloadHash::Bytes(body),
+            ACCESS_KEY,
+            SECRET_KEY,
+            SystemTime::now(),
+        )
+        .headers
+    };
+    let put = |headers: Vec<(String, String)>, body: &'static [u8]| {
+        let mut req = http.put(&url).body(body);
+        for (k, v) in headers {
+            req = req.header(k, v);
+        }
+        req
+    };
+    for (name, value) in [
+        ("x-amz-copy-source", "/umh-private/secret"),
+        ("x-amz-meta-owner", "mallory"),
+        ("x-amz-storage-class", "REDUCED_REDUNDANCY"),
+    ] {
+        let mut hs = signed(b"");
+        hs.push((name.to_string(), value.to_string()));
+        refused(
+            send(put(hs, b"")).await,
+            name,
+            &format!("header-signed PUT with unsigned {name}"),
+        );
+    }
+    assert_eq!(stored("hdr").await, None, "a refused PUT stored nothing");
+    // Control: the same request as signed; and x-amzn-trace-id (not x-amz-*) unsigned.
+    let (st, body) = send(put(signed(b"hdr"), b"hdr")).await;
+    status_ok(st, &body, "header-signed PUT");
+    let mut hs = signed(b"hdr");
+    hs.push(("x-amzn-trace-id".into(), "Root=1-0-0".into()));
+    let (st, body) = send(put(hs, b"hdr")).await;
+    status_ok(st, &body, "header-signed PUT with x-amzn-trace-id");
+    // Signed, the copy source is honoured (it is the signer's choice).
+    let copy_url = format!("{}/umh/copied", s.endpoint());
+    let hs = sign_headers(
+        "PUT",
+        &copy_url,
+        &[("x-amz-copy-source", "/umh-private/secret")],
+        PayloadHash::Bytes(b""),
+        ACCESS_KEY,
+        SECRET_KEY,
+        SystemTime::now(),
+    )
+    .headers;
+    let mut req = http.put(&copy_url);
+    for (k, v) in hs {
+        req = req.header(k, v);
+    }
+    let (st, body) = send(req).await;
+    status_ok(st, &body, "signed CopyObject");
+
+    // SigV2, header: an x-amz-* header added after signing breaks the signature.
+    let v2 = |extra: &[(&str, &str)]| {
+        crate::sigv2::signed_v2(
+            "PUT",
+            "/umh/v2",
+            extra,
+            ACCESS_KEY,
+            SECRET_KEY,
+            SystemTime::now(),
+        )
+    };
+    let url = format!("{}/umh/v2", s.endpoint());
+    let put_v2 = |headers: Vec<(String, String)>| {
+        let mut req = http.put(&url).body("v2");
+        for (k, v) in headers {
+            req = req.header(k, v);
+        }
+        req
+    };
+    let mut hs = v2(&[]);
+    hs.push(("x-amz-copy-source".into(), "/umh-private/secret".into()));
+    expect_verbatim_error(
+        send(put_v2(hs)).await,
+        403,
+        "SignatureDoesNotMatch",
+        "SigV2 PUT with an added x-amz-copy-source",
+    );
+    let (st, body) = send(put_v2(v2(&[]))).await;
+    status_ok(st, &body, "SigV2 PUT");
+    // SigV2, presigned.
+    let expires = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 300;
+    let url = crate::sigv2::presigned_v2(&s, "GET", "/umh/v2", "/umh/v2", "", SECRET_KEY, expires);
+    expect_verbatim_error(
+        send(http.get(&url).header("x-amz-meta-owner", "mallory")).await,
+        403,
+        "SignatureDoesNotMatch",
+        "SigV2 presigned GET with an added x-amz-meta-owner",
+    );
+    let (st, body) = send(http.get(&url)).await;
+    status_ok(st, &body, "SigV2 presigned GET");
+    assert_eq!(body, "v2");
+}

@@ -24,7 +24,7 @@ fn enc(s: &str) -> String {
 /// The headers of a header-signed request: `headers`, a `Date` (unless `x-amz-date` is among them,
 /// which then leaves the Date position empty) and the Authorization. `resource` is the
 /// CanonicalizedResource, spelled out by the caller.
-fn signed_v2(
+pub(crate) fn signed_v2(
     method: &str,
     resource: &str,
     headers: &[(&str, &str)],
@@ -74,7 +74,7 @@ fn signed_v2(
 
 /// A presigned URL for `path` (as sent, percent-encoded) plus `query` (unsigned parameters and
 /// sub-resources, as sent); `resource` is what is signed.
-fn presigned_v2(
+pub(crate) fn presigned_v2(
     s: &TestServer,
     method: &str,
     path_and_query: &str,

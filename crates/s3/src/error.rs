@@ -218,6 +218,9 @@ pub struct S3Error {
     /// The region the request should have been signed for, sent as `<Region>` when a signature's
     /// credential scope names another one (as S3 does; clients such as s3cmd read it and retry).
     pub region: Option<String>,
+    /// The `x-amz-*` header a signature left uncovered, sent as `<HeadersNotSigned>` with
+    /// AccessDenied (as S3 does).
+    pub headers_not_signed: Option<String>,
 }
 
 impl S3Error {
@@ -226,6 +229,7 @@ impl S3Error {
             code,
             message: message.into(),
             region: None,
+            headers_not_signed: None,
         }
     }
 
@@ -235,12 +239,19 @@ impl S3Error {
         self
     }
 
+    /// The error with a `<HeadersNotSigned>` element naming a header the signature did not cover.
+    pub fn with_headers_not_signed(mut self, name: impl Into<String>) -> Self {
+        self.headers_not_signed = Some(name.into());
+        self
+    }
+
     /// The error with S3's standard message for its code.
     pub fn from_code(code: S3ErrorCode) -> Self {
         S3Error {
             code,
             message: code.default_message().to_string(),
             region: None,
+            headers_not_signed: None,
         }
     }
 }
@@ -266,8 +277,13 @@ pub fn error_xml(err: &S3Error, resource: &str, request_id: &str) -> String {
         .as_deref()
         .map(|r| format!("<Region>{}</Region>", xml_escape(r)))
         .unwrap_or_default();
+    let not_signed = err
+        .headers_not_signed
+        .as_deref()
+        .map(|h| format!("<HeadersNotSigned>{}</HeadersNotSigned>", xml_escape(h)))
+        .unwrap_or_default();
     format!(
-        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{}</Code><Message>{}</Message>{region}<Resource>{}</Resource><RequestId>{}</RequestId></Error>",
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{}</Code><Message>{}</Message>{region}{not_signed}<Resource>{}</Resource><RequestId>{}</RequestId></Error>",
         err.code.code(),
         xml_escape(&err.message),
         xml_escape(resource),

@@ -402,6 +402,96 @@ fn aws_example_presigned() {
     );
 }
 
+/// An `x-amz-*` header outside the signed list is refused, for header auth and presigned URLs,
+/// with S3's error and the header's name; the same requests without it pass (the AWS examples).
+#[test]
+fn unsigned_amz_headers_are_refused() {
+    let c = cfg();
+    let not_signed = |p: &Parts, now| {
+        let e = verify_request(p, &c, now).expect_err("an unsigned x-amz-* header was accepted");
+        (e.code, e.message, e.headers_not_signed)
+    };
+    let refusal = |name: &str| {
+        (
+            S3ErrorCode::AccessDenied,
+            "There were headers present in the request which were not signed".to_string(),
+            Some(name.to_string()),
+        )
+    };
+    // Header auth: the control passes, the same request with an added header does not.
+    verify_request(&get_example(GET_SIG), &c, at(0)).unwrap();
+    for (name, value) in [
+        ("x-amz-copy-source", "/other-bucket/private"),
+        ("x-amz-meta-owner", "mallory"),
+        ("X-Amz-Acl", "public-read"),
+    ] {
+        let mut p = get_example(GET_SIG);
+        p.headers.insert(
+            http::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            value.parse().unwrap(),
+        );
+        assert_eq!(not_signed(&p, at(0)), refusal(&name.to_ascii_lowercase()));
+    }
+    // Not x-amz-*: AWS's trace header, and headers S3 does not require signed.
+    let mut p = get_example(GET_SIG);
+    p.headers
+        .insert("x-amzn-trace-id", "Root=1-abc".parse().unwrap());
+    p.headers.insert("user-agent", "test".parse().unwrap());
+    verify_request(&p, &c, at(0)).unwrap();
+    // AWS's trailer example signs x-amz-trailer and x-amz-decoded-content-length: it passes.
+    verify_request(&trailer_example(), &c, at(0)).unwrap();
+
+    // Presigned: the control passes; an added header is refused.
+    let get = |extra: &[(&str, &str)]| {
+        let mut h = vec![("host", HOST)];
+        h.extend_from_slice(extra);
+        parts("GET", PRESIGNED, &h)
+    };
+    verify_request(&get(&[]), &c, at(3600)).unwrap();
+    assert_eq!(
+        not_signed(&get(&[("x-amz-copy-source", "/b/private")]), at(3600)),
+        refusal("x-amz-copy-source")
+    );
+    assert_eq!(
+        not_signed(&get(&[("x-amz-date", "20130524T000000Z")]), at(3600)),
+        refusal("x-amz-date")
+    );
+    // x-amz-content-sha256 repeating the payload hash the URL binds is harmless; another value
+    // (which would select another body verifier) is not.
+    verify_request(
+        &get(&[("x-amz-content-sha256", "UNSIGNED-PAYLOAD")]),
+        &c,
+        at(3600),
+    )
+    .unwrap();
+    assert_eq!(
+        not_signed(
+            &get(&[("x-amz-content-sha256", "STREAMING-UNSIGNED-PAYLOAD-TRAILER")]),
+            at(3600)
+        ),
+        refusal("x-amz-content-sha256")
+    );
+    // A bad signature is still SignatureDoesNotMatch, not a hint about headers.
+    let p = parts(
+        "GET",
+        &PRESIGNED.replace("aeeed9bb", "aeeed9bc"),
+        &[("host", HOST), ("x-amz-copy-source", "/b/private")],
+    );
+    assert_eq!(
+        code(verify_request(&p, &c, at(3600))),
+        S3ErrorCode::SignatureDoesNotMatch
+    );
+    let xml = crate::error::error_xml(&refusal_error(), "/b/k", "id");
+    assert!(
+        xml.contains("<HeadersNotSigned>x-amz-copy-source</HeadersNotSigned>"),
+        "{xml}"
+    );
+}
+
+fn refusal_error() -> S3Error {
+    super::v4::headers_not_signed("x-amz-copy-source")
+}
+
 #[test]
 fn presigned_failures() {
     let c = cfg();

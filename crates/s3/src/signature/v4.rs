@@ -394,6 +394,45 @@ pub(crate) struct SignatureInput<'a> {
     pub skip_param: Option<&'a str>,
 }
 
+/// The first `x-amz-*` header of the request that the signature does not cover, if any.
+///
+/// A header outside `SignedHeaders` could be added by whoever holds a signed request or a
+/// presigned URL, and `x-amz-*` headers steer what a request does (`x-amz-copy-source` turns a
+/// PUT into a copy, `x-amz-meta-*`, `x-amz-acl`, `x-amz-tagging`… are stored), so S3 refuses them
+/// (AccessDenied, "There were headers present in the request which were not signed"), for header
+/// auth and presigned URLs alike. The one exception is `x-amz-content-sha256` when its value is the
+/// payload hash the signature binds (always so for header auth, where the canonical request
+/// carries it; for a presigned URL, when it repeats `UNSIGNED-PAYLOAD` or the signed
+/// `X-Amz-Content-Sha256` parameter). The headers that announce a trailer or an aws-chunked length
+/// (`x-amz-trailer`, `x-amz-decoded-content-length`) are not exempt: AWS's own examples sign them
+/// and every SDK does. Trailing headers arrive after the body, in the (signed or checksummed)
+/// trailer chunk, and are not request headers. `x-amzn-*` (AWS tracing) is not `x-amz-*`.
+pub(crate) fn unsigned_amz_header<'p>(
+    parts: &'p Parts,
+    signed: &[&str],
+    payload_hash: &str,
+) -> Option<&'p str> {
+    parts.headers.iter().find_map(|(name, value)| {
+        let name = name.as_str(); // http lower-cases header names
+        if !name.starts_with("x-amz-") || signed.iter().any(|s| s.trim().eq_ignore_ascii_case(name))
+        {
+            return None;
+        }
+        let bound_payload_hash = name == "x-amz-content-sha256"
+            && value.to_str().is_ok_and(|v| v.trim() == payload_hash);
+        (!bound_payload_hash).then_some(name)
+    })
+}
+
+/// S3's refusal of a request that carries an `x-amz-*` header its signature does not cover.
+pub(crate) fn headers_not_signed(name: &str) -> S3Error {
+    S3Error::new(
+        S3ErrorCode::AccessDenied,
+        "There were headers present in the request which were not signed",
+    )
+    .with_headers_not_signed(name)
+}
+
 /// A verified signature: who signed, and the key and signature a chunked body continues from.
 pub(crate) struct Verified<'a> {
     pub credentials: &'a Credentials,
@@ -472,6 +511,9 @@ pub(crate) fn verify_signature<'c>(
             "SigV4 signature mismatch"
         );
         return Err(S3Error::from_code(S3ErrorCode::SignatureDoesNotMatch));
+    }
+    if let Some(name) = unsigned_amz_header(parts, &signed, input.payload_hash) {
+        return Err(headers_not_signed(name));
     }
     Ok(Verified {
         credentials,
