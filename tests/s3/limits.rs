@@ -372,3 +372,54 @@ async fn a_client_stalling_in_its_headers_is_disconnected() {
     );
     still_serving(&s, "after the header timeouts").await;
 }
+
+/// Deep XML (40,000 nested elements, 280 KB) to the operations that parse XML is `400
+/// MalformedXML`, and the server lives on (the element tree's recursive drop used to overflow
+/// the stack and abort the process). Control: the same operations with their normal bodies.
+#[tokio::test]
+async fn deep_xml_bodies_are_malformed_not_fatal() {
+    let s = TestServer::start(4).await;
+    s.create_bucket(BUCKET).await;
+    let deep = |root: &str, depth: usize| {
+        let mut d = format!("<{root}>");
+        d.push_str(&"<a>".repeat(depth));
+        d.push_str(&"</a>".repeat(depth));
+        d.push_str(&format!("</{root}>"));
+        d.into_bytes()
+    };
+    // (CORS bodies are limited to 64 KiB before they are parsed: 9,000 levels fit.)
+    for (method, path, root, depth) in [
+        ("PUT", "/deep-bucket", "CreateBucketConfiguration", 40_000),
+        ("POST", "/lim?delete", "Delete", 40_000),
+        ("PUT", "/lim?cors", "CORSConfiguration", 9_000),
+    ] {
+        let body = deep(root, depth);
+        let md5 = md5_b64(&body);
+        let resp = s
+            .signed(method, path, &[("content-md5", md5.as_str())], body)
+            .await;
+        expect_raw_error(resp, 400, "MalformedXML").await;
+    }
+    // Unclosed, as an attacker would not bother to close it.
+    let body = "<Delete>".repeat(40_000).into_bytes();
+    let md5 = md5_b64(&body);
+    let resp = s
+        .signed(
+            "POST",
+            "/lim?delete",
+            &[("content-md5", md5.as_str())],
+            body,
+        )
+        .await;
+    expect_raw_error(resp, 400, "MalformedXML").await;
+    // Controls.
+    let ok = b"<CreateBucketConfiguration><LocationConstraint>us-east-1</LocationConstraint></CreateBucketConfiguration>".to_vec();
+    let resp = s.signed("PUT", "/shallow-bucket", &[], ok).await;
+    assert_eq!(
+        resp.status(),
+        200,
+        "{}",
+        resp.text().await.unwrap_or_default()
+    );
+    still_serving(&s, "after deep XML").await;
+}

@@ -122,6 +122,55 @@ proptest! {
 
 }
 
+/// Deep and wide documents: nesting of any depth (closed, unclosed, or mixed with S3's
+/// vocabulary) and long runs of siblings. Never a panic or a stack overflow; a document deeper
+/// than the bound is refused.
+fn deep_or_wide() -> impl Strategy<Value = (String, usize)> {
+    let names = prop_oneof![
+        Just("a"),
+        Just("Part"),
+        Just("Delete"),
+        Just("Object"),
+        Just("CompleteMultipartUpload"),
+        Just("CORSRule"),
+    ];
+    (
+        names,
+        0usize..60_000,
+        prop_oneof![Just(0u8), Just(1), Just(2)],
+        any::<bool>(),
+    )
+        .prop_map(|(name, n, shape, close)| {
+            let doc = match shape {
+                0 => {
+                    let mut d = format!("<{name}>").repeat(n);
+                    if close {
+                        d.push_str(&format!("</{name}>").repeat(n));
+                    }
+                    d
+                }
+                1 => format!("<Delete>{}</Delete>", format!("<{name}/>").repeat(n)),
+                _ => format!(
+                    "<CompleteMultipartUpload>{}</CompleteMultipartUpload>",
+                    "<Part><PartNumber>1</PartNumber><ETag>e</ETag></Part>".repeat(n / 8)
+                ),
+            };
+            (doc, if shape == 0 { n } else { 0 })
+        })
+}
+
+proptest! {
+    #![proptest_config(cases_or(40))]
+
+    #[test]
+    fn xml_bodies_deep_and_wide((doc, depth) in deep_or_wide()) {
+        parse_all_xml(doc.as_bytes());
+        if depth > crate::xml::MAX_XML_DEPTH {
+            prop_assert!(crate::xml::parse_document(doc.as_bytes()).is_err());
+        }
+    }
+}
+
 proptest! {
     // Generating the soup is the slow part (not parsing it): fewer cases by default.
     #![proptest_config(cases_or(300))]

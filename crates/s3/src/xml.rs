@@ -113,8 +113,19 @@ impl Element {
     }
 }
 
+/// The deepest nesting [`parse_document`] accepts. S3's request documents are shallow (the
+/// deepest, a lifecycle rule's `LifecycleConfiguration/Rule/Filter/And/Tag/Key`, is 6 levels);
+/// the bound keeps a hostile body from building a tree whose recursive drop (and `Clone`, `Debug`,
+/// `PartialEq`) would overflow the stack.
+pub const MAX_XML_DEPTH: usize = 32;
+
+/// The most elements [`parse_document`] accepts in one document: a CompleteMultipartUpload of
+/// 10,000 parts, each with a number, an ETag and a checksum, is 40,001.
+pub const MAX_XML_ELEMENTS: usize = 50_000;
+
 /// Parses a small XML document into an element tree. Anything that is not well-formed XML, a DTD,
-/// or a document without exactly one root element is `MalformedXML`.
+/// a document without exactly one root element, one nested deeper than [`MAX_XML_DEPTH`] or one
+/// with more than [`MAX_XML_ELEMENTS`] elements is `MalformedXML`.
 pub fn parse_document(body: &[u8]) -> Result<Element, S3Error> {
     let malformed = |detail: &str| {
         S3Error::new(
@@ -126,8 +137,18 @@ pub fn parse_document(body: &[u8]) -> Result<Element, S3Error> {
     let mut reader = Reader::from_str(text);
     let mut stack: Vec<Element> = Vec::new();
     let mut root: Option<Element> = None;
+    let mut elements = 0usize;
     loop {
         let event = reader.read_event().map_err(|e| malformed(&e.to_string()))?;
+        if matches!(event, Event::Start(_) | Event::Empty(_)) {
+            elements += 1;
+            if elements > MAX_XML_ELEMENTS {
+                return Err(malformed("too many elements"));
+            }
+            if stack.len() >= MAX_XML_DEPTH {
+                return Err(malformed("elements nested too deeply"));
+            }
+        }
         match event {
             Event::Start(start) => {
                 if root.is_some() {
@@ -502,6 +523,61 @@ pub fn url_encode(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn nested(depth: usize) -> String {
+        let mut doc = String::with_capacity(depth * 8);
+        for _ in 0..depth {
+            doc.push_str("<a>");
+        }
+        for _ in 0..depth {
+            doc.push_str("</a>");
+        }
+        doc
+    }
+
+    /// A hostile nesting is refused as MalformedXML (before the bound it built a 40,000-deep tree
+    /// whose drop overflowed the stack and aborted the process); S3's own depth passes.
+    #[test]
+    fn deep_documents_are_refused() {
+        for depth in [MAX_XML_DEPTH + 1, 1000, 40_000, 200_000] {
+            let e = parse_document(nested(depth).as_bytes()).unwrap_err();
+            assert_eq!(e.code, S3ErrorCode::MalformedXML, "depth {depth}");
+            assert!(e.message.contains("nested too deeply"), "{}", e.message);
+            // Unclosed, as an attacker would send it.
+            let open = "<a>".repeat(depth);
+            assert_eq!(
+                parse_document(open.as_bytes()).unwrap_err().code,
+                S3ErrorCode::MalformedXML
+            );
+        }
+        let doc = parse_document(nested(MAX_XML_DEPTH).as_bytes()).unwrap();
+        assert_eq!(doc.name, "a");
+        let lifecycle = "<LifecycleConfiguration><Rule><Filter><And><Tag><Key>k</Key></Tag></And></Filter></Rule></LifecycleConfiguration>";
+        let doc = parse_document(lifecycle.as_bytes()).unwrap();
+        assert_eq!(doc.children[0].children[0].name, "Filter");
+    }
+
+    /// Wide documents: up to the element bound they parse; past it they are refused.
+    #[test]
+    fn wide_documents_are_bounded() {
+        let wide = |n: usize| format!("<Delete>{}</Delete>", "<Object/>".repeat(n - 1));
+        let doc = parse_document(wide(MAX_XML_ELEMENTS).as_bytes()).unwrap();
+        assert_eq!(doc.children.len(), MAX_XML_ELEMENTS - 1);
+        let e = parse_document(wide(MAX_XML_ELEMENTS + 1).as_bytes()).unwrap_err();
+        assert_eq!(e.code, S3ErrorCode::MalformedXML);
+        assert!(e.message.contains("too many elements"), "{}", e.message);
+        // 10,000 parts of CompleteMultipartUpload (S3's maximum) still parse.
+        let parts: String = (1..=10_000)
+            .map(|n| format!("<Part><PartNumber>{n}</PartNumber><ETag>\"e\"</ETag><ChecksumCRC32>AAAAAA==</ChecksumCRC32></Part>"))
+            .collect();
+        let body = format!("<CompleteMultipartUpload>{parts}</CompleteMultipartUpload>");
+        assert_eq!(
+            parse_complete_multipart_upload(body.as_bytes())
+                .unwrap()
+                .len(),
+            10_000
+        );
+    }
 
     #[test]
     fn complete_multipart_upload_is_parsed() {
