@@ -876,3 +876,27 @@ async fn browser_post_refusals() {
         .expect("send");
     expect_raw_error(r, 403, "AccessDenied").await;
 }
+
+/// A preflight to a name that cannot be a bucket (the system volume, a dot segment) is about a
+/// bucket that does not exist: 404 NoSuchBucket, as for any missing bucket, not 503 with "read
+/// quorum lost" in the log (the drives refuse such a volume name, which read as lost drives).
+/// Control: the same preflight to a missing but valid name.
+#[tokio::test]
+async fn preflight_to_names_that_cannot_be_buckets() {
+    let s = TestServer::start(4).await;
+    let control = preflight(&s, "/no-such-bucket/k", Some("https://a.test"), "GET", None).await;
+    let control_status = control.status().as_u16();
+    let control_body = control.text().await.unwrap_or_default();
+    assert_eq!(control_status, 404, "{control_body}");
+    for path in [
+        "/.quarry.sys/k",
+        "/%2e%2e/k",
+        "/%2E%2E/format.json",
+        "/.quarry.sys/tmp/x",
+    ] {
+        let r = preflight(&s, path, Some("https://a.test"), "GET", None).await;
+        expect_raw_error(r, 404, "NoSuchBucket").await;
+    }
+    let log = s.log_tail(200);
+    assert!(!log.contains("quorum lost"), "{log}");
+}

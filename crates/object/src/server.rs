@@ -22,6 +22,14 @@ use crate::error::{Error, Result};
 use crate::heal_queue::spawn_heal_worker;
 use crate::names::{check_bucket_name, check_key};
 use crate::scanner::{heal_sets, spawn_scanner};
+
+/// A bucket name that cannot be a bucket (`.quarry.sys`, `..`, upper case…) names no bucket:
+/// `BucketNotFound`, before any drive is asked (a drive refuses such a volume name, and the
+/// refusals, counted as lost drives, read as a lost quorum: 503). Only `make_bucket` says
+/// `InvalidBucketName` instead.
+fn named_bucket(bucket: &str) -> Result<()> {
+    check_bucket_name(bucket).map_err(|_| Error::BucketNotFound)
+}
 use crate::set::ErasureSet;
 use crate::stats::{DriveState, LayerStats, ScanCounters};
 
@@ -328,6 +336,7 @@ impl ErasureServer {
     /// Heals one object now and says what was done.
     pub async fn heal_object(&self, bucket: &str, key: &str) -> Result<crate::api::HealResult> {
         check_key(key)?;
+        named_bucket(bucket)?;
         self.set_of(bucket, key).heal_object(bucket, key).await
     }
 
@@ -433,6 +442,7 @@ impl ObjectLayer for ErasureServer {
     }
 
     async fn bucket_info(&self, bucket: &str) -> Result<BucketInfo> {
+        named_bucket(bucket)?;
         self.only_set().bucket_info(bucket).await
     }
 
@@ -441,6 +451,7 @@ impl ObjectLayer for ErasureServer {
     }
 
     async fn delete_bucket(&self, bucket: &str) -> Result<()> {
+        named_bucket(bucket)?;
         let page = self
             .list_objects(
                 bucket,
@@ -471,6 +482,7 @@ impl ObjectLayer for ErasureServer {
         opts: PutOptions,
     ) -> Result<ObjectInfo> {
         check_key(key)?;
+        named_bucket(bucket)?;
         self.set_of(bucket, key)
             .put_object(bucket, key, body, opts)
             .await
@@ -483,6 +495,7 @@ impl ObjectLayer for ErasureServer {
         range: Option<HttpRange>,
     ) -> Result<GetObjectReader> {
         check_key(key)?;
+        named_bucket(bucket)?;
         self.set_of(bucket, key)
             .get_object(bucket, key, range)
             .await
@@ -490,11 +503,13 @@ impl ObjectLayer for ErasureServer {
 
     async fn object_info(&self, bucket: &str, key: &str) -> Result<ObjectInfo> {
         check_key(key)?;
+        named_bucket(bucket)?;
         self.set_of(bucket, key).object_info(bucket, key).await
     }
 
     async fn delete_object(&self, bucket: &str, key: &str) -> Result<()> {
         check_key(key)?;
+        named_bucket(bucket)?;
         self.set_of(bucket, key).delete_object(bucket, key).await
     }
 
@@ -508,6 +523,8 @@ impl ObjectLayer for ErasureServer {
     ) -> Result<ObjectInfo> {
         check_key(src_key)?;
         check_key(dst_key)?;
+        named_bucket(src_bucket)?;
+        named_bucket(dst_bucket)?;
         let onto_itself = src_bucket == dst_bucket && src_key == dst_key;
         if let (true, Some(metadata)) = (onto_itself, &opts.metadata) {
             let set = self.set_of(dst_bucket, dst_key);
@@ -522,6 +539,7 @@ impl ObjectLayer for ErasureServer {
     }
 
     async fn list_objects(&self, bucket: &str, opts: ListOptions) -> Result<ListResult> {
+        named_bucket(bucket)?;
         if self.sets.len() == 1 {
             return self.only_set().list_objects(bucket, opts).await;
         }
@@ -544,6 +562,7 @@ impl ObjectLayer for ErasureServer {
         opts: NewUploadOptions,
     ) -> Result<UploadInfo> {
         check_key(key)?;
+        named_bucket(bucket)?;
         self.set_of(bucket, key)
             .new_multipart_upload(bucket, key, opts)
             .await
@@ -559,6 +578,7 @@ impl ObjectLayer for ErasureServer {
         opts: PartOptions,
     ) -> Result<UploadedPart> {
         check_key(key)?;
+        named_bucket(bucket)?;
         self.set_of(bucket, key)
             .put_object_part(bucket, key, upload_id, part_number, body, opts)
             .await
@@ -572,6 +592,7 @@ impl ObjectLayer for ErasureServer {
         opts: ListPartsOptions,
     ) -> Result<ListPartsResult> {
         check_key(key)?;
+        named_bucket(bucket)?;
         self.set_of(bucket, key)
             .list_object_parts(bucket, key, upload_id, opts)
             .await
@@ -586,6 +607,7 @@ impl ObjectLayer for ErasureServer {
         opts: CompleteOptions,
     ) -> Result<ObjectInfo> {
         check_key(key)?;
+        named_bucket(bucket)?;
         self.set_of(bucket, key)
             .complete_multipart_upload(bucket, key, upload_id, parts, opts)
             .await
@@ -593,6 +615,7 @@ impl ObjectLayer for ErasureServer {
 
     async fn abort_multipart_upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<()> {
         check_key(key)?;
+        named_bucket(bucket)?;
         self.set_of(bucket, key)
             .abort_multipart_upload(bucket, key, upload_id)
             .await
@@ -603,6 +626,7 @@ impl ObjectLayer for ErasureServer {
         bucket: &str,
         opts: ListUploadsOptions,
     ) -> Result<ListUploadsResult> {
+        named_bucket(bucket)?;
         if self.sets.len() == 1 {
             return self.only_set().list_multipart_uploads(bucket, opts).await;
         }
@@ -625,6 +649,7 @@ impl ObjectLayer for ErasureServer {
         part_number: u32,
     ) -> Result<GetObjectReader> {
         check_key(key)?;
+        named_bucket(bucket)?;
         self.set_of(bucket, key)
             .get_object_part(bucket, key, part_number)
             .await

@@ -430,6 +430,48 @@ async fn buckets_and_deletes() {
     assert!(f.layer.list_buckets().await.unwrap().is_empty());
 }
 
+/// Names that cannot be buckets (the system volume, dot segments, upper case) are
+/// `BucketNotFound` from every call that takes a bucket, before a drive is asked: a drive refuses
+/// such a volume name, and those refusals used to read as a lost quorum (503, "read quorum lost").
+/// The control: the same calls on a real bucket succeed.
+#[tokio::test]
+async fn names_that_cannot_be_buckets_are_not_found() {
+    let f = fixture(4).await;
+    put(&f.layer, "k", b"v").await;
+    f.layer.bucket_info("bkt").await.unwrap();
+    f.layer.object_info("bkt", "k").await.unwrap();
+    f.layer
+        .list_objects("bkt", ListOptions::default())
+        .await
+        .unwrap();
+    for bad in [".quarry.sys", "..", ".", "Bad_Name", "a", ".quarry.sys/tmp"] {
+        let not_found = |r: Result<()>, what: &str| {
+            assert!(
+                matches!(r, Err(Error::BucketNotFound)),
+                "{what} on {bad:?}: {r:?}"
+            )
+        };
+        not_found(f.layer.bucket_info(bad).await.map(drop), "bucket_info");
+        not_found(f.layer.object_info(bad, "k").await.map(drop), "object_info");
+        not_found(
+            f.layer
+                .list_objects(bad, ListOptions::default())
+                .await
+                .map(drop),
+            "list_objects",
+        );
+        not_found(f.layer.delete_object(bad, "k").await, "delete_object");
+        not_found(f.layer.delete_bucket(bad).await, "delete_bucket");
+        not_found(
+            f.layer
+                .put_object(bad, "k", body(b"x", 1), PutOptions::default())
+                .await
+                .map(drop),
+            "put_object",
+        );
+    }
+}
+
 #[tokio::test]
 async fn reopen_keeps_objects_and_drive_order() {
     let f = fixture(4).await;
