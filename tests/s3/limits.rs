@@ -373,6 +373,95 @@ async fn a_client_stalling_in_its_headers_is_disconnected() {
     still_serving(&s, "after the header timeouts").await;
 }
 
+/// Reads from `sock` until an S3 error document, EOF or `limit`; the answer and when it came.
+async fn answer_within(
+    sock: &mut (impl tokio::io::AsyncRead + Unpin),
+    limit: Duration,
+) -> (String, Duration) {
+    let t0 = std::time::Instant::now();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(limit, async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match sock.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => answer.extend_from_slice(&buf[..n]),
+            }
+            if String::from_utf8_lossy(&answer).contains("</Error>") {
+                break;
+            }
+        }
+    })
+    .await;
+    (String::from_utf8_lossy(&answer).into_owned(), t0.elapsed())
+}
+
+/// A body that stalls is cut off with `400 RequestTimeout` once the body timeout has passed: a
+/// PUT that declares 5 GiB and sends nothing, and one that drips a byte every half second (an
+/// idle timeout alone would never fire on it). The control: an upload that pauses but keeps a
+/// fair rate completes, and the server serves on.
+#[tokio::test]
+async fn stalled_and_dripping_bodies_are_cut_off() {
+    let mut s = TestServer::start_single(4).await;
+    s.set_env("QUARRY_BODY_TIMEOUT", "2");
+    s.restart().await;
+    s.create_bucket(BUCKET).await;
+    let addr = format!("127.0.0.1:{}", s.port());
+
+    let mut stalled = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = signed_head(&s, "PUT", "/lim/stalled", 5 * 1024 * MIB as u64);
+    stalled.write_all(head.as_bytes()).await.unwrap();
+    let (answer, took) = answer_within(&mut stalled, Duration::from_secs(15)).await;
+    eprintln!("a 5 GiB PUT that sends nothing was cut after {took:?}");
+    assert!(
+        answer.contains("<Code>RequestTimeout</Code>"),
+        "stalled PUT, after {took:?}: {answer:?}"
+    );
+    assert!(
+        took >= Duration::from_millis(1500) && took < Duration::from_secs(8),
+        "cut after {took:?}, for a 2 s body timeout"
+    );
+
+    let drip = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let (mut drip_in, mut drip_out) = drip.into_split();
+    let head = signed_head(&s, "PUT", "/lim/drip", MIB as u64);
+    drip_out.write_all(head.as_bytes()).await.unwrap();
+    let dripper = tokio::spawn(async move {
+        for _ in 0..40 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            if drip_out.write_all(b"x").await.is_err() {
+                break;
+            }
+        }
+    });
+    let (answer, took) = answer_within(&mut drip_in, Duration::from_secs(15)).await;
+    dripper.abort();
+    eprintln!("a body dripping 2 B/s was cut after {took:?}");
+    assert!(
+        answer.contains("<Code>RequestTimeout</Code>"),
+        "dripping PUT, after {took:?}: {answer:?}"
+    );
+    assert!(took < Duration::from_secs(10), "the drip lasted {took:?}");
+
+    // Control: 64 KiB in 8 KiB pieces with 300 ms pauses (about 27 KiB/s) is a slow but fair
+    // client; it is stored.
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = signed_head(&s, "PUT", "/lim/slow", 64 * KIB as u64);
+    slow.write_all(head.as_bytes()).await.unwrap();
+    for _ in 0..8 {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        slow.write_all(&[b'y'; 8 * KIB]).await.unwrap();
+    }
+    let mut answer = vec![0u8; 1024];
+    let n = tokio::time::timeout(Duration::from_secs(10), slow.read(&mut answer))
+        .await
+        .expect("an answer to the slow PUT")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 200"), "slow PUT: {answer}");
+    still_serving(&s, "after cut-off bodies").await;
+}
+
 /// Deep XML (40,000 nested elements, 280 KB) to the operations that parse XML is `400
 /// MalformedXML`, and the server lives on (the element tree's recursive drop used to overflow
 /// the stack and abort the process). Control: the same operations with their normal bodies.
@@ -422,4 +511,54 @@ async fn deep_xml_bodies_are_malformed_not_fatal() {
         resp.text().await.unwrap_or_default()
     );
     still_serving(&s, "after deep XML").await;
+}
+
+/// A browser form POST is unauthenticated until its policy is read: the bytes before the file
+/// are bounded small (the fields' 64 KiB and a little), so a flood of connections each sending
+/// an unterminated part header gets `400 MaxPostPreDataLengthExceededError` after ~88 KiB each
+/// (it used to read 1 MiB each, and wait for it), and the server's memory stays bounded.
+/// Bounded: 200 connections of 256 KiB, loopback. Control: the server serves on.
+#[tokio::test]
+async fn form_post_preamble_flood_is_bounded() {
+    let s = TestServer::start_single(4).await;
+    s.create_bucket(BUCKET).await;
+    let pid = server_pid(s.port());
+    let before = pid.and_then(rss_kib);
+    let head = format!(
+        "POST /{BUCKET} HTTP/1.1\r\nhost: 127.0.0.1:{}\r\ncontent-type: multipart/form-data; boundary=b\r\ncontent-length: {}\r\n\r\n--b\r\nContent-Disposition: form-data; name=\"key\"\r\nX-Pad: ",
+        s.port(),
+        100 * MIB
+    );
+    let pad = vec![b'p'; 256 * KIB];
+    let mut tasks = Vec::new();
+    for _ in 0..200 {
+        let (head, pad, port) = (head.clone(), pad.clone(), s.port());
+        tasks.push(tokio::spawn(async move {
+            let mut sock = tokio::net::TcpStream::connect(("127.0.0.1", port))
+                .await
+                .expect("connect");
+            let _ = sock.write_all(head.as_bytes()).await;
+            let _ = sock.write_all(&pad).await;
+            let (answer, _) = answer_within(&mut sock, Duration::from_secs(20)).await;
+            answer
+        }));
+    }
+    let mut refused = 0;
+    for t in tasks {
+        let answer = t.await.unwrap();
+        if answer.contains("<Code>MaxPostPreDataLengthExceededError</Code>") {
+            refused += 1;
+        } else {
+            panic!("a flood connection got: {answer:?}");
+        }
+    }
+    assert_eq!(refused, 200);
+    if let (Some(before), Some(after)) = (before, pid.and_then(rss_kib)) {
+        eprintln!("RSS before the POST flood {before} KiB, after {after} KiB");
+        assert!(
+            after.saturating_sub(before) < RSS_BOUND_KIB,
+            "RSS grew from {before} KiB to {after} KiB"
+        );
+    }
+    still_serving(&s, "after the POST flood").await;
 }

@@ -154,6 +154,17 @@ pub struct ServerArgs {
     )]
     pub header_timeout: Duration,
 
+    /// How long a request body may stall before the request is cut off with RequestTimeout:
+    /// the longest wait for its next byte, and the grace before it must average 1 KiB/s.
+    #[arg(
+        long,
+        env = "QUARRY_BODY_TIMEOUT",
+        default_value = "30s",
+        value_parser = parse_duration,
+        value_name = "DURATION"
+    )]
+    pub body_timeout: Duration,
+
     /// S3 connections open at once (in a cluster: with those whose protocol is not known yet);
     /// more are closed at once. Lowered at start-up to what the descriptor limit allows.
     #[arg(
@@ -254,6 +265,7 @@ pub struct Settings {
     pub scan_interval: Option<Duration>,
     pub scan_rate: u32,
     pub header_timeout: Duration,
+    pub body_timeout: Duration,
     pub max_connections: usize,
     pub rdma: quarry_net::rdma::RdmaSettings,
     /// Where the cluster secret comes from, when it is set.
@@ -497,6 +509,7 @@ impl ServerArgs {
         Settings {
             dirs,
             cluster,
+            body_timeout: self.body_timeout,
             domains,
             address: self.address,
             root: self.root_user.zip(self.root_password),

@@ -185,6 +185,10 @@ fn limits(settings: &Settings) -> quarry_s3::ServeLimits {
     quarry_s3::ServeLimits {
         max_connections: settings.max_connections,
         header_read_timeout: settings.header_timeout,
+        body: quarry_s3::BodyTimeouts {
+            idle: settings.body_timeout,
+            ..quarry_s3::BodyTimeouts::default()
+        },
     }
 }
 

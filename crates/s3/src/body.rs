@@ -2,6 +2,7 @@
 //! the small XML bodies, and the response body that writes the request's single log line when it
 //! is done (so the line has the bytes actually sent and the full duration, streaming included).
 
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -33,6 +34,117 @@ pub fn counted_stream(
         }
         Err(e) => Err(io::Error::other(e)),
     })
+}
+
+/// How long a request body may keep the server waiting. A client that declares a body and then
+/// sends nothing, or drips it (a byte every few seconds holds a connection as well as a gigabyte
+/// does), is cut off with `RequestTimeout`. Only the time the server spends waiting for the
+/// client counts: a handler that is slow to read (a slow drive) never makes the client late.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyTimeouts {
+    /// The longest wait for the next byte.
+    pub idle: std::time::Duration,
+    /// After `idle` of waiting in all, the body must have come at this average rate (bytes per
+    /// second of waiting) or better. Zero: no rate bound, only the idle one.
+    pub min_rate: u64,
+}
+
+impl Default for BodyTimeouts {
+    fn default() -> Self {
+        BodyTimeouts {
+            idle: std::time::Duration::from_secs(30),
+            min_rate: 1024,
+        }
+    }
+}
+
+/// `stream` with the [`BodyTimeouts`]: a stall ends it with an `io::Error` carrying S3's
+/// `RequestTimeout` (then nothing more).
+pub fn timed_stream<S>(
+    stream: S,
+    limits: BodyTimeouts,
+) -> impl Stream<Item = io::Result<Bytes>> + Send + 'static
+where
+    S: Stream<Item = io::Result<Bytes>> + Send + 'static,
+{
+    TimedStream {
+        inner: Box::pin(stream),
+        limits,
+        received: 0,
+        waited: std::time::Duration::ZERO,
+        waiting_since: None,
+        timer: Box::pin(tokio::time::sleep(limits.idle)),
+        done: false,
+    }
+}
+
+struct TimedStream {
+    inner: Pin<Box<dyn Stream<Item = io::Result<Bytes>> + Send>>,
+    limits: BodyTimeouts,
+    received: u64,
+    /// Time spent waiting for the client, before the current wait.
+    waited: std::time::Duration,
+    /// When the current wait began (the consumer asked and nothing was there).
+    waiting_since: Option<tokio::time::Instant>,
+    timer: Pin<Box<tokio::time::Sleep>>,
+    done: bool,
+}
+
+impl TimedStream {
+    /// How much more waiting the body is allowed, from the start of the current wait.
+    fn allowance(&self) -> std::time::Duration {
+        let idle = self.limits.idle;
+        if self.limits.min_rate == 0 {
+            return idle;
+        }
+        // In all, `idle` of grace plus one second per `min_rate` bytes received.
+        let earned =
+            std::time::Duration::from_secs_f64(self.received as f64 / self.limits.min_rate as f64);
+        let total = idle.saturating_add(earned);
+        total.saturating_sub(self.waited).min(idle)
+    }
+}
+
+impl Stream for TimedStream {
+    type Item = io::Result<Bytes>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.done {
+            return Poll::Ready(None);
+        }
+        let this = &mut *self;
+        match this.inner.as_mut().poll_next(cx) {
+            Poll::Ready(item) => {
+                if let Some(since) = this.waiting_since.take() {
+                    this.waited += since.elapsed();
+                }
+                match &item {
+                    Some(Ok(bytes)) => this.received += bytes.len() as u64,
+                    Some(Err(_)) | None => this.done = true,
+                }
+                Poll::Ready(item)
+            }
+            Poll::Pending => {
+                if this.waiting_since.is_none() {
+                    let now = tokio::time::Instant::now();
+                    this.waiting_since = Some(now);
+                    let allowance = this.allowance();
+                    this.timer.as_mut().reset(now + allowance);
+                }
+                match this.timer.as_mut().poll(cx) {
+                    Poll::Pending => Poll::Pending,
+                    Poll::Ready(()) => {
+                        this.done = true;
+                        tracing::debug!(received = this.received, "request body stalled: cut off");
+                        Poll::Ready(Some(Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            crate::error::S3Error::from_code(S3ErrorCode::RequestTimeout),
+                        ))))
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// Reads a small body completely, failing with `MalformedXML` beyond `limit` bytes.

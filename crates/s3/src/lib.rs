@@ -43,6 +43,7 @@ mod fuzz_tests;
 #[cfg(test)]
 mod tests;
 
+pub use body::BodyTimeouts;
 pub use server::{
     app, serve, serve_with_limits, AlwaysReady, ReadinessProbe, ReadinessReport, S3Config,
     ServeLimits,

@@ -35,7 +35,7 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 use crate::api_error::{ApiError, ApiResult};
-use crate::body::counted_stream;
+use crate::body::{counted_stream, timed_stream};
 use crate::error::{S3Error, S3ErrorCode};
 use crate::headers::{check_acl_headers, stored_headers, user_metadata, STORED_HEADERS};
 use crate::put::MAX_PUT_SIZE;
@@ -50,8 +50,13 @@ const FIELD_OVERHEAD: usize = 64;
 /// The largest policy document, decoded.
 const MAX_POLICY: usize = 20 * 1024;
 /// The most body bytes read before the `file` part starts: the fields, their part headers, and
-/// what the parser reads ahead. Bounds the parser's buffer (it holds part headers whole).
-const MAX_PREAMBLE: u64 = 1024 * 1024;
+/// what the parser reads ahead. Bounds the parser's buffer (it holds part headers whole), and so
+/// what an unauthenticated client can make the server hold before the policy is checked: the
+/// fields themselves, 16 KiB of part headers and one [`PREAMBLE_PIECE`] read ahead.
+const MAX_PREAMBLE: u64 = (MAX_FORM_FIELDS + 16 * 1024 + PREAMBLE_PIECE) as u64;
+/// The body is handed to the form parser in pieces of at most this size (zero-copy slices), so
+/// the preamble count is exact to within one piece whatever size the network reads are.
+const PREAMBLE_PIECE: usize = 8 * 1024;
 
 /// One condition of a POST policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -291,6 +296,20 @@ fn multer_error(e: multer::Error) -> ApiError {
     }
 }
 
+/// A body chunk as slices of at most `size` bytes (no copy); an error stays one item.
+fn pieces(chunk: io::Result<Bytes>, size: usize) -> Vec<io::Result<Bytes>> {
+    match chunk {
+        Ok(mut bytes) if bytes.len() > size => {
+            let mut out = Vec::with_capacity(bytes.len().div_ceil(size));
+            while !bytes.is_empty() {
+                out.push(Ok(bytes.split_to(size.min(bytes.len()))));
+            }
+            out
+        }
+        other => vec![other],
+    }
+}
+
 /// Handles `POST /bucket` with a form. Called before any other authentication: nothing is
 /// written unless the policy signature, expiration and conditions all check out.
 pub(crate) async fn post_object(
@@ -311,18 +330,29 @@ pub(crate) async fn post_object(
     let in_preamble = Arc::new(AtomicBool::new(true));
     let flag = in_preamble.clone();
     let mut preamble = 0u64;
-    let body = counted_stream(body, bytes_in.clone()).map(move |chunk| {
-        let chunk = chunk?;
-        if flag.load(Ordering::Relaxed) {
-            preamble += chunk.len() as u64;
-            if preamble > MAX_PREAMBLE {
-                return Err(io::Error::other(S3Error::from_code(
-                    S3ErrorCode::MaxPostPreDataLengthExceededError,
-                )));
+    let splitting = in_preamble.clone();
+    let body = timed_stream(counted_stream(body, bytes_in.clone()), state.body_timeouts)
+        .flat_map(move |chunk| {
+            // Only the preamble is cut up; the file's bytes pass as they came.
+            let piece = if splitting.load(Ordering::Relaxed) {
+                PREAMBLE_PIECE
+            } else {
+                usize::MAX
+            };
+            futures::stream::iter(pieces(chunk, piece))
+        })
+        .map(move |chunk| {
+            let chunk = chunk?;
+            if flag.load(Ordering::Relaxed) {
+                preamble += chunk.len() as u64;
+                if preamble > MAX_PREAMBLE {
+                    return Err(io::Error::other(S3Error::from_code(
+                        S3ErrorCode::MaxPostPreDataLengthExceededError,
+                    )));
+                }
             }
-        }
-        Ok(chunk)
-    });
+            Ok(chunk)
+        });
     let mut multipart = multer::Multipart::new(body, boundary);
     let result = upload(
         state,

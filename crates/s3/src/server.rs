@@ -26,7 +26,9 @@ use http::{Method, StatusCode};
 use quarry_object::{ByteStream, ObjectLayer};
 
 use crate::api_error::{ApiError, ApiResult};
-use crate::body::{counted_stream, read_small, LoggedBody, RequestLog, MAX_XML_BODY};
+use crate::body::{
+    counted_stream, read_small, timed_stream, BodyTimeouts, LoggedBody, RequestLog, MAX_XML_BODY,
+};
 use crate::cors::{self, CorsCache};
 use crate::error::{error_xml, S3ErrorCode};
 use crate::router::{self, Endpoint, Query, RouteError};
@@ -85,6 +87,8 @@ pub struct ServeLimits {
     /// the end of the previous request): a client that stalls inside its headers (slowloris) or
     /// stays idle longer is disconnected.
     pub header_read_timeout: std::time::Duration,
+    /// How long a request body may keep the server waiting (see [`BodyTimeouts`]).
+    pub body: BodyTimeouts,
 }
 
 impl Default for ServeLimits {
@@ -92,6 +96,7 @@ impl Default for ServeLimits {
         ServeLimits {
             max_connections: 4096,
             header_read_timeout: std::time::Duration::from_secs(30),
+            body: BodyTimeouts::default(),
         }
     }
 }
@@ -132,7 +137,7 @@ pub async fn serve_with_limits<L>(
 where
     L: axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr>,
 {
-    let app = app(layer, probe, cfg);
+    let app = app_with(layer, probe, cfg, limits.body);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let max = limits.max_connections.max(1);
     let limit = Arc::new(tokio::sync::Semaphore::new(max));
@@ -174,7 +179,17 @@ pub fn app(
     probe: Arc<dyn ReadinessProbe>,
     cfg: S3Config,
 ) -> axum::Router {
+    app_with(layer, probe, cfg, BodyTimeouts::default())
+}
+
+fn app_with(
+    layer: Arc<dyn ObjectLayer>,
+    probe: Arc<dyn ReadinessProbe>,
+    cfg: S3Config,
+    body_timeouts: BodyTimeouts,
+) -> axum::Router {
     let state = Arc::new(AppState {
+        body_timeouts,
         layer,
         probe,
         auth: AuthConfig {
@@ -205,6 +220,8 @@ pub(crate) struct AppState {
     pub cors: CorsCache,
     ids: RequestIds,
     metrics: Arc<crate::metrics::Metrics>,
+    /// How long a request body may stall (every body a handler reads goes through it).
+    pub body_timeouts: BodyTimeouts,
 }
 
 /// Request ids: a random per-process prefix and a counter, 20 upper-case hex digits.
@@ -265,7 +282,10 @@ impl ReqCtx {
             tracing::error!("request body taken twice");
             ApiError::from(S3ErrorCode::InternalError)
         })?;
-        let stream = counted_stream(body, self.bytes_in.clone());
+        let stream = timed_stream(
+            counted_stream(body, self.bytes_in.clone()),
+            self.state.body_timeouts,
+        );
         let (verified, slot) =
             signature::verified_body_with_checksum(&self.parts, &self.auth, stream)?;
         Ok((Box::pin(verified), slot))
