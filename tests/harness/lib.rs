@@ -38,6 +38,23 @@ pub const REGION: &str = "us-east-1";
 /// Host is `<bucket>.s3.quarry.test[:port]` addresses that bucket. Any other host is path style.
 pub const VHOST_DOMAIN: &str = "s3.quarry.test";
 
+/// The bearer token that opens `/metrics` on every server the harness starts
+/// (`QUARRY_METRICS_TOKEN`; `/metrics` is closed by default). See [`metrics_get`].
+pub const METRICS_TOKEN: &str = "quarry-test-metrics-token-0123456789";
+
+/// `GET url` (a `/metrics` URL) with the harness's metrics bearer token.
+pub async fn metrics_get(url: &str) -> reqwest::Response {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(20))
+        .build()
+        .expect("client")
+        .get(url)
+        .bearer_auth(METRICS_TOKEN)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"))
+}
+
 /// How long to wait for `/health/live` after spawning the process.
 const START_TIMEOUT: Duration = Duration::from_secs(20);
 
@@ -282,7 +299,15 @@ impl TestServer {
             }
         }
         cmd.env("QUARRY_DOMAIN", VHOST_DOMAIN);
-        cmd.envs(self.env.iter().map(|(k, v)| (k, v)));
+        cmd.env("QUARRY_METRICS_TOKEN", METRICS_TOKEN);
+        // A variable set empty with `set_env` is removed instead (to test a default).
+        for (k, v) in &self.env {
+            if v.is_empty() {
+                cmd.env_remove(k);
+            } else {
+                cmd.env(k, v);
+            }
+        }
         if std::env::var_os("RUST_LOG").is_none() {
             cmd.env("RUST_LOG", "info");
         }

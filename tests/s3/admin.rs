@@ -239,9 +239,8 @@ async fn admin_reset_connections_drops_data_connections_and_transfers_go_on() {
             .sum()
     };
     let metrics = || async {
-        reqwest::get(format!("{}/metrics", s.endpoint()))
+        metrics_get(&format!("{}/metrics", s.endpoint()))
             .await
-            .expect("metrics")
             .text()
             .await
             .expect("metrics body")

@@ -1,4 +1,4 @@
-//! `/metrics` on a real server: anonymous, every line valid Prometheus text exposition, and the
+//! `/metrics` on a real server: behind a bearer token (or public by choice), every line valid Prometheus text exposition, and the
 //! counters move with the requests, the heals and the drives.
 
 use std::collections::{BTreeMap, HashMap};
@@ -131,9 +131,7 @@ pub(crate) fn parse(text: &str) -> Vec<Sample> {
 }
 
 async fn scrape(s: &TestServer) -> Vec<Sample> {
-    let resp = reqwest::get(format!("{}/metrics", s.endpoint()))
-        .await
-        .expect("GET /metrics");
+    let resp = metrics_get(&format!("{}/metrics", s.endpoint())).await;
     assert_eq!(resp.status(), 200);
     let ct = resp.headers()["content-type"].to_str().unwrap().to_owned();
     assert!(ct.starts_with("text/plain; version=0.0.4"), "{ct}");
@@ -246,10 +244,19 @@ async fn metrics_are_valid_exposition_and_move_with_requests() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    // A drive whose directory is gone is offline.
+    // A drive whose directory is gone is offline (drive states are cached for 2 s, so within
+    // a few seconds).
     let gone = s.drive_path(3).with_extension("gone");
     std::fs::rename(s.drive_path(3), &gone).unwrap();
-    let now = scrape(&s).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let now = loop {
+        let now = scrape(&s).await;
+        if value(&now, "quarry_drives", &[("state", "offline")]) == 1.0 || Instant::now() > deadline
+        {
+            break now;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
     std::fs::rename(&gone, s.drive_path(3)).unwrap();
     assert_eq!(value(&now, "quarry_drives", &[("state", "offline")]), 1.0);
     assert_eq!(value(&now, "quarry_drives", &[("state", "online")]), 3.0);
@@ -260,17 +267,48 @@ async fn metrics_are_valid_exposition_and_move_with_requests() {
     );
 }
 
+/// `/metrics` names drive paths and peers: it takes the server's bearer token, anonymous and
+/// wrong-token requests are refused (403 AccessDenied), and anonymous access is there only when
+/// chosen (`QUARRY_METRICS_PUBLIC`). A signed request is S3, as before.
 #[tokio::test]
-async fn metrics_need_no_credentials_but_signed_requests_stay_s3() {
-    let s = TestServer::start(4).await;
-    // HEAD works too, with no body.
-    let resp = reqwest::Client::new()
-        .head(format!("{}/metrics", s.endpoint()))
+async fn metrics_need_a_bearer_token_or_an_explicit_public_choice() {
+    let mut s = TestServer::start_single(4).await;
+    let url = format!("{}/metrics", s.endpoint());
+    let client = reqwest::Client::new();
+    // Control: the token opens it; HEAD works too, with no body.
+    assert_eq!(metrics_get(&url).await.status(), 200);
+    let resp = client
+        .head(&url)
+        .bearer_auth(METRICS_TOKEN)
         .send()
         .await
         .unwrap();
     assert_eq!(resp.status(), 200);
+    // No token, a wrong one, or one in another scheme: refused, with no figure in the answer.
+    for req in [
+        client.get(&url),
+        client
+            .get(&url)
+            .bearer_auth("quarry-test-metrics-token-012345678X"),
+        client.get(&url).bearer_auth(""),
+    ] {
+        let resp = req.send().await.unwrap();
+        let body = expect_raw_error(resp, 403, "AccessDenied").await;
+        assert!(!body.contains("quarry_"), "{body}");
+    }
     // Signed, `/metrics` is the bucket named `metrics`, which does not exist.
     let resp = s.signed("GET", "/metrics", &[], Vec::new()).await;
     expect_raw_error(resp, 404, "NoSuchBucket").await;
+
+    // Neither a token nor the public choice: closed to all, saying how to open it.
+    s.set_env("QUARRY_METRICS_TOKEN", "");
+    s.restart().await;
+    let body = expect_raw_error(metrics_get(&url).await, 403, "AccessDenied").await;
+    assert!(body.contains("--metrics-public"), "{body}");
+    // Public, by choice: anonymous scrapes work.
+    s.set_env("QUARRY_METRICS_PUBLIC", "true");
+    s.restart().await;
+    let resp = client.get(&url).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(resp.text().await.unwrap().contains("quarry_drives"));
 }

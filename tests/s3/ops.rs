@@ -129,8 +129,23 @@ fn nodes_online(info: &serde_json::Value) -> Vec<(String, bool)> {
         .collect()
 }
 
+/// Polls `metric` until it is `want` (drive states are cached for 2 s) or 10 s have passed;
+/// returns the last value.
+async fn metric_settles(endpoint: &str, name: &str, labels: &[(&str, &str)], want: f64) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = metric(endpoint, name, labels).await;
+        if got == want || Instant::now() > deadline {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 async fn metric(endpoint: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
-    let (status, text) = get(endpoint, "/metrics").await;
+    let resp = metrics_get(&format!("{endpoint}/metrics")).await;
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap_or_default();
     assert_eq!(status, 200, "{text}");
     value(&parse(&text), name, labels)
 }
@@ -260,11 +275,11 @@ async fn ops_health_admin_info_and_metrics_as_nodes_go_down() {
     assert_eq!(drives["drives"].as_array().unwrap().len(), 8, "{drives}");
     assert_eq!(drives["totals"]["drives_offline"].as_u64(), Some(2));
     assert_eq!(
-        metric(&e0, "quarry_drives", &[("state", "offline")]).await,
+        metric_settles(&e0, "quarry_drives", &[("state", "offline")], 2.0).await,
         2.0
     );
     assert_eq!(
-        metric(&e0, "quarry_drives", &[("state", "online")]).await,
+        metric_settles(&e0, "quarry_drives", &[("state", "online")], 6.0).await,
         6.0
     );
 
@@ -296,7 +311,7 @@ async fn ops_health_admin_info_and_metrics_as_nodes_go_down() {
     assert!(text.contains("Nodes:       1 of 4 online"), "{text}");
     assert!(text.contains("0 readable, 0 writable"), "{text}");
     assert_eq!(
-        metric(&e0, "quarry_drives", &[("state", "offline")]).await,
+        metric_settles(&e0, "quarry_drives", &[("state", "offline")], 6.0).await,
         6.0
     );
 

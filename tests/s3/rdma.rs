@@ -230,9 +230,8 @@ async fn on_without_a_device_refuses_to_start_and_bad_values_are_refused() {
 
 /// Node `i`'s metrics, parsed.
 async fn scrape_node(s: &TestServer, i: usize) -> Vec<crate::metrics::Sample> {
-    let text = reqwest::get(format!("{}/metrics", s.node_endpoint(i)))
+    let text = metrics_get(&format!("{}/metrics", s.node_endpoint(i)))
         .await
-        .expect("GET /metrics")
         .text()
         .await
         .expect("metrics body");

@@ -165,6 +165,20 @@ pub struct ServerArgs {
     )]
     pub body_timeout: Duration,
 
+    /// A bearer token that opens `/metrics` (`Authorization: Bearer <token>`); without it (or
+    /// --metrics-public) `/metrics` answers 403. At least 16 characters.
+    #[arg(
+        long,
+        env = "QUARRY_METRICS_TOKEN",
+        value_name = "TOKEN",
+        hide_env_values = true
+    )]
+    pub metrics_token: Option<String>,
+
+    /// Serve `/metrics` to anyone who can reach the port (it names drive paths and peers).
+    #[arg(long, env = "QUARRY_METRICS_PUBLIC")]
+    pub metrics_public: bool,
+
     /// S3 connections open at once (in a cluster: with those whose protocol is not known yet);
     /// more are closed at once. Lowered at start-up to what the descriptor limit allows.
     #[arg(
@@ -266,6 +280,7 @@ pub struct Settings {
     pub scan_rate: u32,
     pub header_timeout: Duration,
     pub body_timeout: Duration,
+    pub metrics: quarry_s3::MetricsAccess,
     pub max_connections: usize,
     pub rdma: quarry_net::rdma::RdmaSettings,
     /// Where the cluster secret comes from, when it is set.
@@ -506,9 +521,23 @@ impl ServerArgs {
             }
             domains.push(d);
         }
+        let metrics = match (self.metrics_token, self.metrics_public) {
+            (Some(_), true) => usage_error(
+                "--metrics-token and --metrics-public exclude each other: a token or anyone",
+            ),
+            (Some(t), false) if t.trim().len() < 16 || t.chars().any(|c| c.is_control()) => {
+                usage_error(
+                    "--metrics-token must be at least 16 characters, without control characters",
+                )
+            }
+            (Some(t), false) => quarry_s3::MetricsAccess::Bearer(t.trim().to_owned()),
+            (None, true) => quarry_s3::MetricsAccess::Public,
+            (None, false) => quarry_s3::MetricsAccess::Closed,
+        };
         Settings {
             dirs,
             cluster,
+            metrics,
             body_timeout: self.body_timeout,
             domains,
             address: self.address,

@@ -85,6 +85,7 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
             secret_key,
         }],
         domains: settings.domains.clone(),
+        metrics: settings.metrics.clone(),
     };
     serve_s3(listener, layer, cfg, limits(&settings)).await
 }
@@ -157,6 +158,7 @@ async fn run_cluster(mut settings: Settings, soft_fds: u64) -> anyhow::Result<()
             secret_key,
         }],
         domains: settings.domains.clone(),
+        metrics: settings.metrics.clone(),
     };
     let crate::cluster::Node {
         layer, http, _rpc, ..

@@ -22,6 +22,8 @@ use crate::error::{Error, Result};
 use crate::heal_queue::spawn_heal_worker;
 use crate::names::{check_bucket_name, check_key};
 use crate::scanner::{heal_sets, spawn_scanner};
+use crate::set::ErasureSet;
+use crate::stats::{DriveState, LayerStats, ScanCounters};
 
 /// A bucket name that cannot be a bucket (`.quarry.sys`, `..`, upper case…) names no bucket:
 /// `BucketNotFound`, before any drive is asked (a drive refuses such a volume name, and the
@@ -30,8 +32,6 @@ use crate::scanner::{heal_sets, spawn_scanner};
 fn named_bucket(bucket: &str) -> Result<()> {
     check_bucket_name(bucket).map_err(|_| Error::BucketNotFound)
 }
-use crate::set::ErasureSet;
-use crate::stats::{DriveState, LayerStats, ScanCounters};
 
 /// Objects waiting for the heal worker; beyond this, heal requests are dropped (the next read of
 /// a damaged object queues it again).
@@ -67,7 +67,13 @@ pub struct ErasureServer {
     scan: Option<Arc<ScanCounters>>,
     /// The cluster this server is a node of (set once by `open_cluster`); unset: a single node.
     cluster: std::sync::OnceLock<Arc<dyn crate::api::ClusterView>>,
+    /// The drives' states as [`ObjectLayer::stats`] last asked them, and when: a scrape of
+    /// `/metrics` must not cost a `disk_info` on every drive of every node each time.
+    drive_states: tokio::sync::Mutex<Option<(std::time::Instant, Vec<DriveState>)>>,
 }
+
+/// How long one round of `disk_info` calls serves [`ObjectLayer::stats`].
+pub const DRIVE_STATES_TTL: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl std::fmt::Debug for ErasureServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -203,6 +209,7 @@ impl ErasureServer {
             deployment_id,
             scan,
             cluster: std::sync::OnceLock::new(),
+            drive_states: tokio::sync::Mutex::new(None),
         }))
     }
 
@@ -376,15 +383,33 @@ fn spawn_upload_cleaner(set: &Arc<ErasureSet>) {
 impl ObjectLayer for ErasureServer {
     async fn stats(&self) -> LayerStats {
         let mut stats = LayerStats::default();
-        for set in &self.sets {
-            let answers =
-                crate::quorum::on_all(&set.drives, |d| async move { d.disk_info().await }).await;
-            for (d, a) in set.drives.iter().zip(&answers) {
-                stats.drives.push(DriveState {
-                    endpoint: d.endpoint().to_string(),
-                    online: a.is_ok(),
-                });
+        {
+            // Concurrent callers wait for one round of calls rather than each making their own.
+            let mut cached = self.drive_states.lock().await;
+            match &*cached {
+                Some((at, states)) if at.elapsed() < DRIVE_STATES_TTL => {
+                    stats.drives = states.clone();
+                }
+                _ => {
+                    for set in &self.sets {
+                        let answers =
+                            crate::quorum::on_all(
+                                &set.drives,
+                                |d| async move { d.disk_info().await },
+                            )
+                            .await;
+                        for (d, a) in set.drives.iter().zip(&answers) {
+                            stats.drives.push(DriveState {
+                                endpoint: d.endpoint().to_string(),
+                                online: a.is_ok(),
+                            });
+                        }
+                    }
+                    *cached = Some((std::time::Instant::now(), stats.drives.clone()));
+                }
             }
+        }
+        for set in &self.sets {
             stats.heal_queue_len += set.heal_queue_len() as u64;
             set.counters.add_to(&mut stats);
         }

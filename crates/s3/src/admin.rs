@@ -837,6 +837,7 @@ mod tests {
                     Credentials::new(USER.0, USER.1),
                 ],
                 domains: vec![],
+                metrics: Default::default(),
             };
             let response = app(layer, Arc::new(AlwaysReady), cfg)
                 .oneshot(req)

@@ -44,6 +44,7 @@ mod fuzz_tests;
 mod tests;
 
 pub use body::BodyTimeouts;
+pub use metrics::MetricsAccess;
 pub use server::{
     app, serve, serve_with_limits, AlwaysReady, ReadinessProbe, ReadinessReport, S3Config,
     ServeLimits,

@@ -20,6 +20,64 @@ use http::header::{HeaderValue, CONTENT_TYPE};
 use http::StatusCode;
 use quarry_object::LayerStats;
 
+/// Who may read `/metrics`. It names every drive path and peer and its figures describe the
+/// load, so by default nobody may: access is a bearer token (as MinIO's Prometheus endpoint
+/// takes one) or, as an explicit choice, anyone.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub enum MetricsAccess {
+    /// Refused (403) with a message naming the two settings that open it.
+    #[default]
+    Closed,
+    /// Requests with `Authorization: Bearer <token>`; compared in constant time.
+    Bearer(String),
+    /// Anyone who can reach the port (`--metrics-public`).
+    Public,
+}
+
+impl std::fmt::Debug for MetricsAccess {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            MetricsAccess::Closed => "Closed",
+            MetricsAccess::Bearer(_) => "Bearer(<redacted>)",
+            MetricsAccess::Public => "Public",
+        })
+    }
+}
+
+impl MetricsAccess {
+    /// Whether a request with these headers may read the metrics; the refusal otherwise.
+    pub(crate) fn check(&self, headers: &http::HeaderMap) -> Result<(), crate::error::S3Error> {
+        use crate::error::{S3Error, S3ErrorCode};
+        use subtle::ConstantTimeEq as _;
+        let token = match self {
+            MetricsAccess::Public => return Ok(()),
+            MetricsAccess::Closed => {
+                return Err(S3Error::new(
+                    S3ErrorCode::AccessDenied,
+                    "Metrics are not open on this server: start it with --metrics-token                      (QUARRY_METRICS_TOKEN) and send Authorization: Bearer <token>, or with                      --metrics-public (QUARRY_METRICS_PUBLIC=true) for anonymous access.",
+                ))
+            }
+            MetricsAccess::Bearer(token) => token,
+        };
+        let sent = headers
+            .get(http::header::AUTHORIZATION)
+            .and_then(|v| v.as_bytes().strip_prefix(b"Bearer"))
+            .map(|t| t.trim_ascii())
+            .filter(|t| !t.is_empty());
+        match sent {
+            Some(sent) if bool::from(sent.ct_eq(token.as_bytes())) => Ok(()),
+            Some(_) => Err(S3Error::new(
+                S3ErrorCode::AccessDenied,
+                "The metrics bearer token is not valid.",
+            )),
+            None => Err(S3Error::new(
+                S3ErrorCode::AccessDenied,
+                "Metrics need Authorization: Bearer <token> (the server's --metrics-token).",
+            )),
+        }
+    }
+}
+
 /// A series: name, type, help, and how to read it from one item's figures.
 type Series<T> = (&'static str, &'static str, &'static str, fn(&T) -> u64);
 

@@ -436,6 +436,16 @@ pub fn parse(
             _ => {}
         }
     }
+    // A bearer token is not an S3 credential: it can only be for the metrics.
+    if host_bucket.is_none()
+        && path == "/metrics"
+        && (method == Method::GET || method == Method::HEAD)
+        && headers
+            .get(http::header::AUTHORIZATION)
+            .is_some_and(|v| v.as_bytes().starts_with(b"Bearer ") || v.as_bytes() == b"Bearer")
+    {
+        return Ok(Endpoint::Metrics);
+    }
 
     if host_bucket.is_none() {
         if let Some(op) = crate::admin::parse(method, path, query) {

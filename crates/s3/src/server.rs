@@ -46,6 +46,8 @@ pub struct S3Config {
     /// Domains for virtual-host-style requests: a `Host` of `<bucket>.<domain>` (any port)
     /// addresses that bucket. Any other host, the bare domains included, is path style.
     pub domains: Vec<String>,
+    /// Who may read `/metrics`.
+    pub metrics: crate::metrics::MetricsAccess,
 }
 
 /// The answer of a readiness probe.
@@ -190,6 +192,7 @@ fn app_with(
 ) -> axum::Router {
     let state = Arc::new(AppState {
         body_timeouts,
+        metrics_access: cfg.metrics,
         layer,
         probe,
         auth: AuthConfig {
@@ -222,6 +225,7 @@ pub(crate) struct AppState {
     metrics: Arc<crate::metrics::Metrics>,
     /// How long a request body may stall (every body a handler reads goes through it).
     pub body_timeouts: BodyTimeouts,
+    metrics_access: crate::metrics::MetricsAccess,
 }
 
 /// Request ids: a random per-process prefix and a counter, 20 upper-case hex digits.
@@ -428,6 +432,7 @@ async fn dispatch(
                 return Ok(health(status, &report.detail));
             }
             Endpoint::Metrics => {
+                state.metrics_access.check(&parts.headers)?;
                 let layer = state.layer.stats().await;
                 return Ok(crate::metrics::response(state.metrics.render(&layer)));
             }

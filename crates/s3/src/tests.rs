@@ -279,6 +279,7 @@ impl Harness {
             region: "us-east-1".into(),
             credentials: vec![Credentials::new(AK, SK)],
             domains: vec!["s3.quarry.test".into()],
+            metrics: Default::default(),
         };
         Harness {
             router: app(layer, Arc::new(Probe(ready)), cfg),
