@@ -1,7 +1,8 @@
 //! Limits: every over-limit request gets a clear answer and the server keeps serving, without its
 //! memory growing. Header blocks (hyper's defaults: the S3 front end sets no limit of its own),
 //! key length (1024 bytes), user metadata (2 KiB), CompleteMultipartUpload (10000 parts, 1 MiB of
-//! XML), a part declared above 5 GiB, and hundreds of idle connections.
+//! XML), a part declared above 5 GiB, hundreds of idle connections, and connection slots full of
+//! connections that never authenticate.
 
 use std::time::{Duration, SystemTime};
 
@@ -330,6 +331,55 @@ async fn hundreds_of_idle_connections_do_not_stop_the_server() {
         }
         _ => println!("limits: server pid or VmRSS not found, memory not checked"),
     }
+}
+
+/// Every connection slot held by connections that never authenticate (idle, or stalled in their
+/// headers) does not lock out a client that signs its requests: the oldest unauthenticated
+/// connection is closed to make room for each new one, and connections that authenticated stay.
+#[tokio::test]
+async fn unauthenticated_connections_cannot_starve_signed_clients() {
+    const SLOTS: usize = 24;
+    let mut s = TestServer::start_single(4).await;
+    s.set_env("QUARRY_MAX_CONNECTIONS", &SLOTS.to_string());
+    s.restart().await;
+    s.create_bucket(BUCKET).await;
+    // Control: the signed client works, and its connections have authenticated.
+    still_serving(&s, "before the flood").await;
+
+    let mut idle = Vec::with_capacity(2 * SLOTS);
+    for i in 0..2 * SLOTS {
+        let mut sock = tokio::net::TcpStream::connect(("127.0.0.1", s.port()))
+            .await
+            .unwrap_or_else(|e| panic!("connection {i}: {e}"));
+        if i % 2 == 0 {
+            sock.write_all(b"GET /lim/x HTTP/1.1\r\nhost: x\r\nx-slow: ")
+                .await
+                .expect("send a partial head");
+        }
+        idle.push(sock);
+        // Let the server accept each one in order, so "oldest" is well defined.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let started = std::time::Instant::now();
+    still_serving(&s, "with every slot held by unauthenticated connections").await;
+    println!(
+        "limits: {} unauthenticated connections over {SLOTS} slots; a signed PUT and GET took {:?}",
+        idle.len(),
+        started.elapsed()
+    );
+    // The oldest of them were closed by the server (end of stream or reset), not left open.
+    let mut closed = 0;
+    for sock in idle.iter_mut().take(SLOTS) {
+        let mut b = [0u8; 1];
+        match tokio::time::timeout(Duration::from_secs(2), sock.read(&mut b)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => closed += 1,
+            _ => {}
+        }
+    }
+    assert!(
+        closed >= SLOTS / 2,
+        "only {closed} of the {SLOTS} oldest unauthenticated connections were closed"
+    );
 }
 
 #[tokio::test]

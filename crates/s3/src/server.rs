@@ -143,36 +143,123 @@ where
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let max = limits.max_connections.max(1);
     let limit = Arc::new(tokio::sync::Semaphore::new(max));
+    let conns = Arc::new(OpenConns::default());
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
             c = listener.accept() => c,
             () = &mut shutdown => break,
         };
-        let Ok(permit) = limit.clone().try_acquire_owned() else {
-            tracing::warn!(%peer, "S3 connection refused: {max} connections are open");
+        let permit = match limit.clone().try_acquire_owned() {
+            Ok(p) => Some(p),
+            // Every slot is taken: the oldest connection that has not authenticated a request
+            // makes room, so connections that never authenticate cannot lock out those that do.
+            Err(_) if conns.evict_oldest_unauthenticated() => {
+                tokio::time::timeout(EVICT_WAIT, limit.clone().acquire_owned())
+                    .await
+                    .ok()
+                    .and_then(|p| p.ok())
+            }
+            Err(_) => None,
+        };
+        let Some(permit) = permit else {
+            tracing::warn!(%peer, "S3 connection refused: {max} connections are open, all of them authenticated");
             drop(stream);
             continue;
         };
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!(error = %e, "could not set TCP_NODELAY");
         }
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let (id, mark) = conns.open();
+        let inner = hyper_util::service::TowerToHyperService::new(app.clone());
+        let service = {
+            let mark = mark.clone();
+            hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(ConnMark(mark.clone()));
+                hyper::service::Service::call(&inner, req)
+            })
+        };
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(hyper_util::rt::TokioTimer::new())
             .header_read_timeout(limits.header_read_timeout)
             .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
         let conn = graceful.watch(conn);
+        let conns = conns.clone();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(%peer, error = %e, "S3 connection ended with an error");
+            tokio::select! {
+                r = conn => {
+                    if let Err(e) = r {
+                        tracing::debug!(%peer, error = %e, "S3 connection ended with an error");
+                    }
+                }
+                () = mark.evict.notified() => {
+                    tracing::debug!(%peer, "S3 connection closed to make room: it had not authenticated a request");
+                }
             }
+            conns.close(id);
             drop(permit);
         });
     }
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// How long a new connection waits for the slot of a connection closed to make room for it.
+const EVICT_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// One open S3 connection: whether it has authenticated a request, and how to close it.
+#[derive(Debug, Default)]
+struct ConnState {
+    authed: std::sync::atomic::AtomicBool,
+    evict: tokio::sync::Notify,
+}
+
+/// The connection a request came on, as a request extension: set authenticated by [`handle`]
+/// once a request's signature checked out.
+#[derive(Debug, Clone)]
+struct ConnMark(Arc<ConnState>);
+
+/// The S3 connections open now, in the order they were accepted.
+#[derive(Debug, Default)]
+struct OpenConns {
+    next: AtomicU64,
+    open: Mutex<std::collections::BTreeMap<u64, Arc<ConnState>>>,
+}
+
+impl OpenConns {
+    fn open(&self) -> (u64, Arc<ConnState>) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let state = Arc::new(ConnState::default());
+        lock(&self.open).insert(id, state.clone());
+        (id, state)
+    }
+
+    fn close(&self, id: u64) {
+        lock(&self.open).remove(&id);
+    }
+
+    /// Closes the oldest open connection that has not authenticated a request; false if every
+    /// open connection has.
+    fn evict_oldest_unauthenticated(&self) -> bool {
+        let mut open = lock(&self.open);
+        let Some(id) = open
+            .iter()
+            .find(|(_, c)| !c.authed.load(Ordering::Relaxed))
+            .map(|(id, _)| *id)
+        else {
+            return false;
+        };
+        if let Some(c) = open.remove(&id) {
+            // Stored if the connection's task is not waiting yet: it sees it at its next poll.
+            c.evict.notify_one();
+        }
+        true
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The S3 service as an axum `Router`, for callers that run their own server (or tests).
@@ -447,6 +534,11 @@ async fn dispatch(
         }
         None => signature::verify_request(&parts, &state.auth, SystemTime::now())?,
     };
+    // The connection has carried an authenticated request: it is no longer the first to be
+    // closed when the server is out of connection slots.
+    if let Some(ConnMark(c)) = parts.extensions.get::<ConnMark>() {
+        c.authed.store(true, Ordering::Relaxed);
+    }
     let endpoint = endpoint.map_err(|e| e.error)?;
     let ctx = ReqCtx {
         state,
