@@ -417,7 +417,7 @@ fi
 if [ "${#COMPOSE[@]}" -gt 0 ]; then
     export QUARRY_ROOT_USER=x QUARRY_ROOT_PASSWORD=y
     "${COMPOSE[@]}" -f docker/docker-compose.yml config -q
-    QUARRY_TEST_PORT1=1 QUARRY_TEST_PORT2=2 QUARRY_TEST_PORT3=3 QUARRY_TEST_PORT4=4 \
+    QUARRY_TEST_PORT1=1 QUARRY_TEST_PORT2=2 QUARRY_TEST_PORT3=3 QUARRY_TEST_PORT4=4 QUARRY_METRICS_TOKEN=t \
         "${COMPOSE[@]}" -f docker/docker-compose.yml -f docker/docker-compose.test.yml config -q
     echo "check-docker: ${COMPOSE[*]} config: ok (with and without the test override)"
 fi

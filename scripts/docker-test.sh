@@ -221,6 +221,9 @@ export QUARRY_IMAGE=$IMAGE QUARRY_TEST_PORT1=$P1 QUARRY_TEST_PORT2=$P2 QUARRY_TE
 export QUARRY_ROOT_USER=quarry-docker-test
 QUARRY_ROOT_PASSWORD=$("$PY" -c 'import secrets; print(secrets.token_hex(16))')
 export QUARRY_ROOT_PASSWORD
+# /metrics needs a bearer token (or an explicit public choice): the nodes get this one.
+QUARRY_METRICS_TOKEN=$("$PY" -c 'import secrets; print(secrets.token_hex(16))')
+export QUARRY_METRICS_TOKEN
 
 # The merged compose file, without `ports` (host networking publishes nothing; Compose 1.x refuses
 # both together and cannot drop a list entry in an override). Where this host cannot grant an
@@ -355,7 +358,7 @@ for n in 1 2; do
     say "node$n heal status: $("$DOCKER" exec "${CID[$n]}" quarry admin heal-status --endpoint "$(url "$n")" | sed -n 's/^Since start: //p')"
 done
 for n in 1 2 3 4; do
-    say "node$n metrics: $(curl -fsS --max-time 5 "$(url "$n")/metrics" | grep -E '^quarry_(healed_objects|heal_failed|heal_queued)_total' | tr '\n' ' ')"
+    say "node$n metrics: $(curl -fsS --max-time 5 -H "Authorization: Bearer $QUARRY_METRICS_TOKEN" "$(url "$n")/metrics" | grep -E '^quarry_(healed_objects|heal_failed|heal_queued)_total' | tr '\n' ' ')"
 done
 say "the objects written while node3 was down are on its drives"
 
