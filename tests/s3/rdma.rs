@@ -72,26 +72,12 @@ async fn auto_is_the_default_and_serves_over_tcp_without_a_device() {
     s.create_bucket("rdma-auto").await;
     let body = random_bytes(300 * 1024);
     let c = s.client();
-    c.put_object()
-        .bucket("rdma-auto")
-        .key("k")
-        .body(ByteStream::from(body.clone()))
-        .send()
-        .await
-        .expect("PUT");
-    let got = c
-        .get_object()
-        .bucket("rdma-auto")
-        .key("k")
-        .send()
-        .await
-        .expect("GET")
-        .body
-        .collect()
-        .await
-        .expect("body")
-        .to_vec();
-    assert_bytes_eq(&got, &body, "GET over TCP");
+    put_bytes(&c, "rdma-auto", "k", &body).await;
+    assert_bytes_eq(
+        &quarry_integration::get_bytes(&c, "rdma-auto", "k").await,
+        &body,
+        "GET over TCP",
+    );
 }
 
 /// A file that does not exist, for `QUARRY_LIBIBVERBS`: as on a host without rdma-core.
@@ -119,27 +105,9 @@ async fn auto_without_libibverbs_says_so_in_one_line_and_serves() {
     // The node without the library serves, and its peer reads what it wrote.
     s.create_bucket("no-verbs-lib").await;
     let body = random_bytes((1 << 20) + 1);
-    s.node_client(1)
-        .put_object()
-        .bucket("no-verbs-lib")
-        .key("k")
-        .body(ByteStream::from(body.clone()))
-        .send()
-        .await
-        .expect("PUT through the node without libibverbs");
-    let got = s
-        .node_client(0)
-        .get_object()
-        .bucket("no-verbs-lib")
-        .key("k")
-        .send()
-        .await
-        .expect("GET")
-        .body
-        .collect()
-        .await
-        .expect("body")
-        .to_vec();
+    // Through the node without the library; read back through its peer.
+    put_bytes(&s.node_client(1), "no-verbs-lib", "k", &body).await;
+    let got = quarry_integration::get_bytes(&s.node_client(0), "no-verbs-lib", "k").await;
     assert_bytes_eq(&got, &body, "GET through the other node");
 }
 

@@ -120,27 +120,14 @@ impl ShardData {
     /// The bytes as one `Bytes`. In one buffer (the normal case: a shard chunk fits a buffer) this is
     /// the buffer itself ([`PooledBuf::into_bytes`]), which returns to the pool when the last clone is
     /// dropped: no copy. Spread over several buffers, they are copied into one allocation.
-    pub fn into_bytes(mut self) -> Bytes {
-        match self.bufs.len() {
-            0 => Bytes::new(),
-            1 if self.len == 0 => Bytes::new(),
-            1 => self
-                .bufs
-                .pop()
-                .map(PooledBuf::into_bytes)
-                .unwrap_or_default(),
-            _ => {
-                let mut out = BytesMut::with_capacity(self.len);
-                for b in &self.bufs {
-                    out.extend_from_slice(b);
-                }
-                out.freeze()
-            }
+    pub fn into_bytes(self) -> Bytes {
+        if self.len == 0 {
+            // No buffer is kept alive for nothing.
+            return Bytes::new();
         }
+        self.into_buf().into_bytes()
     }
-}
 
-impl ShardData {
     /// The bytes as one pooled buffer: in one buffer (the normal case) the buffer itself, no copy;
     /// spread over several, copied into a stand-alone buffer (the caller sees by its address that
     /// the bytes did not land where it asked).
