@@ -342,9 +342,15 @@ impl ErasureServer {
 
     /// Heals one object now and says what was done.
     pub async fn heal_object(&self, bucket: &str, key: &str) -> Result<crate::api::HealResult> {
+        self.object_set(bucket, key)?.heal_object(bucket, key).await
+    }
+
+    /// The set of `bucket/key`, once both names are known to be valid: `check_key`'s error for a
+    /// bad key, `BucketNotFound` for a name that cannot be a bucket ([`named_bucket`]).
+    fn object_set(&self, bucket: &str, key: &str) -> Result<&Arc<ErasureSet>> {
         check_key(key)?;
         named_bucket(bucket)?;
-        self.set_of(bucket, key).heal_object(bucket, key).await
+        Ok(self.set_of(bucket, key))
     }
 
     fn set_of(&self, bucket: &str, key: &str) -> &Arc<ErasureSet> {
@@ -506,9 +512,7 @@ impl ObjectLayer for ErasureServer {
         body: ByteStream,
         opts: PutOptions,
     ) -> Result<ObjectInfo> {
-        check_key(key)?;
-        named_bucket(bucket)?;
-        self.set_of(bucket, key)
+        self.object_set(bucket, key)?
             .put_object(bucket, key, body, opts)
             .await
     }
@@ -519,23 +523,19 @@ impl ObjectLayer for ErasureServer {
         key: &str,
         range: Option<HttpRange>,
     ) -> Result<GetObjectReader> {
-        check_key(key)?;
-        named_bucket(bucket)?;
-        self.set_of(bucket, key)
+        self.object_set(bucket, key)?
             .get_object(bucket, key, range)
             .await
     }
 
     async fn object_info(&self, bucket: &str, key: &str) -> Result<ObjectInfo> {
-        check_key(key)?;
-        named_bucket(bucket)?;
-        self.set_of(bucket, key).object_info(bucket, key).await
+        self.object_set(bucket, key)?.object_info(bucket, key).await
     }
 
     async fn delete_object(&self, bucket: &str, key: &str) -> Result<()> {
-        check_key(key)?;
-        named_bucket(bucket)?;
-        self.set_of(bucket, key).delete_object(bucket, key).await
+        self.object_set(bucket, key)?
+            .delete_object(bucket, key)
+            .await
     }
 
     async fn copy_object(
@@ -586,9 +586,7 @@ impl ObjectLayer for ErasureServer {
         key: &str,
         opts: NewUploadOptions,
     ) -> Result<UploadInfo> {
-        check_key(key)?;
-        named_bucket(bucket)?;
-        self.set_of(bucket, key)
+        self.object_set(bucket, key)?
             .new_multipart_upload(bucket, key, opts)
             .await
     }
@@ -602,9 +600,7 @@ impl ObjectLayer for ErasureServer {
         body: ByteStream,
         opts: PartOptions,
     ) -> Result<UploadedPart> {
-        check_key(key)?;
-        named_bucket(bucket)?;
-        self.set_of(bucket, key)
+        self.object_set(bucket, key)?
             .put_object_part(bucket, key, upload_id, part_number, body, opts)
             .await
     }
@@ -616,9 +612,7 @@ impl ObjectLayer for ErasureServer {
         upload_id: &str,
         opts: ListPartsOptions,
     ) -> Result<ListPartsResult> {
-        check_key(key)?;
-        named_bucket(bucket)?;
-        self.set_of(bucket, key)
+        self.object_set(bucket, key)?
             .list_object_parts(bucket, key, upload_id, opts)
             .await
     }
@@ -631,17 +625,13 @@ impl ObjectLayer for ErasureServer {
         parts: Vec<CompletePart>,
         opts: CompleteOptions,
     ) -> Result<ObjectInfo> {
-        check_key(key)?;
-        named_bucket(bucket)?;
-        self.set_of(bucket, key)
+        self.object_set(bucket, key)?
             .complete_multipart_upload(bucket, key, upload_id, parts, opts)
             .await
     }
 
     async fn abort_multipart_upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<()> {
-        check_key(key)?;
-        named_bucket(bucket)?;
-        self.set_of(bucket, key)
+        self.object_set(bucket, key)?
             .abort_multipart_upload(bucket, key, upload_id)
             .await
     }
@@ -673,9 +663,7 @@ impl ObjectLayer for ErasureServer {
         key: &str,
         part_number: u32,
     ) -> Result<GetObjectReader> {
-        check_key(key)?;
-        named_bucket(bucket)?;
-        self.set_of(bucket, key)
+        self.object_set(bucket, key)?
             .get_object_part(bucket, key, part_number)
             .await
     }
