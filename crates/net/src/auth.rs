@@ -17,7 +17,13 @@
 //! more than the configured skew away from ours is refused as stale. The per-direction session keys are
 //! `HKDF-SHA256(salt = nonce_c || nonce_s, ikm = secret, info = label || H(T))`.
 //!
-//! Messages are `magic "QHSK" | version (1) | type (1) | body length (u16 BE) | body`. A node id is
+//! Messages are `magic "QHSK" | version (2) | type (1) | body length (u16 BE) | body`. The version is
+//! the internode protocol's as a whole ([`HS_VERSION`]): the messages served after the handshake
+//! (drive, lock, verbs and node-info requests, [`crate::codec`]) change with it, so two nodes of
+//! different versions never get past the handshake. The magic and this header's layout are the one
+//! fixed point of every version: a node refuses a peer of another version with a message the peer
+//! can read (its header's version is ours, which the peer then names) and logs which version the
+//! peer speaks. A node id is
 //! at most 255 bytes of printable ASCII without spaces (it is logged, so nothing else is accepted). Like
 //! [`crate::wire`], the messages and the two state machines below are pure (the clock and the nonce are
 //! parameters); [`client_handshake`] and [`server_handshake`] drive them over a stream.
@@ -35,7 +41,9 @@ use uuid::Uuid;
 use crate::wire::{Opener, Sealer};
 
 pub const HS_MAGIC: [u8; 4] = *b"QHSK";
-pub const HS_VERSION: u8 = 1;
+/// The internode protocol version this node speaks: 1 until the one internode codec, 2 since
+/// (every message's byte order and string framing changed).
+pub const HS_VERSION: u8 = 2;
 /// Bytes before a handshake message's body.
 pub const HS_HEADER_LEN: usize = 8;
 /// Largest body of any handshake message (a hello with a 255-byte node id).
@@ -104,6 +112,8 @@ pub enum RejectReason {
     BadProof = 3,
     /// A message could not be parsed, or came out of order.
     Malformed = 4,
+    /// The client speaks another internode protocol version ([`HS_VERSION`]).
+    UnsupportedVersion = 5,
     /// Any reason this version does not know.
     Other = 255,
 }
@@ -115,6 +125,7 @@ impl RejectReason {
             2 => RejectReason::ClockSkew,
             3 => RejectReason::BadProof,
             4 => RejectReason::Malformed,
+            5 => RejectReason::UnsupportedVersion,
             _ => RejectReason::Other,
         }
     }
@@ -131,7 +142,7 @@ pub enum AuthError {
     NodeIdNotPrintable(String),
     #[error("bad handshake magic {0:02x?}: the peer is not a Quarry node")]
     BadMagic([u8; 4]),
-    #[error("unsupported handshake version {got} (this node speaks version {HS_VERSION})")]
+    #[error("the peer speaks internode protocol version {got}, this node version {HS_VERSION}: every node of a cluster must run a Quarry of the same protocol version (upgrade them together)")]
     UnsupportedVersion { got: u8 },
     #[error("malformed handshake message: {0}")]
     Malformed(&'static str),
@@ -165,10 +176,10 @@ impl AuthError {
             AuthError::DeploymentMismatch { .. } => Some(RejectReason::DeploymentMismatch),
             AuthError::ClockSkew { .. } => Some(RejectReason::ClockSkew),
             AuthError::BadProof => Some(RejectReason::BadProof),
+            AuthError::UnsupportedVersion { .. } => Some(RejectReason::UnsupportedVersion),
             AuthError::Malformed(_)
             | AuthError::Truncated { .. }
-            | AuthError::Unexpected { .. }
-            | AuthError::UnsupportedVersion { .. } => Some(RejectReason::Malformed),
+            | AuthError::Unexpected { .. } => Some(RejectReason::Malformed),
             // Not a Quarry peer, or the connection is gone: say nothing.
             _ => None,
         }
@@ -643,7 +654,21 @@ fn fresh_nonce() -> [u8; 32] {
 async fn read_message<S: AsyncRead + Unpin>(s: &mut S) -> Result<Vec<u8>, AuthError> {
     let mut buf = vec![0u8; HS_HEADER_LEN];
     s.read_exact(&mut buf).await?;
-    let len = decode_header(&buf)?;
+    let len = match decode_header(&buf) {
+        Ok(len) => len,
+        Err(e @ AuthError::UnsupportedVersion { .. }) => {
+            // Every version has this header: read the peer's message to its end, so that the
+            // refusal sent next reaches it (closing with its bytes unread would reset the
+            // connection and drop the refusal).
+            let len = u16::from_be_bytes([buf[6], buf[7]]) as usize;
+            if len <= HS_MAX_BODY {
+                buf.resize(HS_HEADER_LEN + len, 0);
+                s.read_exact(&mut buf[HS_HEADER_LEN..]).await?;
+            }
+            return Err(e);
+        }
+        Err(e) => return Err(e),
+    };
     buf.resize(HS_HEADER_LEN + len, 0);
     s.read_exact(&mut buf[HS_HEADER_LEN..]).await?;
     Ok(buf)

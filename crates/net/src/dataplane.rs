@@ -1124,9 +1124,8 @@ impl DataConn {
                     });
                 }
                 FrameKind::Response if frame.flags & wire::FLAG_BULK != 0 => {
-                    let announced = <[u8; 8]>::try_from(&frame.payload[..])
-                        .map(u64::from_be_bytes)
-                        .map_err(|_| protocol("bulk answer header is not 8 bytes".into()))?;
+                    let announced = wire::decode_bulk_len(&frame.payload)
+                        .ok_or_else(|| protocol("bulk answer header is not 8 bytes".into()))?;
                     let want = pieces[i].1;
                     if announced != want as u64 {
                         return Err(protocol(format!(

@@ -18,12 +18,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use quarry_disk::multipart::validate_upload_id;
-use quarry_disk::path::{validate_bucket, validate_key};
-use quarry_disk::{validate_config_name, Drive, DriveError, ShardWriter};
+use quarry_disk::{Drive, DriveError, ShardWriter};
 use uuid::Uuid;
 
-use crate::drive_proto::{self, codes, ProtoError, Request, Response};
+use crate::drive_proto::{self, codes, Dispatch, Method, Request, Response};
 use crate::lock;
 use crate::rpc::{Handler, RpcError};
 use quarry_buf::{BufPool, BufPoolConfig, PooledBuf};
@@ -357,6 +355,7 @@ impl DriveServer {
     /// straight into one ([`Drive::read_shard_into`]) and sent from it; the buffer returns to the
     /// pool once written to the socket, so the pool also bounds the bytes waiting to be sent.
     async fn read_data(&self, drive: u16, req: Request) -> Result<Bytes, RpcError> {
+        req.validate().map_err(|e| drive_error(&e))?;
         let Request::ReadShardData {
             bucket,
             key,
@@ -369,9 +368,6 @@ impl DriveServer {
             return Err(remote(codes::BAD_REQUEST, "misrouted data-plane read"));
         };
         let d = self.drive(drive)?.clone();
-        validate_bucket(&bucket)
-            .and_then(|_| validate_key(&key))
-            .map_err(|e| drive_error(&e))?;
         if len > self.config.max_data_read {
             return Err(remote(
                 codes::BAD_REQUEST,
@@ -411,21 +407,25 @@ impl DriveServer {
     }
 
     async fn dispatch(&self, drive: u16, req: Request) -> Result<Response, RpcError> {
+        let d = self.drive(drive)?.clone();
+        let req = match req.call(d.as_ref()).await {
+            Dispatch::Done(r) => return r.map_err(|e| drive_error(&e)),
+            Dispatch::Server(req) => req,
+        };
         // Writer calls are keyed by writer id; the drive index must match the one it was opened on.
         match req {
             Request::ShardOpen {
                 tmp_id,
                 data_dir,
                 part,
-            } => return self.shard_open(drive, tmp_id, data_dir, part).await,
+            } => self.shard_open(drive, tmp_id, data_dir, part).await,
             Request::ShardAppend { writer, seq, data } => {
-                return self.shard_append(drive, writer, seq, data).await
+                self.shard_append(drive, writer, seq, data).await
             }
             Request::ShardFinish { writer, appends } => {
-                return self.shard_finish(drive, writer, appends).await
+                self.shard_finish(drive, writer, appends).await
             }
             Request::ShardAbort { writer } => {
-                self.drive(drive)?;
                 let removed = {
                     let mut writers = lock(&self.writers);
                     match writers.get(&writer) {
@@ -434,196 +434,11 @@ impl DriveServer {
                     }
                 };
                 drop(removed);
-                return Ok(Response::Unit);
+                Ok(Response::Unit)
             }
-            _ => {}
+            // Answered by `read_data`; never reaches here.
+            _ => Err(remote(codes::BAD_REQUEST, "misrouted drive server call")),
         }
-        let d = self.drive(drive)?.clone();
-        validate(&req).map_err(|e| drive_error(&e))?;
-        let r: Result<Response, DriveError> = match req {
-            Request::DiskInfo => d.disk_info().await.map(Response::DiskInfo),
-            Request::ReadFormat => d.read_format().await.map(Response::Format),
-            Request::WriteFormat { format } => d.write_format(&format).await.map(unit),
-            Request::MakeVolume { bucket } => d.make_volume(&bucket).await.map(unit),
-            Request::ListVolumes => d.list_volumes().await.map(Response::Volumes),
-            Request::StatVolume { bucket } => d.stat_volume(&bucket).await.map(Response::Volume),
-            Request::DeleteVolume { bucket, force } => {
-                d.delete_volume(&bucket, force).await.map(unit)
-            }
-            Request::ReadMeta { bucket, key } => {
-                d.read_meta(&bucket, &key).await.map(Response::Meta)
-            }
-            Request::WriteMeta { bucket, key, meta } => {
-                d.write_meta(&bucket, &key, &meta).await.map(unit)
-            }
-            Request::ReadShard {
-                bucket,
-                key,
-                data_dir,
-                part,
-                offset,
-                len,
-            } => match usize::try_from(len) {
-                Ok(len) => d
-                    .read_shard(&bucket, &key, data_dir, part, offset, len)
-                    .await
-                    .map(Response::Data),
-                Err(_) => Err(DriveError::Io(std::io::Error::other(format!(
-                    "a read of {len} bytes does not fit this platform"
-                )))),
-            },
-            Request::StatShard {
-                bucket,
-                key,
-                data_dir,
-                part,
-            } => d
-                .stat_shard(&bucket, &key, data_dir, part)
-                .await
-                .map(Response::Len),
-            Request::RenameData {
-                tmp_id,
-                bucket,
-                key,
-                meta,
-            } => d.rename_data(tmp_id, &bucket, &key, &meta).await.map(unit),
-            Request::DeleteObject { bucket, key } => d.delete_object(&bucket, &key).await.map(unit),
-            Request::DeleteTmp { tmp_id } => d.delete_tmp(tmp_id).await.map(unit),
-            Request::Walk { bucket, opts } => d.walk(&bucket, &opts).await.map(Response::Walk),
-            Request::ReadBucketConfig { bucket, name } => d
-                .read_bucket_config(&bucket, &name)
-                .await
-                .map(Response::Data),
-            Request::WriteBucketConfig { bucket, name, data } => {
-                d.write_bucket_config(&bucket, &name, &data).await.map(unit)
-            }
-            Request::DeleteBucketConfig { bucket, name } => {
-                d.delete_bucket_config(&bucket, &name).await.map(unit)
-            }
-            Request::CreateUpload { meta } => d.create_upload(&meta).await.map(unit),
-            Request::ReadUpload {
-                bucket,
-                key,
-                upload_id,
-            } => d
-                .read_upload(&bucket, &key, &upload_id)
-                .await
-                .map(Response::Upload),
-            Request::CommitPart {
-                tmp_id,
-                bucket,
-                key,
-                upload_id,
-                part,
-            } => d
-                .commit_part(tmp_id, &bucket, &key, &upload_id, &part)
-                .await
-                .map(unit),
-            Request::ListParts {
-                bucket,
-                key,
-                upload_id,
-            } => d
-                .list_parts(&bucket, &key, &upload_id)
-                .await
-                .map(Response::Parts),
-            Request::StageParts {
-                bucket,
-                key,
-                upload_id,
-                parts,
-                tmp_id,
-                data_dir,
-            } => d
-                .stage_parts(&bucket, &key, &upload_id, &parts, tmp_id, data_dir)
-                .await
-                .map(unit),
-            Request::DeleteUpload {
-                bucket,
-                key,
-                upload_id,
-            } => d.delete_upload(&bucket, &key, &upload_id).await.map(unit),
-            Request::ListUploads { bucket } => d
-                .list_uploads(bucket.as_deref())
-                .await
-                .map(Response::Uploads),
-            // Answered above or by `read_data`; never reaches a drive call here.
-            Request::ReadShardData { .. } => {
-                return Err(remote(codes::BAD_REQUEST, "misrouted data-plane read"))
-            }
-            Request::ShardOpen { .. }
-            | Request::ShardAppend { .. }
-            | Request::ShardFinish { .. }
-            | Request::ShardAbort { .. } => {
-                return Err(remote(codes::BAD_REQUEST, "misrouted shard writer call"))
-            }
-        };
-        r.map_err(|e| drive_error(&e))
-    }
-}
-
-fn unit(_: ()) -> Response {
-    Response::Unit
-}
-
-/// Checks every name of a request before the drive sees it.
-fn validate(req: &Request) -> Result<(), DriveError> {
-    let bk = |b: &str, k: &str| validate_bucket(b).and_then(|_| validate_key(k));
-    let upload = |b: &str, k: &str, u: &str| bk(b, k).and_then(|_| validate_upload_id(u));
-    let config = |b: &str, n: &str| validate_bucket(b).and_then(|_| validate_config_name(n));
-    match req {
-        Request::DiskInfo
-        | Request::ReadFormat
-        | Request::WriteFormat { .. }
-        | Request::ListVolumes
-        | Request::DeleteTmp { .. }
-        | Request::ShardOpen { .. }
-        | Request::ShardAppend { .. }
-        | Request::ShardFinish { .. }
-        | Request::ShardAbort { .. } => Ok(()),
-        Request::MakeVolume { bucket }
-        | Request::StatVolume { bucket }
-        | Request::DeleteVolume { bucket, .. }
-        | Request::Walk { bucket, .. } => validate_bucket(bucket),
-        Request::ReadMeta { bucket, key }
-        | Request::WriteMeta { bucket, key, .. }
-        | Request::ReadShard { bucket, key, .. }
-        | Request::ReadShardData { bucket, key, .. }
-        | Request::StatShard { bucket, key, .. }
-        | Request::RenameData { bucket, key, .. }
-        | Request::DeleteObject { bucket, key } => bk(bucket, key),
-        Request::ReadBucketConfig { bucket, name }
-        | Request::WriteBucketConfig { bucket, name, .. }
-        | Request::DeleteBucketConfig { bucket, name } => config(bucket, name),
-        Request::CreateUpload { meta } => upload(&meta.bucket, &meta.key, &meta.upload_id),
-        Request::ReadUpload {
-            bucket,
-            key,
-            upload_id,
-        }
-        | Request::CommitPart {
-            bucket,
-            key,
-            upload_id,
-            ..
-        }
-        | Request::ListParts {
-            bucket,
-            key,
-            upload_id,
-        }
-        | Request::StageParts {
-            bucket,
-            key,
-            upload_id,
-            ..
-        }
-        | Request::DeleteUpload {
-            bucket,
-            key,
-            upload_id,
-        } => upload(bucket, key, upload_id),
-        Request::ListUploads { bucket } => bucket.as_deref().map_or(Ok(()), validate_bucket),
     }
 }
 
@@ -724,10 +539,11 @@ impl Handler for DriveServer {
                 None => Err(RpcError::unknown_method(method)),
             };
         }
-        let (drive, req) = drive_proto::decode_request(method, payload).map_err(|e| match e {
-            ProtoError::UnknownMethod(m) => RpcError::unknown_method(m),
-            e => remote(codes::BAD_REQUEST, e.to_string()),
-        })?;
+        if Method::from_u16(method).is_none() {
+            return Err(RpcError::unknown_method(method));
+        }
+        let (drive, req) = drive_proto::decode_request(method, payload)
+            .map_err(|e| remote(codes::BAD_REQUEST, e.to_string()))?;
         if matches!(req, Request::ReadShardData { .. }) {
             return self.read_data(drive, req).await;
         }
@@ -893,7 +709,7 @@ mod tests {
     fn every_name_is_validated_before_a_drive_is_called() {
         let good = Uuid::new_v4().to_string();
         for r in named("b", "a/k", &good, "cors") {
-            assert!(validate(&r).is_ok(), "{r:?}");
+            assert!(r.validate().is_ok(), "{r:?}");
         }
         let bad_bucket = named("..", "a/k", &good, "cors");
         let bad_key = named("b", "../../etc", &good, "cors");
@@ -901,14 +717,14 @@ mod tests {
         let bad_name = named("b", "a/k", &good, "../x");
         for (i, r) in bad_bucket.iter().enumerate() {
             assert!(
-                matches!(validate(r), Err(DriveError::InvalidName(_))),
+                matches!(r.validate(), Err(DriveError::InvalidName(_))),
                 "{r:?}"
             );
             // Each request is refused for each of the names it carries.
             for other in [&bad_key[i], &bad_upload[i], &bad_name[i]] {
                 if format!("{other:?}") != format!("{:?}", named("b", "a/k", &good, "cors")[i]) {
                     assert!(
-                        matches!(validate(other), Err(DriveError::InvalidName(_))),
+                        matches!(other.validate(), Err(DriveError::InvalidName(_))),
                         "{other:?}"
                     );
                 }

@@ -1,6 +1,8 @@
 //! `quarry-net`: how Quarry nodes talk to each other.
 //!
 //! What it is for:
+//! - [`codec`]: the one encoding of every internode message ([`codec::Codec`]: one byte order, one
+//!   framing of strings, byte strings and lists, one error type);
 //! - [`wire`]: the control plane's frames, as pure encode/decode functions (no IO), versioned and
 //!   authenticated per frame with the connection's session key;
 //! - [`auth`]: the connection handshake, in which both ends prove they know the cluster secret and
@@ -27,6 +29,7 @@
 
 pub mod auth;
 mod backoff;
+pub mod codec;
 pub mod data;
 pub mod dataplane;
 pub mod drive_proto;

@@ -294,7 +294,7 @@ impl Drive for RemoteDrive {
     }
 
     async fn disk_info(&self) -> Result<DiskInfo> {
-        match self.call(Request::DiskInfo).await? {
+        match self.call(Request::DiskInfo {}).await? {
             Response::DiskInfo(mut d) => {
                 d.endpoint = self.inner.endpoint.clone();
                 Ok(d)
@@ -304,7 +304,7 @@ impl Drive for RemoteDrive {
     }
 
     async fn read_format(&self) -> Result<Option<FormatV1>> {
-        match self.call(Request::ReadFormat).await? {
+        match self.call(Request::ReadFormat {}).await? {
             Response::Format(f) => Ok(f),
             other => Err(self.inner.unexpected(&other)),
         }
@@ -325,7 +325,7 @@ impl Drive for RemoteDrive {
     }
 
     async fn list_volumes(&self) -> Result<Vec<VolInfo>> {
-        match self.call(Request::ListVolumes).await? {
+        match self.call(Request::ListVolumes {}).await? {
             Response::Volumes(v) => Ok(v),
             other => Err(self.inner.unexpected(&other)),
         }

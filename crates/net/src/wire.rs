@@ -22,6 +22,8 @@
 //! buffers, so they can be driven in memory, fuzzed and property-tested.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::codec::{BufExt, BufMutExt};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
@@ -35,7 +37,7 @@ pub const HEADER_LEN: usize = 22;
 pub const TAG_LEN: usize = 32;
 /// On a request: "send the answer's bytes as a bulk frame" ([`crate::data`]). On a response: the
 /// payload is the answer's length (u64 BE) and a bulk frame carrying the answer follows at once
-/// on the same connection (the data plane's TCP backend, [`crate::dataplane`]).
+/// on the same connection (the data plane's TCP backend, [`crate::dataplane`]; [`encode_bulk_len`]).
 pub const FLAG_BULK: u16 = 0x0100;
 /// On a request: a bulk frame ([`crate::data`]) with the request id as transfer id follows at once
 /// on the same connection and carries the rest of the request's payload, which the server reads
@@ -415,15 +417,16 @@ impl Opener {
     }
 }
 
-/// Payload of an error frame: `code (u16 BE) || message (UTF-8, at most MAX_ERROR_MESSAGE bytes)`.
+/// Payload of an error frame, in the internode codec ([`crate::codec`]):
+/// `code (u16) | message (string: u32 length, UTF-8, at most MAX_ERROR_MESSAGE bytes)`.
 pub fn encode_error(code: u16, message: &str) -> Bytes {
     let mut end = message.len().min(MAX_ERROR_MESSAGE);
     while !message.is_char_boundary(end) {
         end -= 1;
     }
-    let mut out = BytesMut::with_capacity(2 + end);
-    out.put_u16(code);
-    out.put_slice(&message.as_bytes()[..end]);
+    let mut out = BytesMut::with_capacity(2 + 4 + end);
+    out.put_value(&code);
+    crate::codec::put_bytes(&mut out, &message.as_bytes()[..end]);
     out.freeze()
 }
 
@@ -431,11 +434,15 @@ pub fn encode_error(code: u16, message: &str) -> Bytes {
 /// texts: its control characters (newlines, escape sequences) come out escaped (`\n`,
 /// `\u{1b}`), so it cannot forge or garble a log line.
 pub fn decode_error(payload: &[u8]) -> Result<(u16, String), WireError> {
-    if payload.len() < 2 || payload.len() > 2 + MAX_ERROR_MESSAGE {
+    if payload.len() > 2 + 4 + MAX_ERROR_MESSAGE {
         return Err(WireError::MalformedError);
     }
-    let code = u16::from_be_bytes([payload[0], payload[1]]);
-    let message = std::str::from_utf8(&payload[2..]).map_err(|_| WireError::MalformedError)?;
+    let (code, message): (u16, String) = {
+        let mut b = payload;
+        let code = b.get_value().map_err(|_| WireError::MalformedError)?;
+        let message = crate::codec::from_bytes(b).map_err(|_| WireError::MalformedError)?;
+        (code, message)
+    };
     let mut out = String::with_capacity(message.len());
     for c in message.chars() {
         if c.is_control() {
@@ -445,6 +452,16 @@ pub fn decode_error(payload: &[u8]) -> Result<(u16, String), WireError> {
         }
     }
     Ok((code, out))
+}
+
+/// Payload of the response announcing a bulk answer ([`FLAG_BULK`]): the answer's length.
+pub fn encode_bulk_len(len: u64) -> Bytes {
+    crate::codec::to_bytes(&len)
+}
+
+/// Inverse of [`encode_bulk_len`].
+pub fn decode_bulk_len(payload: &[u8]) -> Option<u64> {
+    crate::codec::from_bytes(payload).ok()
 }
 
 #[cfg(test)]
@@ -622,7 +639,17 @@ mod tests {
             decode_error(&encode_error(1, "no such key a\nERROR forged\u{1b}[2J")).unwrap();
         assert_eq!(m, "no such key a\\nERROR forged\\u{1b}[2J");
         assert_eq!(decode_error(&[1]), Err(WireError::MalformedError));
-        assert_eq!(decode_error(&[0, 1, 0xff]), Err(WireError::MalformedError));
+        assert_eq!(
+            decode_error(&[0, 1, 0, 0, 0, 1, 0xff]),
+            Err(WireError::MalformedError)
+        );
+        // The layout: code, then the message as a codec string.
+        assert_eq!(
+            &encode_error(0x0102, "ab")[..],
+            &[1, 2, 0, 0, 0, 2, b'a', b'b']
+        );
+        assert_eq!(decode_bulk_len(&encode_bulk_len(1 << 40)), Some(1 << 40));
+        assert_eq!(decode_bulk_len(&[0; 7]), None);
     }
 
     proptest! {

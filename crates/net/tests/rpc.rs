@@ -770,3 +770,69 @@ async fn a_peer_supplied_node_id_cannot_forge_log_lines() {
     client().call(&addr, ECHO, Bytes::new()).await.unwrap();
     assert_eq!(server.stats().handshake_failures, 1);
 }
+
+/// A node of the last protocol version (1: before the one internode codec) is refused at the
+/// handshake, before anything of it is decoded: it reads a refusal in a header of our version (so
+/// it names that version), the server logs which version it spoke, and a peer of this version is
+/// served as ever (control). The other way round, a server of version 1 answers our hello with a
+/// version-1 refusal, and our client names that version.
+#[tokio::test]
+async fn a_peer_of_another_protocol_version_is_refused_at_the_handshake() {
+    let logs = LogCapture::default();
+    let _guard = logs.install();
+    let (server, handler, addr) = server().await;
+    let mut hello = auth::encode_message(&auth::Message::Hello(auth::Hello {
+        role: auth::Role::Client,
+        deployment_id: Uuid::from_u128(0x1234),
+        nonce: [7; 32],
+        timestamp_ms: auth::now_ms(),
+        node_id: "old-node".into(),
+    }));
+    assert_eq!(hello[4], auth::HS_VERSION);
+    hello[4] = 1;
+    let mut s = TcpStream::connect(&addr).await.unwrap();
+    s.write_all(&hello).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut answer))
+        .await
+        .unwrap()
+        .unwrap();
+    // magic | version (ours) | type 3 (reject) | length 1 | reason 5 (unsupported version)
+    assert_eq!(&answer[..4], &auth::HS_MAGIC);
+    assert_eq!(answer[4], auth::HS_VERSION);
+    assert_eq!(
+        &answer[5..],
+        &[3, 0, 1, RejectReason::UnsupportedVersion as u8]
+    );
+    let text = logs.text();
+    assert!(
+        text.contains("internode handshake refused")
+            && text.contains("internode protocol version 1, this node version 2"),
+        "{text}"
+    );
+    assert_eq!(handler.calls.load(Ordering::Relaxed), 0);
+    assert_eq!(server.stats().handshake_failures, 1);
+    // Control: a peer of this version is served.
+    client().call(&addr, ECHO, Bytes::new()).await.unwrap();
+
+    // An old server: it refuses our hello in its own version's header.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let old = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let (mut s, _) = listener.accept().await.unwrap();
+        let mut head = [0u8; auth::HS_HEADER_LEN];
+        s.read_exact(&mut head).await.unwrap();
+        let mut body = vec![0u8; u16::from_be_bytes([head[6], head[7]]) as usize];
+        s.read_exact(&mut body).await.unwrap();
+        let mut reject = auth::encode_message(&auth::Message::Reject(RejectReason::Malformed));
+        reject[4] = 1;
+        s.write_all(&reject).await.unwrap();
+    });
+    match client().call(&old, ECHO, Bytes::new()).await {
+        Err(RpcError::Handshake {
+            source: AuthError::UnsupportedVersion { got: 1 },
+            ..
+        }) => {}
+        other => panic!("expected a version refusal, got {other:?}"),
+    }
+}

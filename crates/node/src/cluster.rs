@@ -18,9 +18,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use quarry_disk::{Drive, DriveError, FormatV1, LocalDrive};
 use quarry_net::auth::{AuthError, RejectReason};
+use quarry_net::codec::{self, BufMutExt, CodecError};
 use quarry_net::methods::Service;
 use quarry_net::{DriveServer, Handler, RemoteDrive, RpcClient, RpcError};
 use tracing::{info, warn};
@@ -34,8 +35,33 @@ use crate::view::NodeView;
 
 /// `NODE_INFO`: answers the node's index and layout fingerprint (see `quarry_net::methods`).
 pub use quarry_net::methods::NODE_INFO as METHOD_NODE_INFO;
-/// Version of the node-info answer.
-const NODE_INFO_VERSION: u8 = 1;
+/// Version of the node-info answer (2: the one internode codec).
+const NODE_INFO_VERSION: u8 = 2;
+
+/// Who a node is, as it answers `NODE_INFO`: `version | node index (u16) | layout fingerprint
+/// (32 bytes)`, in the internode codec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeInfo {
+    /// The node's index in the topology's node list.
+    pub node: u16,
+    /// [`Topology::fingerprint`] of the layout it runs with.
+    pub fingerprint: [u8; 32],
+}
+quarry_net::codec_struct!(NodeInfo { node, fingerprint });
+
+/// The bytes of a node-info answer.
+pub fn encode_node_info(info: &NodeInfo) -> Bytes {
+    let mut b = BytesMut::with_capacity(35);
+    codec::put_version(&mut b, NODE_INFO_VERSION);
+    b.put_value(info);
+    b.freeze()
+}
+
+/// Decodes a node-info answer.
+pub fn decode_node_info(mut b: &[u8]) -> std::result::Result<NodeInfo, CodecError> {
+    codec::get_version(&mut b, "node info", NODE_INFO_VERSION)?;
+    codec::from_bytes(b)
+}
 
 /// The cluster id a node's RPC identity carries: derived from the layout fingerprint, so nodes
 /// with different layouts refuse each other's handshakes.
@@ -76,29 +102,13 @@ impl Handler for NodeService {
             // The verbs data plane's requests are served next to the drives they read.
             Some(Service::Drive | Service::Verbs) => self.drives.handle(method, payload).await,
             Some(Service::Lock) => self.locks.handle(method, payload).await,
-            Some(Service::NodeInfo) => {
-                let mut b = Vec::with_capacity(35);
-                b.push(NODE_INFO_VERSION);
-                b.extend_from_slice(&self.node.to_be_bytes());
-                b.extend_from_slice(&self.fingerprint);
-                Ok(Bytes::from(b))
-            }
+            Some(Service::NodeInfo) => Ok(encode_node_info(&NodeInfo {
+                node: self.node,
+                fingerprint: self.fingerprint,
+            })),
             None => Err(RpcError::unknown_method(method)),
         }
     }
-}
-
-/// Decodes a node-info answer: `(node index, layout fingerprint)`.
-pub fn decode_node_info(b: &[u8]) -> std::result::Result<(u16, [u8; 32]), String> {
-    if b.len() != 35 {
-        return Err(format!("node info is {} bytes, expected 35", b.len()));
-    }
-    if b[0] != NODE_INFO_VERSION {
-        return Err(format!("unsupported node info version {}", b[0]));
-    }
-    let mut f = [0u8; 32];
-    f.copy_from_slice(&b[3..]);
-    Ok((u16::from_be_bytes([b[1], b[2]]), f))
 }
 
 /// How a node joins its cluster.
@@ -126,6 +136,19 @@ fn refused_us(e: &RpcError) -> bool {
     )
 }
 
+/// Whether a failed call means the peer speaks another internode protocol version (either side
+/// refused the handshake for it).
+fn other_version(e: &RpcError) -> bool {
+    matches!(
+        e,
+        RpcError::Handshake {
+            source: AuthError::UnsupportedVersion { .. }
+                | AuthError::Rejected(RejectReason::UnsupportedVersion),
+            ..
+        }
+    )
+}
+
 /// Asks every peer who it is. Fails when most peers refuse this node, or a peer answers with
 /// another layout fingerprint (a peer of another build); returns which peers answered.
 async fn check_peers(t: &Topology, me: usize, rpc: &RpcClient) -> Result<Vec<bool>> {
@@ -139,10 +162,14 @@ async fn check_peers(t: &Topology, me: usize, rpc: &RpcClient) -> Result<Vec<boo
     let mut up = vec![false; t.nodes.len()];
     up[me] = true;
     let mut refusing = Vec::new();
+    let mut other_versions = Vec::new();
     for (&n, a) in peers.iter().zip(answers) {
         match a {
             Ok(b) => {
-                let (index, fp) = decode_node_info(&b).map_err(|e| {
+                let NodeInfo {
+                    node: index,
+                    fingerprint: fp,
+                } = decode_node_info(&b).map_err(|e| {
                     Error::Internal(format!("node {} answered oddly: {e}", t.nodes[n]))
                 })?;
                 if fp != t.fingerprint() || index as usize != n {
@@ -153,12 +180,30 @@ async fn check_peers(t: &Topology, me: usize, rpc: &RpcClient) -> Result<Vec<boo
                 }
                 up[n] = true;
             }
+            Err(e) if other_version(&e) => {
+                warn!(peer = %t.nodes[n], error = %e, "peer speaks another internode protocol version");
+                other_versions.push(n);
+            }
             Err(e) if refused_us(&e) => {
                 warn!(peer = %t.nodes[n], error = %e, "peer refuses this node");
                 refusing.push(n);
             }
             Err(_) => {}
         }
+    }
+    let names = |nodes: &[usize]| {
+        nodes
+            .iter()
+            .map(|&n| t.nodes[n].as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if !peers.is_empty() && other_versions.len() * 2 > peers.len() {
+        return Err(Error::Internal(format!(
+            "the other nodes ({}) speak another internode protocol version than this node's {}:              run the same Quarry release on every node (upgrade them together)",
+            names(&other_versions),
+            quarry_net::auth::HS_VERSION
+        )));
     }
     if !peers.is_empty() && refusing.len() * 2 > peers.len() {
         return Err(Error::Internal(format!(

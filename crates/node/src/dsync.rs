@@ -16,16 +16,17 @@
 //! it still runs. It cannot be interrupted (the lock guards an ordinary async section), so the
 //! refresh task logs a warning saying so when a refresh falls below quorum.
 //!
-//! Messages are versioned binary, encoded and decoded by pure functions:
+//! Messages are versioned, in the internode codec (`quarry_net::codec`), encoded and decoded by
+//! pure functions:
 //!
 //! ```text
 //! request (all three methods)            reply
 //! offset size                             offset size
-//!      0    1  version (1)                     0    1  version (1)
+//!      0    1  version (2)                     0    1  version (2)
 //!      1   16  owner uid                       1    1  status: 1 granted/done, 2 held by another
 //!     17    4  lease in ms (u32 BE)                       owner, 3 not held by this uid
-//!     21    2  resource length (u16 BE)
-//!     23    n  resource (UTF-8, 1..=2048 bytes)
+//!     21    4  resource length (u32 BE)
+//!     25    n  resource (UTF-8, 1..=2048 bytes)
 //! ```
 
 use std::collections::HashMap;
@@ -33,8 +34,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures::stream::{FuturesUnordered, StreamExt};
+use quarry_net::codec::{self, BufExt, BufMutExt, Codec, CodecError};
 use quarry_net::rpc::codes;
 use quarry_net::{Handler, RpcClient, RpcError};
 use rand::Rng;
@@ -51,14 +53,12 @@ pub use quarry_net::methods::{
     LOCK_REFRESH as METHOD_REFRESH, LOCK_UNLOCK as METHOD_UNLOCK,
 };
 
-/// The lock protocol version this build speaks.
-pub const LOCK_PROTO_VERSION: u8 = 1;
+/// The lock protocol version this build speaks (2: the one internode codec).
+pub const LOCK_PROTO_VERSION: u8 = 2;
 /// Longest resource name, in bytes.
 pub const MAX_RESOURCE_LEN: usize = 2048;
 /// Longest lease a request may ask for.
 pub const MAX_LEASE: Duration = Duration::from_secs(3600);
-
-const REQUEST_HEADER: usize = 1 + 16 + 4 + 2;
 
 /// One request of the lock protocol (the same shape for all three methods; UNLOCK ignores the
 /// lease).
@@ -82,127 +82,108 @@ pub enum LockReply {
     NotHeld = 3,
 }
 
-/// Why a lock message could not be decoded (or encoded).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ProtoError {
-    #[error("lock message truncated: need {need} bytes, have {have}")]
-    Truncated { need: usize, have: usize },
-    #[error("lock protocol version {0} is not supported (this node speaks {LOCK_PROTO_VERSION})")]
-    UnknownVersion(u8),
-    #[error("lock resource name is empty")]
-    EmptyResource,
-    #[error("lock resource name is {0} bytes, more than {MAX_RESOURCE_LEN}")]
-    ResourceTooLong(usize),
-    #[error("lock resource name is not UTF-8")]
-    ResourceNotUtf8,
-    #[error("lease of {0} ms is out of range (1 ms to {max} ms)", max = MAX_LEASE.as_millis())]
-    BadLease(u128),
-    #[error("{0} unexpected bytes after the lock message")]
-    TrailingBytes(usize),
-    #[error("unknown lock reply status {0}")]
-    UnknownStatus(u8),
-}
-
-fn check_resource(resource: &str) -> Result<(), ProtoError> {
-    if resource.is_empty() {
-        return Err(ProtoError::EmptyResource);
-    }
-    if resource.len() > MAX_RESOURCE_LEN {
-        return Err(ProtoError::ResourceTooLong(resource.len()));
+fn check_resource(resource: &str) -> Result<(), CodecError> {
+    if resource.is_empty() || resource.len() > MAX_RESOURCE_LEN {
+        return Err(CodecError::OutOfRange {
+            what: "lock resource name length",
+            value: resource.len() as u64,
+            min: 1,
+            max: MAX_RESOURCE_LEN as u64,
+        });
     }
     Ok(())
 }
 
-fn check_lease_ms(ms: u128) -> Result<u32, ProtoError> {
-    if ms == 0 || ms > MAX_LEASE.as_millis() {
-        return Err(ProtoError::BadLease(ms));
-    }
-    u32::try_from(ms).map_err(|_| ProtoError::BadLease(ms))
-}
-
-/// Encodes a request; fails on a name or lease out of bounds.
-pub fn encode_request(req: &LockRequest) -> Result<Bytes, ProtoError> {
-    check_resource(&req.resource)?;
-    let lease_ms = check_lease_ms(req.lease.as_millis())?;
-    let mut b = BytesMut::with_capacity(REQUEST_HEADER + req.resource.len());
-    b.put_u8(LOCK_PROTO_VERSION);
-    b.put_slice(req.uid.as_bytes());
-    b.put_u32(lease_ms);
-    // At most MAX_RESOURCE_LEN, checked above: fits a u16.
-    b.put_u16(req.resource.len() as u16);
-    b.put_slice(req.resource.as_bytes());
-    Ok(b.freeze())
-}
-
-/// Decodes a request, checking every length and bound.
-pub fn decode_request(buf: &[u8]) -> Result<LockRequest, ProtoError> {
-    let Some(&version) = buf.first() else {
-        return Err(ProtoError::Truncated { need: 1, have: 0 });
-    };
-    if version != LOCK_PROTO_VERSION {
-        return Err(ProtoError::UnknownVersion(version));
-    }
-    if buf.len() < REQUEST_HEADER {
-        return Err(ProtoError::Truncated {
-            need: REQUEST_HEADER,
-            have: buf.len(),
+fn check_lease_ms(ms: u128) -> Result<u32, CodecError> {
+    let max = MAX_LEASE.as_millis();
+    if ms == 0 || ms > max {
+        return Err(CodecError::OutOfRange {
+            what: "lock lease in ms",
+            value: u64::try_from(ms).unwrap_or(u64::MAX),
+            min: 1,
+            max: max as u64,
         });
     }
-    let mut uid = [0u8; 16];
-    uid.copy_from_slice(&buf[1..17]);
-    let lease_ms = u32::from_be_bytes([buf[17], buf[18], buf[19], buf[20]]);
-    check_lease_ms(lease_ms.into())?;
-    let len = u16::from_be_bytes([buf[21], buf[22]]) as usize;
-    if len > MAX_RESOURCE_LEN {
-        return Err(ProtoError::ResourceTooLong(len));
-    }
-    let need = REQUEST_HEADER + len;
-    if buf.len() < need {
-        return Err(ProtoError::Truncated {
-            need,
-            have: buf.len(),
-        });
-    }
-    if buf.len() > need {
-        return Err(ProtoError::TrailingBytes(buf.len() - need));
-    }
-    let resource = std::str::from_utf8(&buf[REQUEST_HEADER..need])
-        .map_err(|_| ProtoError::ResourceNotUtf8)?
-        .to_owned();
-    check_resource(&resource)?;
-    Ok(LockRequest {
-        resource,
-        uid: Uuid::from_bytes(uid),
-        lease: Duration::from_millis(lease_ms.into()),
+    u32::try_from(ms).map_err(|_| CodecError::OutOfRange {
+        what: "lock lease in ms",
+        value: u64::try_from(ms).unwrap_or(u64::MAX),
+        min: 1,
+        max: max as u64,
     })
 }
 
-pub fn encode_reply(reply: LockReply) -> Bytes {
-    Bytes::copy_from_slice(&[LOCK_PROTO_VERSION, reply as u8])
+impl Codec for LockRequest {
+    fn encode<B: BufMut>(&self, b: &mut B) {
+        b.put_value(&self.uid);
+        // In range: checked by `encode_request` before.
+        b.put_value(&(u32::try_from(self.lease.as_millis()).unwrap_or(u32::MAX)));
+        b.put_value(&self.resource);
+    }
+
+    fn decode<B: Buf>(b: &mut B) -> Result<LockRequest, CodecError> {
+        let uid = b.get_value()?;
+        let lease_ms: u32 = b.get_value()?;
+        check_lease_ms(lease_ms.into())?;
+        let resource: String = b.get_value()?;
+        check_resource(&resource)?;
+        Ok(LockRequest {
+            resource,
+            uid,
+            lease: Duration::from_millis(lease_ms.into()),
+        })
+    }
 }
 
-pub fn decode_reply(buf: &[u8]) -> Result<LockReply, ProtoError> {
-    let Some(&version) = buf.first() else {
-        return Err(ProtoError::Truncated { need: 2, have: 0 });
-    };
-    if version != LOCK_PROTO_VERSION {
-        return Err(ProtoError::UnknownVersion(version));
+impl Codec for LockReply {
+    fn encode<B: BufMut>(&self, b: &mut B) {
+        b.put_u8(*self as u8);
     }
-    let Some(&status) = buf.get(1) else {
-        return Err(ProtoError::Truncated {
-            need: 2,
-            have: buf.len(),
-        });
-    };
-    if buf.len() > 2 {
-        return Err(ProtoError::TrailingBytes(buf.len() - 2));
+
+    fn decode<B: Buf>(b: &mut B) -> Result<LockReply, CodecError> {
+        match b.get_value::<u8>()? {
+            1 => Ok(LockReply::Granted),
+            2 => Ok(LockReply::HeldByOther),
+            3 => Ok(LockReply::NotHeld),
+            s => Err(CodecError::Unknown {
+                what: "lock reply status",
+                value: s.into(),
+            }),
+        }
     }
-    match status {
-        1 => Ok(LockReply::Granted),
-        2 => Ok(LockReply::HeldByOther),
-        3 => Ok(LockReply::NotHeld),
-        s => Err(ProtoError::UnknownStatus(s)),
-    }
+}
+
+/// `value` as a message of the lock protocol: its version, then the value.
+fn message<T: Codec>(value: &T) -> Bytes {
+    let mut b = BytesMut::with_capacity(32);
+    codec::put_version(&mut b, LOCK_PROTO_VERSION);
+    b.put_value(value);
+    b.freeze()
+}
+
+/// Inverse of [`message`].
+fn from_message<T: Codec>(mut buf: &[u8]) -> Result<T, CodecError> {
+    codec::get_version(&mut buf, "lock protocol", LOCK_PROTO_VERSION)?;
+    codec::from_bytes(buf)
+}
+
+/// Encodes a request; fails on a name or lease out of bounds.
+pub fn encode_request(req: &LockRequest) -> Result<Bytes, CodecError> {
+    check_resource(&req.resource)?;
+    check_lease_ms(req.lease.as_millis())?;
+    Ok(message(req))
+}
+
+/// Decodes a request, checking every length and bound.
+pub fn decode_request(buf: &[u8]) -> Result<LockRequest, CodecError> {
+    from_message(buf)
+}
+
+pub fn encode_reply(reply: LockReply) -> Bytes {
+    message(&reply)
+}
+
+pub fn decode_reply(buf: &[u8]) -> Result<LockReply, CodecError> {
+    from_message(buf)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -840,6 +821,9 @@ mod tests {
         }
     }
 
+    /// Bytes of a request before its resource name.
+    const REQUEST_HEADER: usize = 1 + 16 + 4 + 4;
+
     #[test]
     fn request_round_trips() {
         for r in [
@@ -862,20 +846,40 @@ mod tests {
     fn encode_refuses_out_of_bounds() {
         assert_eq!(
             encode_request(&req("", 1, 10)),
-            Err(ProtoError::EmptyResource)
+            Err(CodecError::OutOfRange {
+                what: "lock resource name length",
+                value: 0,
+                min: 1,
+                max: MAX_RESOURCE_LEN as u64
+            })
         );
         assert_eq!(
             encode_request(&req(&"x".repeat(MAX_RESOURCE_LEN + 1), 1, 10)),
-            Err(ProtoError::ResourceTooLong(MAX_RESOURCE_LEN + 1))
+            Err(CodecError::OutOfRange {
+                what: "lock resource name length",
+                value: MAX_RESOURCE_LEN as u64 + 1,
+                min: 1,
+                max: MAX_RESOURCE_LEN as u64
+            })
         );
         assert_eq!(
             encode_request(&req("a", 1, 0)),
-            Err(ProtoError::BadLease(0))
+            Err(CodecError::OutOfRange {
+                what: "lock lease in ms",
+                value: 0,
+                min: 1,
+                max: MAX_LEASE.as_millis() as u64
+            })
         );
         let too_long = MAX_LEASE.as_millis() as u64 + 1;
         assert_eq!(
             encode_request(&req("a", 1, too_long)),
-            Err(ProtoError::BadLease(too_long.into()))
+            Err(CodecError::OutOfRange {
+                what: "lock lease in ms",
+                value: too_long,
+                min: 1,
+                max: MAX_LEASE.as_millis() as u64
+            })
         );
     }
 
@@ -884,11 +888,11 @@ mod tests {
         let enc = encode_request(&req("bucket/key", 5, 1000)).unwrap();
         for cut in 0..enc.len() {
             let e = decode_request(&enc[..cut]).unwrap_err();
-            assert!(matches!(e, ProtoError::Truncated { .. }), "{cut}: {e}");
+            assert!(matches!(e, CodecError::Truncated { .. }), "{cut}: {e}");
         }
         let mut long = enc.to_vec();
         long.push(0);
-        assert_eq!(decode_request(&long), Err(ProtoError::TrailingBytes(1)));
+        assert_eq!(decode_request(&long), Err(CodecError::Trailing(1)));
     }
 
     #[test]
@@ -897,27 +901,71 @@ mod tests {
             .unwrap()
             .to_vec();
         let mut v = enc.clone();
-        v[0] = 2;
-        assert_eq!(decode_request(&v), Err(ProtoError::UnknownVersion(2)));
-        let mut v = enc.clone();
-        v[17..21].copy_from_slice(&0u32.to_be_bytes());
-        assert_eq!(decode_request(&v), Err(ProtoError::BadLease(0)));
-        let mut v = enc.clone();
-        v[17..21].copy_from_slice(&u32::MAX.to_be_bytes());
-        assert!(matches!(decode_request(&v), Err(ProtoError::BadLease(_))));
-        let mut v = enc.clone();
-        v[21..23].copy_from_slice(&0u16.to_be_bytes());
-        v.truncate(REQUEST_HEADER);
-        assert_eq!(decode_request(&v), Err(ProtoError::EmptyResource));
-        let mut v = enc.clone();
-        v[21..23].copy_from_slice(&u16::MAX.to_be_bytes());
+        // A request of the last version (1) is refused by name.
+        v[0] = 1;
         assert_eq!(
             decode_request(&v),
-            Err(ProtoError::ResourceTooLong(u16::MAX as usize))
+            Err(CodecError::UnsupportedVersion {
+                what: "lock protocol",
+                got: 1,
+                supported: LOCK_PROTO_VERSION
+            })
         );
         let mut v = enc.clone();
+        v[17..21].copy_from_slice(&0u32.to_be_bytes());
+        assert!(matches!(
+            decode_request(&v),
+            Err(CodecError::OutOfRange {
+                what: "lock lease in ms",
+                value: 0,
+                ..
+            })
+        ));
+        let mut v = enc.clone();
+        v[17..21].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(matches!(
+            decode_request(&v),
+            Err(CodecError::OutOfRange {
+                what: "lock lease in ms",
+                ..
+            })
+        ));
+        let mut v = enc.clone();
+        v[21..25].copy_from_slice(&0u32.to_be_bytes());
+        v.truncate(REQUEST_HEADER);
+        assert!(matches!(
+            decode_request(&v),
+            Err(CodecError::OutOfRange {
+                what: "lock resource name length",
+                value: 0,
+                ..
+            })
+        ));
+        let mut v = enc.clone();
+        v.truncate(REQUEST_HEADER);
+        v[21..25].copy_from_slice(&(MAX_RESOURCE_LEN as u32 + 1).to_be_bytes());
+        v.resize(REQUEST_HEADER + MAX_RESOURCE_LEN + 1, b'x');
+        assert!(matches!(
+            decode_request(&v),
+            Err(CodecError::OutOfRange {
+                what: "lock resource name length",
+                value: 2049,
+                ..
+            })
+        ));
+        // A length beyond the message is refused before anything is read.
+        let mut v = enc.clone();
+        v[21..25].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(matches!(
+            decode_request(&v),
+            Err(CodecError::Truncated { .. })
+        ));
+        let mut v = enc.clone();
         v[REQUEST_HEADER] = 0xff;
-        assert_eq!(decode_request(&v), Err(ProtoError::ResourceNotUtf8));
+        assert!(matches!(
+            decode_request(&v),
+            Err(CodecError::BadUtf8 { .. })
+        ));
         // Any byte pattern decodes or fails, never panics.
         for len in 0..64 {
             for seed in 0..32u8 {
@@ -941,20 +989,30 @@ mod tests {
         }
         assert!(matches!(
             decode_reply(&[]),
-            Err(ProtoError::Truncated { .. })
+            Err(CodecError::Truncated { .. })
         ));
         assert!(matches!(
             decode_reply(&[LOCK_PROTO_VERSION]),
-            Err(ProtoError::Truncated { .. })
+            Err(CodecError::Truncated { .. })
         ));
-        assert_eq!(decode_reply(&[9, 1]), Err(ProtoError::UnknownVersion(9)));
+        assert_eq!(
+            decode_reply(&[9, 1]),
+            Err(CodecError::UnsupportedVersion {
+                what: "lock protocol",
+                got: 9,
+                supported: LOCK_PROTO_VERSION
+            })
+        );
         assert_eq!(
             decode_reply(&[LOCK_PROTO_VERSION, 0]),
-            Err(ProtoError::UnknownStatus(0))
+            Err(CodecError::Unknown {
+                what: "lock reply status",
+                value: 0
+            })
         );
         assert_eq!(
             decode_reply(&[LOCK_PROTO_VERSION, 1, 0]),
-            Err(ProtoError::TrailingBytes(1))
+            Err(CodecError::Trailing(1))
         );
     }
 

@@ -366,10 +366,14 @@ async fn connect(addr: &str, client: &Shared) -> Result<Conn, RpcError> {
     let session = match tokio::time::timeout(config.handshake_timeout, handshake).await {
         Ok(Ok(s)) => s,
         Ok(Err(source)) => {
+            if let AuthError::UnsupportedVersion { .. } = source {
+                // Not a passing fault: said once per attempt, which the back-off spaces out.
+                tracing::warn!(peer = %addr, error = %source, "internode handshake refused");
+            }
             return Err(RpcError::Handshake {
                 peer: peer(),
                 source,
-            })
+            });
         }
         Err(_) => {
             let source = AuthError::Io(std::io::Error::new(

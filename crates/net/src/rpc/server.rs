@@ -26,7 +26,7 @@ use super::{
     codes, read_frame, write_loop, Handler, LogThrottle, Outgoing, PreAuth, RpcConfig, RpcError,
 };
 use crate::auth::{self, Identity, Session};
-use crate::wire::{Frame, FrameKind, FLAG_BULK, FLAG_BULK_BODY};
+use crate::wire::{self, Frame, FrameKind, FLAG_BULK, FLAG_BULK_BODY};
 use quarry_buf::{BufPool, BufPoolConfig};
 
 /// Counters of a server.
@@ -426,7 +426,7 @@ async fn answer<H: Handler>(
                 flags: FLAG_BULK,
                 request_id: id,
                 method,
-                payload: Bytes::copy_from_slice(&(body.len() as u64).to_be_bytes()),
+                payload: wire::encode_bulk_len(body.len() as u64),
             };
             return Outgoing::Bulk {
                 head,

@@ -1,90 +1,88 @@
 //! The verbs data plane's messages on the control RPC (connect, read, append): pure encode and
-//! decode, versioned, fuzzable.
+//! decode with the internode codec ([`crate::codec`]), versioned ([`PROTOCOL_VERSION`]), fuzzable.
+//!
+//! ```text
+//! connect    version | endpoint (28 bytes, its own format) | replaces (u64)
+//! connected  version | connection id (u64) | endpoint (28 bytes)
+//! read       version | ReadRequest's fields in order
+//! append     version | AppendRequest's fields in order
+//! ```
 
 use super::*;
+use crate::codec::{self, BufExt, BufMutExt, Codec, CodecError};
 
-/// A malformed verbs message.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum MessageError {
-    #[error("verbs message truncated")]
-    Truncated,
-    #[error("verbs protocol version {0} (this build speaks {PROTOCOL_VERSION})")]
-    Version(u8),
-    #[error("{0}")]
-    Endpoint(String),
-    #[error("verbs message: {0} is not UTF-8")]
-    Utf8(&'static str),
-    #[error("verbs message: {0} trailing bytes")]
-    Trailing(usize),
-}
+/// A QP endpoint travels in its own versioned 28-byte format ([`QpEndpoint::encode`]).
+impl Codec for QpEndpoint {
+    const MIN_LEN: usize = ENDPOINT_LEN;
 
-fn need(b: &[u8], n: usize) -> Result<(), MessageError> {
-    if b.remaining() < n {
-        Err(MessageError::Truncated)
-    } else {
-        Ok(())
+    fn encode<B: BufMut>(&self, b: &mut B) {
+        b.put_slice(&QpEndpoint::encode(self));
+    }
+
+    fn decode<B: Buf>(b: &mut B) -> Result<QpEndpoint, CodecError> {
+        let raw: [u8; ENDPOINT_LEN] = b.get_value()?;
+        QpEndpoint::decode(&raw).map_err(|e| CodecError::Invalid {
+            what: "QP endpoint",
+            why: e.to_string(),
+        })
     }
 }
 
-fn version(b: &mut &[u8]) -> Result<(), MessageError> {
-    need(b, 1)?;
-    match b.get_u8() {
-        PROTOCOL_VERSION => Ok(()),
-        v => Err(MessageError::Version(v)),
-    }
+crate::codec_struct!(RemoteBuf { addr, rkey, len });
+
+/// A message of the verbs data plane: its version, then `value`.
+fn message<T: Codec>(value: &T) -> Bytes {
+    let mut b = BytesMut::with_capacity(64);
+    codec::put_version(&mut b, PROTOCOL_VERSION);
+    b.put_value(value);
+    b.freeze()
 }
 
-fn endpoint(b: &mut &[u8]) -> Result<QpEndpoint, MessageError> {
-    need(b, ENDPOINT_LEN)?;
-    let e = QpEndpoint::decode(&b[..ENDPOINT_LEN])
-        .map_err(|e| MessageError::Endpoint(e.to_string()))?;
-    b.advance(ENDPOINT_LEN);
-    Ok(e)
-}
-
-fn done(b: &[u8]) -> Result<(), MessageError> {
-    if b.is_empty() {
-        Ok(())
-    } else {
-        Err(MessageError::Trailing(b.len()))
-    }
+/// Inverse of [`message`]: the version, exactly one `T`, nothing after it.
+fn from_message<T: Codec>(mut b: &[u8]) -> Result<T, CodecError> {
+    codec::get_version(&mut b, "verbs data plane protocol", PROTOCOL_VERSION)?;
+    codec::from_bytes(b)
 }
 
 /// Requester -> holder: connect to this endpoint (which carries the requester's MTU), replacing
 /// connection `replaces` of the same requester (0: none), which the holder then drops.
-pub fn encode_connect(ep: &QpEndpoint, replaces: u64) -> Bytes {
-    let mut b = BytesMut::with_capacity(9 + ENDPOINT_LEN);
-    b.put_u8(PROTOCOL_VERSION);
-    b.put_slice(&ep.encode());
-    b.put_u64_le(replaces);
-    b.freeze()
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Connect {
+    endpoint: QpEndpoint,
+    replaces: u64,
 }
-
-pub fn decode_connect(mut b: &[u8]) -> Result<(QpEndpoint, u64), MessageError> {
-    version(&mut b)?;
-    let e = endpoint(&mut b)?;
-    need(b, 8)?;
-    let replaces = b.get_u64_le();
-    done(b)?;
-    Ok((e, replaces))
-}
+crate::codec_struct!(Connect { endpoint, replaces });
 
 /// Holder -> requester: the connection id to name in reads, and the holder's endpoint.
-pub fn encode_connected(conn: u64, ep: &QpEndpoint) -> Bytes {
-    let mut b = BytesMut::with_capacity(9 + ENDPOINT_LEN);
-    b.put_u8(PROTOCOL_VERSION);
-    b.put_u64_le(conn);
-    b.put_slice(&ep.encode());
-    b.freeze()
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Connected {
+    conn: u64,
+    endpoint: QpEndpoint,
+}
+crate::codec_struct!(Connected { conn, endpoint });
+
+pub fn encode_connect(ep: &QpEndpoint, replaces: u64) -> Bytes {
+    message(&Connect {
+        endpoint: *ep,
+        replaces,
+    })
 }
 
-pub fn decode_connected(mut b: &[u8]) -> Result<(u64, QpEndpoint), MessageError> {
-    version(&mut b)?;
-    need(b, 8)?;
-    let conn = b.get_u64_le();
-    let e = endpoint(&mut b)?;
-    done(b)?;
-    Ok((conn, e))
+pub fn decode_connect(b: &[u8]) -> Result<(QpEndpoint, u64), CodecError> {
+    let c: Connect = from_message(b)?;
+    Ok((c.endpoint, c.replaces))
+}
+
+pub fn encode_connected(conn: u64, ep: &QpEndpoint) -> Bytes {
+    message(&Connected {
+        conn,
+        endpoint: *ep,
+    })
+}
+
+pub fn decode_connected(b: &[u8]) -> Result<(u64, QpEndpoint), CodecError> {
+    let c: Connected = from_message(b)?;
+    Ok((c.conn, c.endpoint))
 }
 
 /// A read request: where to write (`remote`, immediate `tag`) and what (drive and shard range).
@@ -101,67 +99,25 @@ pub struct ReadRequest {
     pub offset: u64,
     pub len: u32,
 }
+crate::codec_struct!(ReadRequest {
+    conn,
+    tag,
+    remote,
+    drive,
+    bucket,
+    key,
+    data_dir,
+    part,
+    offset,
+    len
+});
 
 pub fn encode_read(r: &ReadRequest) -> Bytes {
-    let mut b = BytesMut::with_capacity(80 + r.bucket.len() + r.key.len());
-    b.put_u8(PROTOCOL_VERSION);
-    b.put_u64_le(r.conn);
-    b.put_u32_le(r.tag);
-    b.put_u64_le(r.remote.addr);
-    b.put_u32_le(r.remote.rkey);
-    b.put_u64_le(r.remote.len);
-    b.put_u16_le(r.drive);
-    b.put_slice(r.data_dir.as_bytes());
-    b.put_u32_le(r.part);
-    b.put_u64_le(r.offset);
-    b.put_u32_le(r.len);
-    for s in [&r.bucket, &r.key] {
-        b.put_u16_le(u16::try_from(s.len()).unwrap_or(u16::MAX));
-        b.put_slice(&s.as_bytes()[..s.len().min(u16::MAX as usize)]);
-    }
-    b.freeze()
+    message(r)
 }
 
-pub fn decode_read(mut b: &[u8]) -> Result<ReadRequest, MessageError> {
-    version(&mut b)?;
-    need(b, 8 + 4 + 8 + 4 + 8 + 2 + 16 + 4 + 8 + 4)?;
-    let conn = b.get_u64_le();
-    let tag = b.get_u32_le();
-    let remote = RemoteBuf {
-        addr: b.get_u64_le(),
-        rkey: b.get_u32_le(),
-        len: b.get_u64_le(),
-    };
-    let drive = b.get_u16_le();
-    let mut id = [0u8; 16];
-    b.copy_to_slice(&mut id);
-    let part = b.get_u32_le();
-    let offset = b.get_u64_le();
-    let len = b.get_u32_le();
-    let mut strs = Vec::with_capacity(2);
-    for what in ["bucket", "key"] {
-        need(b, 2)?;
-        let n = b.get_u16_le() as usize;
-        need(b, n)?;
-        let s = std::str::from_utf8(&b[..n]).map_err(|_| MessageError::Utf8(what))?;
-        strs.push(s.to_owned());
-        b.advance(n);
-    }
-    done(b)?;
-    let key = strs.pop().unwrap_or_default();
-    let bucket = strs.pop().unwrap_or_default();
-    Ok(ReadRequest {
-        conn,
-        tag,
-        remote,
-        drive,
-        bucket,
-        key,
-        data_dir: Uuid::from_bytes(id),
-        part,
-        offset,
-        len,
-    })
+pub fn decode_read(b: &[u8]) -> Result<ReadRequest, CodecError> {
+    from_message(b)
 }
 
 /// An append: RDMA-READ `remote` (the requester's bytes) and write them as append `seq` of
@@ -174,41 +130,20 @@ pub struct AppendRequest {
     pub seq: u64,
     pub remote: RemoteBuf,
 }
+crate::codec_struct!(AppendRequest {
+    conn,
+    drive,
+    writer,
+    seq,
+    remote
+});
 
 pub fn encode_append(r: &AppendRequest) -> Bytes {
-    let mut b = BytesMut::with_capacity(64);
-    b.put_u8(PROTOCOL_VERSION);
-    b.put_u64_le(r.conn);
-    b.put_u16_le(r.drive);
-    b.put_slice(r.writer.as_bytes());
-    b.put_u64_le(r.seq);
-    b.put_u64_le(r.remote.addr);
-    b.put_u32_le(r.remote.rkey);
-    b.put_u64_le(r.remote.len);
-    b.freeze()
+    message(r)
 }
 
-pub fn decode_append(mut b: &[u8]) -> Result<AppendRequest, MessageError> {
-    version(&mut b)?;
-    need(b, 8 + 2 + 16 + 8 + 8 + 4 + 8)?;
-    let conn = b.get_u64_le();
-    let drive = b.get_u16_le();
-    let mut id = [0u8; 16];
-    b.copy_to_slice(&mut id);
-    let seq = b.get_u64_le();
-    let remote = RemoteBuf {
-        addr: b.get_u64_le(),
-        rkey: b.get_u32_le(),
-        len: b.get_u64_le(),
-    };
-    done(b)?;
-    Ok(AppendRequest {
-        conn,
-        drive,
-        writer: Uuid::from_bytes(id),
-        seq,
-        remote,
-    })
+pub fn decode_append(b: &[u8]) -> Result<AppendRequest, CodecError> {
+    from_message(b)
 }
 
 #[cfg(test)]
@@ -236,14 +171,21 @@ mod tests {
         );
         let mut bad = encode_connect(&e, 0).to_vec();
         bad[0] = 9;
-        assert_eq!(decode_connect(&bad), Err(MessageError::Version(9)));
+        assert_eq!(
+            decode_connect(&bad),
+            Err(CodecError::UnsupportedVersion {
+                what: "verbs data plane protocol",
+                got: 9,
+                supported: PROTOCOL_VERSION
+            })
+        );
         let good = encode_connect(&e, 0);
         for n in 0..good.len() {
             assert!(decode_connect(&good[..n]).is_err(), "{n}");
         }
         let mut long = good.to_vec();
         long.push(0);
-        assert_eq!(decode_connect(&long), Err(MessageError::Trailing(1)));
+        assert_eq!(decode_connect(&long), Err(CodecError::Trailing(1)));
     }
 
     #[test]
@@ -266,10 +208,17 @@ mod tests {
         }
         let mut long = enc.to_vec();
         long.push(1);
-        assert_eq!(decode_append(&long), Err(MessageError::Trailing(1)));
+        assert_eq!(decode_append(&long), Err(CodecError::Trailing(1)));
         let mut old = enc.to_vec();
-        old[0] = 1;
-        assert_eq!(decode_append(&old), Err(MessageError::Version(1)));
+        old[0] = 2;
+        assert_eq!(
+            decode_append(&old),
+            Err(CodecError::UnsupportedVersion {
+                what: "verbs data plane protocol",
+                got: 2,
+                supported: PROTOCOL_VERSION
+            })
+        );
     }
 
     #[test]
@@ -296,8 +245,9 @@ mod tests {
             assert!(decode_read(&enc[..n]).is_err(), "{n}");
         }
         let mut bad = enc.to_vec();
-        let at = bad.len() - 1;
+        // The key's last byte: data_dir, part, offset and len (32 bytes) follow it.
+        let at = bad.len() - 33;
         bad[at] = 0xff;
-        assert_eq!(decode_read(&bad), Err(MessageError::Utf8("key")));
+        assert!(matches!(decode_read(&bad), Err(CodecError::BadUtf8 { .. })));
     }
 }

@@ -124,8 +124,8 @@ pub use crate::methods::{
     CODE_VERBS_NO_CONNECTION as CODE_NO_CONNECTION, VERBS_APPEND as METHOD_APPEND,
     VERBS_CONNECT as METHOD_CONNECT, VERBS_READ as METHOD_READ,
 };
-/// Version of the messages of the verbs data plane (2: appends).
-pub const PROTOCOL_VERSION: u8 = 2;
+/// Version of the messages of the verbs data plane (2: appends; 3: the one internode codec).
+pub const PROTOCOL_VERSION: u8 = 3;
 
 /// How long a holder waits for a free registered buffer before it answers [`CODE_BUSY`]: long
 /// enough to ride out a burst, short next to the requester's timeout.
