@@ -692,6 +692,7 @@ impl PooledBuf {
         let len = self.len;
         self.mem_mut().as_mut_slice()[len..len + n].copy_from_slice(&data[..n]);
         self.len += n;
+        debug_assert!(self.len <= self.capacity());
         n
     }
 
@@ -751,6 +752,10 @@ impl PooledBuf {
             parts.push(piece);
             rest = r;
         }
+        debug_assert!(
+            parts.len() == sizes.len() && parts.iter().zip(sizes).all(|(p, &s)| p.len() == s),
+            "every piece has the size asked for"
+        );
         let leftover = (total < capacity).then_some(rest);
         let n = sizes.len();
         let home = std::mem::replace(&mut self.home, Home::Gone);

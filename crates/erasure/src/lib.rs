@@ -194,7 +194,13 @@ impl Erasure {
 
     /// Length of each of the k + m chunks of a block of `block_len` bytes: `ceil(block_len / k)`.
     pub fn chunk_len(&self, block_len: usize) -> usize {
-        block_len.div_ceil(self.inner.data)
+        let chunk = block_len.div_ceil(self.inner.data);
+        // Stripe geometry: the k chunks hold the block, with less than one chunk of padding.
+        debug_assert!(
+            chunk * self.inner.data >= block_len
+                && chunk * self.inner.data < block_len + self.inner.data
+        );
+        chunk
     }
 
     /// Length on disk of one chunk of a block of `block_len` bytes, bitrot hash included.
@@ -263,6 +269,7 @@ impl Erasure {
             }
             shard.resize(chunk_len, 0);
         }
+        debug_assert!(pieces.next().is_none(), "a block fits its k chunks");
         for shard in parity.iter_mut() {
             // The codec overwrites parity: only the length matters, so avoid re-zeroing.
             shard.truncate(chunk_len);
@@ -318,6 +325,7 @@ impl Erasure {
             chunk[..piece.len()].copy_from_slice(piece);
             chunk[piece.len()..].fill(0);
         }
+        debug_assert!(pieces.next().is_none(), "a block fits its k chunks");
         if chunk_len > 0 && self.inner.parity > 0 {
             let (data, parity) = framed.split_at_mut(k);
             let data: Vec<&[u8]> = data.iter().map(|f| &f[BITROT_LEN..]).collect();
@@ -464,6 +472,7 @@ impl Erasure {
                 break;
             }
         }
+        debug_assert_eq!(left, 0, "k chunks of chunk_len(block_len) hold the block");
         Ok(())
     }
 

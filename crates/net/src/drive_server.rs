@@ -116,6 +116,10 @@ impl OpenWriter {
                 }
                 a.upto += 1;
             }
+            debug_assert!(
+                a.beyond.iter().all(|&s| s > a.upto),
+                "appends not yet in sequence are all ahead of the next one"
+            );
         }
         self.turn.notify_waiters();
     }

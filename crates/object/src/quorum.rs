@@ -80,7 +80,15 @@ pub fn pick_meta(answers: &[Result<ObjectMeta, DriveError>], write_quorum: usize
             *count >= read_quorum(m.erasure.data as usize, m.erasure.parity as usize)
         })
         .max_by_key(|(m, count)| (m.mod_time_ns, *count));
-    if let Some((meta, _)) = best {
+    if let Some((meta, count)) = best {
+        // Version order: no other version with a read quorum is newer than the one picked.
+        debug_assert!(
+            groups.iter().all(|(m, c)| {
+                *c < read_quorum(m.erasure.data as usize, m.erasure.parity as usize)
+                    || (m.mod_time_ns, *c) <= (meta.mod_time_ns, *count)
+            }),
+            "a newer version with quorum was passed over"
+        );
         let meta = (*meta).clone();
         let metas = answers
             .iter()
@@ -88,7 +96,11 @@ pub fn pick_meta(answers: &[Result<ObjectMeta, DriveError>], write_quorum: usize
                 Ok(m) if same_version(m, &meta) => Some(m.clone()),
                 _ => None,
             })
-            .collect();
+            .collect::<Vec<_>>();
+        debug_assert!(
+            metas.iter().flatten().count() >= *count && metas.len() == answers.len(),
+            "the copies kept are the {count} that agree, one slot per drive"
+        );
         return MetaQuorum::Found {
             meta: Box::new(meta),
             metas,

@@ -145,11 +145,24 @@ impl ErasureSet {
 
     /// Read quorum for set-level answers (buckets, listing): that of new objects.
     pub(crate) fn set_read_quorum(&self) -> usize {
-        read_quorum(self.data(), self.parity())
+        let q = read_quorum(self.data(), self.parity());
+        debug_assert!(
+            q >= 1 && q <= self.drives.len(),
+            "read quorum {q} of a set of {} drives",
+            self.drives.len()
+        );
+        q
     }
 
     pub(crate) fn set_write_quorum(&self) -> usize {
-        write_quorum(self.data(), self.parity())
+        let q = write_quorum(self.data(), self.parity());
+        // The property locks and commits rely on: two write quorums of a set share a drive.
+        debug_assert!(
+            2 * q > self.drives.len() && q <= self.drives.len(),
+            "write quorum {q} of a set of {} drives",
+            self.drives.len()
+        );
+        q
     }
 
     /// The 64-bit placement hash of an object, keyed by the deployment id.
