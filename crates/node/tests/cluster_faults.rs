@@ -35,7 +35,7 @@ use quarry_net::{
     RpcClient, RpcConfig, RpcError, RpcServer, TcpDataPlane, TcpDataPlaneConfig,
 };
 use quarry_node::dsync::{DistLocker, DistLockerConfig, LockServer};
-use quarry_object::{ErasureServer, Locker};
+use quarry_object::{ErasureServer, Locker, ObjectConfig, RuntimeHandle};
 use uuid::Uuid;
 
 const SECRET: &[u8] = b"cluster-faults-test-secret";
@@ -287,10 +287,15 @@ async fn cluster_run(
         DistLockerConfig::default(),
     )
     .unwrap();
+    // Ids, times and background heals from the seed (see faults::StepRuntime).
+    let runtime = faults::StepRuntime::new(seed);
     let layer = ErasureServer::open_sets(
         deployment,
         vec![(drives, Some(Arc::new(locker) as Arc<dyn Locker>))],
-        cfg(),
+        ObjectConfig {
+            runtime: RuntimeHandle::new(runtime.clone()),
+            ..cfg()
+        },
     )
     .unwrap();
     let faults = NetFaults {
@@ -302,7 +307,9 @@ async fn cluster_run(
         _dir: dir,
         _servers: servers,
     };
-    let mut run = Run::new(seed, layer, Box::new(faults), Box::new(cluster), log).await;
+    let mut run = Run::new(seed, layer, Box::new(faults), Box::new(cluster), log)
+        .await
+        .with_stepped_runtime(runtime);
     run.timeout = OP_TIMEOUT;
     run
 }

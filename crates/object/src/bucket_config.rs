@@ -12,7 +12,7 @@ use quarry_disk::DriveError;
 
 use crate::error::{Error, Result};
 use crate::quorum::{count_full, count_ok, on_all, write_failed};
-use crate::set::{now_ns, ErasureSet};
+use crate::set::ErasureSet;
 
 /// First bytes of every envelope.
 const MAGIC: &[u8; 4] = b"QBCF";
@@ -107,7 +107,7 @@ impl ErasureSet {
         payload: Bytes,
     ) -> Result<()> {
         let envelope = ConfigEnvelope {
-            updated_ns: now_ns(),
+            updated_ns: self.now_ns(),
             payload,
         }
         .encode();

@@ -50,6 +50,9 @@ pub struct ObjectConfig {
     /// Heals waiting for a retry, at most; beyond this new ones are dropped (and counted), and
     /// the scanner finds their objects on its next pass.
     pub heal_retry_limit: usize,
+    /// The clock, id source and task spawner (the system's and tokio's unless a test injects its
+    /// own: [`crate::runtime`]).
+    pub runtime: crate::runtime::RuntimeHandle,
 }
 
 impl Default for ObjectConfig {
@@ -66,6 +69,7 @@ impl Default for ObjectConfig {
             heal_retry_min: Duration::from_secs(1),
             heal_retry_max: Duration::from_secs(60),
             heal_retry_limit: 10_000,
+            runtime: Default::default(),
         }
     }
 }

@@ -17,7 +17,7 @@ use quarry_disk::DriveError;
 use crate::api::{ByteStream, CopyOptions, ObjectInfo, ObjectLayer, PutOptions, ReplaceMetadata};
 use crate::error::{Error, Result};
 use crate::quorum::{count_full, count_ok, write_failed, write_quorum};
-use crate::set::{now_ns, object_info, ErasureSet};
+use crate::set::{object_info, ErasureSet};
 
 /// Copies by streaming the source into a PUT of the destination.
 pub(crate) async fn stream_copy<L: ObjectLayer + ?Sized>(
@@ -125,7 +125,7 @@ impl ErasureSet {
             self.check_precondition(bucket, key, p).await?;
         }
         // Strictly newer than the version it replaces, so it wins wherever both are seen.
-        let mod_time_ns = now_ns().max(current.mod_time_ns.saturating_add(1));
+        let mod_time_ns = self.now_ns().max(current.mod_time_ns.saturating_add(1));
         let rewrite = |mut m: quarry_disk::ObjectMeta| {
             m.headers = metadata.headers.clone();
             m.user_meta = metadata.user_meta.clone();

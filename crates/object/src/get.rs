@@ -422,12 +422,13 @@ impl ErasureSet {
         // heal what is damaged, off the response path: the client has its bytes already.
         let finish = {
             let (reader, parts) = (reader.clone(), parts.clone());
+            let runtime = self.cfg.runtime.clone();
             move || {
                 let (reader, parts) = (reader.clone(), parts.clone());
-                tokio::spawn(async move {
+                runtime.spawn(Box::pin(async move {
                     reader.check_unread_shards(&parts).await;
                     reader.heal_if_damaged();
-                });
+                }));
             }
         };
         // The first block is read before the answer is given, so an object that cannot be read

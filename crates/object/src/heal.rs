@@ -6,7 +6,6 @@ use std::sync::Arc;
 use quarry_disk::{DriveError, ObjectMeta};
 use quarry_erasure::bitrot;
 use tracing::{info, warn};
-use uuid::Uuid;
 
 use crate::api::HealResult;
 use crate::error::{Error, Result};
@@ -105,7 +104,7 @@ impl ErasureSet {
             }
         }
 
-        let tmp_id = Uuid::new_v4();
+        let tmp_id = self.new_id();
         let shard_of = |pos: usize| meta.erasure.distribution[pos] as usize - 1;
         let mut new_inline: Vec<Vec<u8>> = vec![Vec::new(); targets.len()];
         let mut writers = Vec::new();

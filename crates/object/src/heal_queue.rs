@@ -132,16 +132,56 @@ impl RetryList {
     }
 }
 
-/// Starts the heal worker of `set` on the queue `rx`. It holds the set weakly and ends when the
-/// set is dropped (which closes the queue).
-pub(crate) fn spawn_heal_worker(set: &Arc<ErasureSet>, mut rx: mpsc::Receiver<HealRequest>) {
+/// The heal queue of a set and its retry list: worked through by the worker task
+/// ([`spawn_heal_worker`]), or, under a runtime without workers, by whoever calls
+/// [`HealWorker::drain`] ([`crate::ErasureServer::run_background`]).
+pub(crate) struct HealWorker {
+    rx: mpsc::Receiver<HealRequest>,
+    retry: RetryList,
+}
+
+impl HealWorker {
+    pub fn new(set: &ErasureSet, rx: mpsc::Receiver<HealRequest>) -> HealWorker {
+        HealWorker {
+            rx,
+            retry: RetryList::new(
+                set.cfg.heal_retry_min,
+                set.cfg.heal_retry_max,
+                set.cfg.heal_retry_limit,
+            ),
+        }
+    }
+
+    /// Heals what is queued, in queue order, then tries every heal on the retry list once (in
+    /// due order, whether due or not). Heals queued meanwhile wait for the next call.
+    pub async fn drain(&mut self, set: &Arc<ErasureSet>) {
+        let mut queued = Vec::new();
+        while let Ok(req) = self.rx.try_recv() {
+            queued.push(req);
+        }
+        for req in queued {
+            let prior = self.retry.take(&req).unwrap_or(0);
+            set.heal_done(&req);
+            heal_one(set, &mut self.retry, req, prior).await;
+        }
+        let everything = Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600);
+        let mut round = Vec::new();
+        while let Some(due) = self.retry.pop_due(everything) {
+            round.push(due);
+        }
+        for (req, prior) in round {
+            heal_one(set, &mut self.retry, req, prior).await;
+        }
+        SetCounters::set(&set.counters.heal_retry_len, self.retry.len() as u64);
+    }
+}
+
+/// Starts the heal worker of `set` on its queue. It holds the set weakly and ends when the set is
+/// dropped (which closes the queue).
+pub(crate) fn spawn_heal_worker(set: &Arc<ErasureSet>, worker: HealWorker) {
     let weak = Arc::downgrade(set);
-    let mut retry = RetryList::new(
-        set.cfg.heal_retry_min,
-        set.cfg.heal_retry_max,
-        set.cfg.heal_retry_limit,
-    );
-    tokio::spawn(async move {
+    let HealWorker { mut rx, mut retry } = worker;
+    set.cfg.runtime.spawn(Box::pin(async move {
         loop {
             let next_due = retry.next_due();
             let (req, prior, queued) = tokio::select! {
@@ -166,7 +206,7 @@ pub(crate) fn spawn_heal_worker(set: &Arc<ErasureSet>, mut rx: mpsc::Receiver<He
             heal_one(&set, &mut retry, req, prior).await;
             SetCounters::set(&set.counters.heal_retry_len, retry.len() as u64);
         }
-    });
+    }));
 }
 
 async fn sleep_until(due: Option<Instant>) {

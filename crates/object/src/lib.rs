@@ -21,6 +21,7 @@ mod names;
 mod nslock;
 mod put;
 mod quorum;
+pub mod runtime;
 mod scanner;
 mod server;
 mod set;
@@ -38,6 +39,7 @@ pub use names::{check_bucket_name, check_key, MAX_KEY_LEN};
 pub use nslock::{LockGuard, Locker, NsGuard, NsLock};
 /// The data path's figures as [`LayerStats`] carries them.
 pub use quarry_buf::{BufPoolStats, DataPlaneStats, PeerSnapshot, LATENCY_BUCKETS};
+pub use runtime::{Runtime, RuntimeHandle, TokioRuntime};
 pub use server::{ErasureServer, Layout, Readiness};
 pub use set::ErasureSet;
 pub use stats::{DataPlaneFigures, DriveState, LayerStats, ScanStats};

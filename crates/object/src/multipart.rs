@@ -16,14 +16,12 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use md5::{Digest, Md5};
-use quarry_disk::multipart::new_upload_id;
 use quarry_disk::{
     Drive, DriveError, ErasureInfo, ObjectMeta, PartInfo, PartMeta, UploadMeta, META_VERSION,
     UPLOAD_META_VERSION,
 };
 use quarry_erasure::Erasure;
 use tracing::{debug, info, warn};
-use uuid::Uuid;
 
 use crate::api::{
     ByteStream, CompleteOptions, CompletePart, GetObjectReader, HttpRange, ListPartsOptions,
@@ -33,7 +31,7 @@ use crate::api::{
 use crate::error::{Error, Result};
 use crate::put::{erasure_info, BodyBounds, ShardOutcome, ShardSink, Streamed, TmpGuard};
 use crate::quorum::{count_full, count_ok, on_all, read_quorum, write_failed, write_quorum};
-use crate::set::{now_ns, object_info, ErasureSet};
+use crate::set::{object_info, ErasureSet};
 
 fn upload_info(u: &UploadMeta) -> UploadInfo {
     UploadInfo {
@@ -248,8 +246,8 @@ impl ErasureSet {
             version: UPLOAD_META_VERSION,
             bucket: bucket.to_string(),
             key: key.to_string(),
-            upload_id: new_upload_id(),
-            initiated_ns: now_ns(),
+            upload_id: self.new_id().hyphenated().to_string(),
+            initiated_ns: self.now_ns(),
             headers: opts.headers,
             user_meta: opts.user_meta,
             checksum_algorithm: opts.checksum_algorithm,
@@ -300,8 +298,8 @@ impl ErasureSet {
         let (upload, uploads) = self.upload_quorum(bucket, key, upload_id).await?;
         let erasure = upload_erasure(&upload)?;
         let wq = write_quorum(erasure.data_shards(), erasure.parity_shards());
-        let tmp_id = Uuid::new_v4();
-        let data_dir = Uuid::new_v4();
+        let tmp_id = self.new_id();
+        let data_dir = self.new_id();
         let mut tmp_guard = TmpGuard::new(self.drives.clone(), tmp_id);
         // Drives without the upload get no shard: they could not commit it.
         let drives: Vec<Arc<dyn Drive>> = self.drives.clone();
@@ -379,7 +377,7 @@ impl ErasureSet {
             size,
             etag: hex::encode(digest),
             checksum,
-            mod_time_ns: now_ns(),
+            mod_time_ns: self.now_ns(),
             data_dir,
         };
         let _guard = self
@@ -536,8 +534,8 @@ impl ErasureSet {
             }
         }
 
-        let tmp_id = Uuid::new_v4();
-        let data_dir = Uuid::new_v4();
+        let tmp_id = self.new_id();
+        let data_dir = self.new_id();
         let mut tmp_guard = TmpGuard::new(self.drives.clone(), tmp_id);
         let holds_all: Vec<bool> = (0..self.drives.len())
             .map(|i| q.uploads[i].is_some() && chosen.iter().all(|(_, h)| h[i]))
@@ -565,7 +563,7 @@ impl ErasureSet {
         let base = ObjectMeta {
             version: META_VERSION,
             size,
-            mod_time_ns: now_ns(),
+            mod_time_ns: self.now_ns(),
             etag,
             headers: q.upload.headers.clone(),
             user_meta: q.upload.user_meta.clone(),
@@ -776,7 +774,9 @@ impl ErasureSet {
     /// Removes uploads started more than `expiry` ago, on each drive independently (a copy left
     /// on a minority of drives goes too). Returns how many upload directories were removed.
     pub async fn remove_stale_uploads(&self, expiry: Duration) -> usize {
-        let cutoff = now_ns().saturating_sub(i64::try_from(expiry.as_nanos()).unwrap_or(i64::MAX));
+        let cutoff = self
+            .now_ns()
+            .saturating_sub(i64::try_from(expiry.as_nanos()).unwrap_or(i64::MAX));
         let mut removed = 0;
         for d in &self.drives {
             let uploads = match d.list_uploads(None).await {

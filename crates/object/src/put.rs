@@ -21,7 +21,7 @@ use uuid::Uuid;
 use crate::api::{ByteStream, ObjectInfo, PutOptions, WritePrecondition};
 use crate::error::{Error, Result};
 use crate::quorum::{count_full, count_ok, on_all, write_failed};
-use crate::set::{now_ns, object_info, ErasureSet};
+use crate::set::{object_info, ErasureSet};
 
 /// Framed chunks queued per drive before the reader waits: bounds memory per PUT.
 const WRITE_QUEUE_BLOCKS: usize = 2;
@@ -492,8 +492,8 @@ impl ErasureSet {
         self.check_space(erasure.shard_file_size(opts.size.unwrap_or(0)))
             .await?;
         let distribution = self.distribution(bucket, key);
-        let tmp_id = Uuid::new_v4();
-        let data_dir = Uuid::new_v4();
+        let tmp_id = self.new_id();
+        let data_dir = self.new_id();
         let mut tmp_guard = TmpGuard::new(self.drives.clone(), tmp_id);
         let write_quorum = self.set_write_quorum();
 
@@ -537,7 +537,7 @@ impl ErasureSet {
         let base = ObjectMeta {
             version: META_VERSION,
             size,
-            mod_time_ns: now_ns(),
+            mod_time_ns: self.now_ns(),
             etag: hex::encode(digest),
             headers: opts.headers,
             user_meta: opts.user_meta,

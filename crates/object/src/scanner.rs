@@ -224,8 +224,11 @@ pub(crate) fn spawn_scanner(
     interval: Duration,
     rate: u32,
 ) {
+    let Some(runtime) = sets.first().map(|s| s.cfg.runtime.clone()) else {
+        return;
+    };
     let sets: Vec<Weak<ErasureSet>> = sets.iter().map(Arc::downgrade).collect();
-    tokio::spawn(async move {
+    runtime.spawn(Box::pin(async move {
         tokio::time::sleep(interval.min(SCAN_FIRST_DELAY)).await;
         loop {
             if !scan_pass(&sets, &counters, rate).await {
@@ -233,7 +236,7 @@ pub(crate) fn spawn_scanner(
             }
             tokio::time::sleep(interval).await;
         }
-    });
+    }));
 }
 
 /// One pass of the scanner. `false` when the sets are gone.

@@ -19,7 +19,7 @@ use crate::api::{
 };
 use crate::config::ObjectConfig;
 use crate::error::{Error, Result};
-use crate::heal_queue::spawn_heal_worker;
+use crate::heal_queue::{spawn_heal_worker, HealWorker};
 use crate::names::{check_bucket_name, check_key};
 use crate::scanner::{heal_sets, spawn_scanner};
 use crate::set::ErasureSet;
@@ -176,25 +176,33 @@ impl ErasureServer {
                 set = set.with_locker(l);
             }
             let set = Arc::new(set);
-            spawn_heal_worker(&set, heal_rx);
-            spawn_upload_cleaner(&set);
+            let worker = HealWorker::new(&set, heal_rx);
+            if cfg.runtime.workers() {
+                spawn_heal_worker(&set, worker);
+                spawn_upload_cleaner(&set);
+            } else {
+                *set.heal_worker.try_lock().expect("a new set's") = Some(worker);
+            }
             out.push(set);
         }
         let sets = out;
-        let scan = cfg.scan_interval.filter(|i| !i.is_zero()).map(|interval| {
-            let counters = Arc::new(ScanCounters::default());
-            let mine: Vec<Arc<ErasureSet>> = sets
-                .iter()
-                .enumerate()
-                .filter(|(i, _)| match cfg.scan_share {
-                    Some((me, n)) if n > 0 => i % n == me % n,
-                    _ => true,
-                })
-                .map(|(_, s)| s.clone())
-                .collect();
-            spawn_scanner(&mine, counters.clone(), interval, cfg.scan_rate);
-            counters
-        });
+        let scan = cfg
+            .scan_interval
+            .filter(|i| !i.is_zero() && cfg.runtime.workers())
+            .map(|interval| {
+                let counters = Arc::new(ScanCounters::default());
+                let mine: Vec<Arc<ErasureSet>> = sets
+                    .iter()
+                    .enumerate()
+                    .filter(|(i, _)| match cfg.scan_share {
+                        Some((me, n)) if n > 0 => i % n == me % n,
+                        _ => true,
+                    })
+                    .map(|(_, s)| s.clone())
+                    .collect();
+                spawn_scanner(&mine, counters.clone(), interval, cfg.scan_rate);
+                counters
+            });
         let first = &sets[0];
         info!(
             %deployment_id,
@@ -341,6 +349,19 @@ impl ErasureServer {
     }
 
     /// Heals one object now and says what was done.
+    /// Does now what the background workers would do: works through each set's heal queue, then
+    /// tries each heal waiting for a retry once ([`crate::runtime::Runtime::workers`]: for a
+    /// runtime that keeps the workers off, so that a test runs background heals at points of its
+    /// choosing). With the workers on, they own the queues and this does nothing.
+    pub async fn run_background(&self) {
+        for set in &self.sets {
+            let mut worker = set.heal_worker.lock().await;
+            if let Some(w) = worker.as_mut() {
+                w.drain(set).await;
+            }
+        }
+    }
+
     pub async fn heal_object(&self, bucket: &str, key: &str) -> Result<crate::api::HealResult> {
         self.object_set(bucket, key)?.heal_object(bucket, key).await
     }
@@ -375,14 +396,14 @@ fn spawn_upload_cleaner(set: &Arc<ErasureSet>) {
         .cfg
         .multipart_cleanup_interval
         .max(std::time::Duration::from_millis(100));
-    tokio::spawn(async move {
+    set.cfg.runtime.spawn(Box::pin(async move {
         loop {
             let Some(set) = weak.upgrade() else { return };
             set.remove_stale_uploads(expiry).await;
             drop(set);
             tokio::time::sleep(every).await;
         }
-    });
+    }));
 }
 
 #[async_trait]

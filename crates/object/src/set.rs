@@ -30,6 +30,9 @@ pub struct ErasureSet {
     heal_tx: mpsc::Sender<HealRequest>,
     /// Objects queued for heal and not yet taken: a burst of reads of one damaged object queues it once.
     heal_pending: Mutex<HashSet<HealRequest>>,
+    /// The heal queue, when no worker task took it (a runtime without workers): worked through
+    /// by [`crate::ErasureServer::run_background`].
+    pub(crate) heal_worker: tokio::sync::Mutex<Option<crate::heal_queue::HealWorker>>,
     /// Heal and GET-path counters, for the metrics.
     pub(crate) counters: crate::stats::SetCounters,
     /// Where GET stripes and PUT chunks live: the data plane's pool in a cluster (registered
@@ -62,6 +65,8 @@ impl std::fmt::Debug for ErasureSet {
     }
 }
 
+/// The system clock, in nanoseconds since the epoch (for figures about the layer itself; the
+/// times of objects come from the set's runtime, [`ErasureSet::now_ns`]).
 pub(crate) fn now_ns() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -70,6 +75,16 @@ pub(crate) fn now_ns() -> i64 {
 }
 
 impl ErasureSet {
+    /// The time of the set's runtime (modification, initiation and update times).
+    pub(crate) fn now_ns(&self) -> i64 {
+        self.cfg.runtime.now_ns()
+    }
+
+    /// A fresh id from the set's runtime (tmp dirs, data dirs, upload ids).
+    pub(crate) fn new_id(&self) -> uuid::Uuid {
+        self.cfg.runtime.new_id()
+    }
+
     /// A set over `drives` (in set order). Heal requests go to `heal_tx`.
     pub fn new(
         drives: Vec<Arc<dyn Drive>>,
@@ -90,6 +105,7 @@ impl ErasureSet {
             locks: Arc::new(NsLock::default()) as Arc<dyn Locker>,
             heal_tx,
             heal_pending: Mutex::new(HashSet::new()),
+            heal_worker: tokio::sync::Mutex::new(None),
             counters: Default::default(),
             buffers: default_buffers(),
         };

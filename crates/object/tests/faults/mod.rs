@@ -21,16 +21,14 @@
 //! random id such as a tmp dir or an upload id) and `n` counts the calls of that name to this
 //! drive within the step. Offline periods are a function of `(seed, drive, step)` alone. So the
 //! order in which concurrent calls arrive does not matter: a step replays the same faults as long
-//! as it makes the same calls. What still varies from run to run is background work that the
-//! layer spawns (the heal worker, the shard check after a GET, the tmp sweep of a failed write):
-//! it may run in this step or the next, and when it calls the same name as the operation it
-//! shifts `n` for that name in that step. Shard writers are the weak spot: a writer is known only
-//! by its part number (its tmp dir is random), so a background heal writing shards while the
-//! next PUT writes its own can swap their faults. Calls of an operation never
-//! shift the faults of another step. In practice a failing seed replays to the same failure;
-//! one that depends on a background task's timing may need a few runs. Both tests format their
-//! drives with ids derived from the seed (`model::format_seeded`): the deployment id keys the
-//! placement, so which drive holds which shard of an object is the same in every run of a seed.
+//! as it makes the same calls. The layer runs on a [`StepRuntime`] of the seed: object times and
+//! ids (tmp dirs, data dirs, upload ids) come from the seed, and the background work the layer
+//! would run on its own (the heal worker, the shard check after a GET) runs after each operation,
+//! within its step, one task at a time; so every call happens in the same step in every run.
+//! Both tests also format their drives with ids derived from the seed (`model::format_seeded`):
+//! the deployment id keys the placement, so which drive holds which shard of an object is the
+//! same in every run of a seed. `a_seed_replays_exactly` (fault_injection.rs) checks that two
+//! runs of a seed make the same calls, inject the same faults and log the same outcomes.
 
 #![allow(dead_code)]
 
@@ -784,5 +782,73 @@ impl Drive for FaultyDrive {
         self.before(Kind::Read, &format!("list_uploads {:?}", bucket))
             .await?;
         self.inner.list_uploads(bucket).await
+    }
+}
+
+/// A [`Runtime`] whose clock and ids come from a seed and whose background work runs only when
+/// the test says ([`StepRuntime::run_queued`], then [`ErasureServer::run_background`]): with it a
+/// seed's run makes the same drive calls in the same steps every time, so its faults replay
+/// exactly (`a_seed_replays_exactly` in fault_injection.rs shows it).
+///
+/// - the clock starts at a fixed time and moves 1 µs per reading, so versions are ordered as
+///   they were written and no two share a time;
+/// - ids (tmp dirs, data dirs, upload ids) are random UUIDs drawn from the seed;
+/// - one-off tasks (a GET's check of the shards it did not read) wait in a queue;
+/// - the workers (heal worker, scanner, multipart cleanup) do not start.
+pub struct StepRuntime {
+    ids: Mutex<StdRng>,
+    clock: std::sync::atomic::AtomicI64,
+    queued: Mutex<Vec<futures::future::BoxFuture<'static, ()>>>,
+}
+
+impl std::fmt::Debug for StepRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("StepRuntime")
+            .field("clock", &self.clock)
+            .field("queued", &self.queued.lock().unwrap().len())
+            .finish()
+    }
+}
+
+impl StepRuntime {
+    pub fn new(seed: u64) -> Arc<StepRuntime> {
+        Arc::new(StepRuntime {
+            ids: Mutex::new(StdRng::seed_from_u64(mix(seed ^ 0x1d5))),
+            // 2027-01-15, in ns since the epoch.
+            clock: std::sync::atomic::AtomicI64::new(1_800_000_000_000_000_000),
+            queued: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Runs the queued tasks one after the other, in the order they were spawned, and those they
+    /// spawn, until none is left.
+    pub async fn run_queued(&self) {
+        loop {
+            let tasks = std::mem::take(&mut *self.queued.lock().unwrap());
+            if tasks.is_empty() {
+                return;
+            }
+            for t in tasks {
+                t.await;
+            }
+        }
+    }
+}
+
+impl quarry_object::Runtime for StepRuntime {
+    fn now_ns(&self) -> i64 {
+        self.clock.fetch_add(1_000, Ordering::SeqCst) + 1_000
+    }
+
+    fn new_id(&self) -> Uuid {
+        uuid::Builder::from_random_bytes(self.ids.lock().unwrap().gen()).into_uuid()
+    }
+
+    fn spawn(&self, task: futures::future::BoxFuture<'static, ()>) {
+        self.queued.lock().unwrap().push(task);
+    }
+
+    fn workers(&self) -> bool {
+        false
     }
 }

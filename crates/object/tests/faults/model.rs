@@ -138,6 +138,9 @@ pub struct Run {
     log: Arc<Mutex<Vec<String>>>,
     step: u64,
     totals: Totals,
+    /// The layer's runtime when the run drives its background work (see
+    /// [`super::StepRuntime`]): after each operation, before the next step.
+    stepped: Option<Arc<super::StepRuntime>>,
 }
 
 pub type Check = std::result::Result<(), String>;
@@ -167,7 +170,29 @@ impl Run {
             log,
             step: 0,
             totals: Totals::default(),
+            stepped: None,
         }
+    }
+
+    /// The run drives the background work of `runtime`, the layer's (its workers are off): after
+    /// each operation, within the operation's step.
+    pub fn with_stepped_runtime(mut self, runtime: Arc<super::StepRuntime>) -> Run {
+        self.stepped = Some(runtime);
+        self
+    }
+
+    /// Runs what the layer left for the background (see [`Run::with_stepped_runtime`]).
+    async fn background(&mut self) -> Check {
+        let Some(rt) = self.stepped.clone() else {
+            return Ok(());
+        };
+        let layer = self.layer.clone();
+        self.timed("background work", async move {
+            rt.run_queued().await;
+            layer.run_background().await;
+            rt.run_queued().await;
+        })
+        .await
     }
 
     fn log(&self, line: String) {
@@ -696,6 +721,7 @@ impl Run {
         self.all_clean();
         self.set_step(u64::MAX / 2);
         self.log("faults off; healing every key".into());
+        self.background().await?;
         let keys: Vec<String> = self.model.keys().cloned().collect();
         for key in &keys {
             let r = self
@@ -752,6 +778,7 @@ pub async fn run_seed(
         }
         run.totals.ops += 1;
         run.op().await?;
+        run.background().await?;
     }
     run.settle().await?;
     run.totals.seeds = 1;
