@@ -130,6 +130,25 @@ pub fn finish<B: Buf>(buf: &B) -> Result<(), CodecError> {
     }
 }
 
+/// A message of a service: its version byte, then `value`.
+pub fn versioned<T: Codec>(version: u8, value: &T) -> Bytes {
+    let mut b = BytesMut::with_capacity(64);
+    put_version(&mut b, version);
+    value.encode(&mut b);
+    b.freeze()
+}
+
+/// Inverse of [`versioned`]: the version (anything but `supported` is
+/// [`CodecError::UnsupportedVersion`] naming `what`), exactly one `T`, nothing after it.
+pub fn from_versioned<T: Codec, B: Buf>(
+    what: &'static str,
+    supported: u8,
+    mut buf: B,
+) -> Result<T, CodecError> {
+    get_version(&mut buf, what, supported)?;
+    from_bytes(buf)
+}
+
 /// `value` as a message of its own.
 pub fn to_bytes<T: Codec>(value: &T) -> Bytes {
     let mut b = BytesMut::new();

@@ -1,6 +1,7 @@
 //! Fuzz-style robustness of every internode decoder a peer's bytes reach: the RPC frame header and
-//! [`Opener`] (crates/net wire), the handshake messages (auth), the bulk-frame header (data), and
-//! the drive protocol's `decode_request` / `decode_response`. Arbitrary and structured-random
+//! [`Opener`] (crates/net wire), the handshake messages (auth), the bulk-frame header (data), the
+//! payloads of error frames, the drive protocol's `decode_request` / `decode_response`, the verbs
+//! data plane's messages, and the internode codec's values themselves. Arbitrary and structured-random
 //! inputs; the properties: no panic, and no allocation larger than [`ALLOC_LIMIT`] whatever a
 //! length or count field claims (a 4-byte length claiming 4 GiB is refused before allocating).
 //!
@@ -15,8 +16,13 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use bytes::{BufMut, Bytes, BytesMut};
 use proptest::prelude::*;
 use quarry_net::auth::{decode_message, HS_MAGIC, HS_VERSION};
+use quarry_net::codec::{self, Codec};
 use quarry_net::data::{BulkHeader, BULK_HEADER_LEN};
 use quarry_net::drive_proto::{decode_request, decode_response, DRIVE_PROTO_VERSION};
+use quarry_net::verbs_dataplane::{
+    decode_append, decode_connect, decode_connected, decode_read, decode_read_answer,
+    PROTOCOL_VERSION as VERBS_VERSION,
+};
 use quarry_net::wire::{
     Decoded, Header, Opener, DEFAULT_MAX_PAYLOAD, HEADER_LEN, MAGIC, TAG_LEN, VERSION,
 };
@@ -262,5 +268,53 @@ proptest! {
         let _ = decode_response(b.freeze());
         let _ = decode_response(Bytes::from(words.iter().flat_map(|(_, t)| t.clone()).collect::<Vec<u8>>()));
         assert_alloc_bounded("drive responses");
+    }
+
+    /// The verbs data plane's messages: a valid version, then length-like words and bytes.
+    #[test]
+    fn verbs_messages_from_structured_garbage(
+        words in proptest::collection::vec((any::<u32>(), proptest::collection::vec(any::<u8>(), 0..40)), 0..8),
+        versioned in any::<bool>(),
+    ) {
+        let mut b = BytesMut::new();
+        if versioned {
+            b.put_u8(VERBS_VERSION);
+        }
+        for (w, tail) in &words {
+            b.put_u32(*w);
+            b.extend_from_slice(tail);
+        }
+        let _ = decode_connect(&b);
+        let _ = decode_connected(&b);
+        let _ = decode_read(&b);
+        let _ = decode_append(&b);
+        let _ = decode_read_answer(&b);
+        assert_alloc_bounded("verbs messages");
+    }
+
+    /// The codec's own values (nested lists, options, strings, byte strings) and the error-frame
+    /// payload from arbitrary bytes: errors, never panics, bounded allocation; whatever decodes
+    /// encodes back to the bytes it came from.
+    #[test]
+    fn codec_values_from_arbitrary_bytes(
+        words in proptest::collection::vec((any::<u32>(), proptest::collection::vec(any::<u8>(), 0..24)), 0..12),
+    ) {
+        let mut b = BytesMut::new();
+        for (w, tail) in &words {
+            b.put_u32(*w);
+            b.extend_from_slice(tail);
+        }
+        let b = b.freeze();
+        fn canonical<T: Codec>(b: &Bytes) -> Result<(), TestCaseError> {
+            if let Ok(v) = codec::from_bytes::<T, _>(b.clone()) {
+                prop_assert_eq!(&codec::to_bytes(&v)[..], &b[..]);
+            }
+            Ok(())
+        }
+        canonical::<Vec<Vec<String>>>(&b)?;
+        canonical::<Vec<Option<Bytes>>>(&b)?;
+        canonical::<Vec<u64>>(&b)?;
+        let _ = quarry_net::wire::decode_error(&b);
+        assert_alloc_bounded("codec values");
     }
 }

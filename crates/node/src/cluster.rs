@@ -18,10 +18,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use quarry_disk::{Drive, DriveError, FormatV1, LocalDrive};
 use quarry_net::auth::{AuthError, RejectReason};
-use quarry_net::codec::{self, BufMutExt, CodecError};
+use quarry_net::codec::{self, CodecError};
 use quarry_net::methods::Service;
 use quarry_net::{DriveServer, Handler, RemoteDrive, RpcClient, RpcError};
 use tracing::{info, warn};
@@ -51,16 +51,12 @@ quarry_net::codec_struct!(NodeInfo { node, fingerprint });
 
 /// The bytes of a node-info answer.
 pub fn encode_node_info(info: &NodeInfo) -> Bytes {
-    let mut b = BytesMut::with_capacity(35);
-    codec::put_version(&mut b, NODE_INFO_VERSION);
-    b.put_value(info);
-    b.freeze()
+    codec::versioned(NODE_INFO_VERSION, info)
 }
 
 /// Decodes a node-info answer.
-pub fn decode_node_info(mut b: &[u8]) -> std::result::Result<NodeInfo, CodecError> {
-    codec::get_version(&mut b, "node info", NODE_INFO_VERSION)?;
-    codec::from_bytes(b)
+pub fn decode_node_info(b: &[u8]) -> std::result::Result<NodeInfo, CodecError> {
+    codec::from_versioned("node info", NODE_INFO_VERSION, b)
 }
 
 /// The cluster id a node's RPC identity carries: derived from the layout fingerprint, so nodes
@@ -444,4 +440,58 @@ async fn settle_formats(
         }
     }
     Ok(Settled::Ready(reference.deployment_id))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn node_info_round_trips_and_refuses_garbage() {
+        let info = NodeInfo {
+            node: 0x0102,
+            fingerprint: [9; 32],
+        };
+        let enc = encode_node_info(&info);
+        assert_eq!(enc.len(), 35);
+        assert_eq!(&enc[..3], &[NODE_INFO_VERSION, 1, 2]);
+        assert_eq!(decode_node_info(&enc), Ok(info));
+        for cut in 0..enc.len() {
+            assert!(
+                matches!(
+                    decode_node_info(&enc[..cut]),
+                    Err(CodecError::Truncated { .. })
+                ),
+                "{cut}"
+            );
+        }
+        let mut long = enc.to_vec();
+        long.push(0);
+        assert_eq!(decode_node_info(&long), Err(CodecError::Trailing(1)));
+        // An answer of the last version (1) is refused by name.
+        let mut old = enc.to_vec();
+        old[0] = 1;
+        assert_eq!(
+            decode_node_info(&old),
+            Err(CodecError::UnsupportedVersion {
+                what: "node info",
+                got: 1,
+                supported: NODE_INFO_VERSION
+            })
+        );
+    }
+
+    #[test]
+    fn a_peer_of_another_protocol_version_is_told_apart_from_a_refusal() {
+        let handshake = |source| RpcError::Handshake {
+            peer: "n2".into(),
+            source,
+        };
+        let e = handshake(AuthError::UnsupportedVersion { got: 1 });
+        assert!(other_version(&e) && !refused_us(&e));
+        let e = handshake(AuthError::Rejected(RejectReason::UnsupportedVersion));
+        assert!(other_version(&e) && !refused_us(&e));
+        let e = handshake(AuthError::BadProof);
+        assert!(!other_version(&e) && refused_us(&e));
+    }
 }

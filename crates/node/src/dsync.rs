@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes};
 use futures::stream::{FuturesUnordered, StreamExt};
 use quarry_net::codec::{self, BufExt, BufMutExt, Codec, CodecError};
 use quarry_net::rpc::codes;
@@ -154,16 +154,12 @@ impl Codec for LockReply {
 
 /// `value` as a message of the lock protocol: its version, then the value.
 fn message<T: Codec>(value: &T) -> Bytes {
-    let mut b = BytesMut::with_capacity(32);
-    codec::put_version(&mut b, LOCK_PROTO_VERSION);
-    b.put_value(value);
-    b.freeze()
+    codec::versioned(LOCK_PROTO_VERSION, value)
 }
 
 /// Inverse of [`message`].
-fn from_message<T: Codec>(mut buf: &[u8]) -> Result<T, CodecError> {
-    codec::get_version(&mut buf, "lock protocol", LOCK_PROTO_VERSION)?;
-    codec::from_bytes(buf)
+fn from_message<T: Codec>(buf: &[u8]) -> Result<T, CodecError> {
+    codec::from_versioned("lock protocol", LOCK_PROTO_VERSION, buf)
 }
 
 /// Encodes a request; fails on a name or lease out of bounds.

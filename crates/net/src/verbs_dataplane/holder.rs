@@ -317,7 +317,7 @@ impl VerbsResponder {
         self.counters
             .written_bytes
             .fetch_add(len as u64, Ordering::Relaxed);
-        Ok(Bytes::copy_from_slice(&(len as u32).to_le_bytes()))
+        Ok(encode_read_answer(len as u32))
     }
 
     /// The bytes of an append, RDMA-READ from the requester into a registered buffer of this

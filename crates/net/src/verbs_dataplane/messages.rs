@@ -5,11 +5,12 @@
 //! connect    version | endpoint (28 bytes, its own format) | replaces (u64)
 //! connected  version | connection id (u64) | endpoint (28 bytes)
 //! read       version | ReadRequest's fields in order
+//! (answer)   version | bytes written (u32)
 //! append     version | AppendRequest's fields in order
 //! ```
 
 use super::*;
-use crate::codec::{self, BufExt, BufMutExt, Codec, CodecError};
+use crate::codec::{self, BufExt, Codec, CodecError};
 
 /// A QP endpoint travels in its own versioned 28-byte format ([`QpEndpoint::encode`]).
 impl Codec for QpEndpoint {
@@ -32,16 +33,11 @@ crate::codec_struct!(RemoteBuf { addr, rkey, len });
 
 /// A message of the verbs data plane: its version, then `value`.
 fn message<T: Codec>(value: &T) -> Bytes {
-    let mut b = BytesMut::with_capacity(64);
-    codec::put_version(&mut b, PROTOCOL_VERSION);
-    b.put_value(value);
-    b.freeze()
+    codec::versioned(PROTOCOL_VERSION, value)
 }
 
-/// Inverse of [`message`]: the version, exactly one `T`, nothing after it.
-fn from_message<T: Codec>(mut b: &[u8]) -> Result<T, CodecError> {
-    codec::get_version(&mut b, "verbs data plane protocol", PROTOCOL_VERSION)?;
-    codec::from_bytes(b)
+fn from_message<T: Codec>(b: &[u8]) -> Result<T, CodecError> {
+    codec::from_versioned("verbs data plane protocol", PROTOCOL_VERSION, b)
 }
 
 /// Requester -> holder: connect to this endpoint (which carries the requester's MTU), replacing
@@ -117,6 +113,15 @@ pub fn encode_read(r: &ReadRequest) -> Bytes {
 }
 
 pub fn decode_read(b: &[u8]) -> Result<ReadRequest, CodecError> {
+    from_message(b)
+}
+
+/// Holder -> requester, after its RDMA WRITE of a read completed: how many bytes it wrote.
+pub fn encode_read_answer(written: u32) -> Bytes {
+    message(&written)
+}
+
+pub fn decode_read_answer(b: &[u8]) -> Result<u32, CodecError> {
     from_message(b)
 }
 
@@ -241,6 +246,7 @@ mod tests {
         };
         let enc = encode_read(&r);
         assert_eq!(decode_read(&enc).unwrap(), r);
+        assert_eq!(decode_read_answer(&encode_read_answer(4000)), Ok(4000));
         for n in 0..enc.len() {
             assert!(decode_read(&enc[..n]).is_err(), "{n}");
         }

@@ -96,7 +96,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, BufMut, Bytes};
 use quarry_disk::path::{validate_bucket, validate_key};
 use quarry_disk::Drive;
 use quarry_verbs::{
