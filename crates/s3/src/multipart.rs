@@ -466,7 +466,7 @@ pub async fn complete_multipart_upload(
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .unwrap_or("localhost");
-    let path = xml::url_encode(key).replace('+', "%20");
+    let path = xml::url_encode(key);
     // Virtual-host style names the bucket in the host already.
     let location = if host.starts_with(&format!("{bucket}.")) {
         format!("http://{host}/{path}")

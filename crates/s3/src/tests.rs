@@ -647,7 +647,7 @@ async fn buckets_and_listing() {
         "{}",
         page.body
     );
-    assert!(page.body.contains("<Key>b+c</Key>"), "{}", page.body);
+    assert!(page.body.contains("<Key>b%20c</Key>"), "{}", page.body);
     assert!(page.body.contains("<IsTruncated>true</IsTruncated>"));
     let token = page
         .body

@@ -501,9 +501,9 @@ pub fn system_time(ns: i64) -> std::time::SystemTime {
     std::time::UNIX_EPOCH + std::time::Duration::from_nanos(u64::try_from(ns).unwrap_or(0))
 }
 
-/// Encodes a key, prefix, marker or delimiter for `encoding-type=url` as S3 does: form-style
-/// query escaping (space as `+`, everything outside `A-Z a-z 0-9 - _ .` as `%XX`), except that
-/// `/` and `*` stay as they are.
+/// Encodes a key, prefix, marker or delimiter for `encoding-type=url` as S3 does: every byte
+/// outside `A-Z a-z 0-9 - _ . / *` as `%XX`, a space too (`%20`, never `+`, which a client could
+/// not tell from a `+` in the key: S3 sends `quux%20ab/` for `quux ab/`).
 pub fn url_encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for &b in s.as_bytes() {
@@ -511,7 +511,6 @@ pub fn url_encode(s: &str) -> String {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'/' | b'*' => {
                 out.push(b as char)
             }
-            b' ' => out.push('+'),
             _ => {
                 let _ = write!(out, "%{b:02X}");
             }
@@ -693,7 +692,7 @@ mod tests {
 
     #[test]
     fn url_encoding_matches_s3() {
-        assert_eq!(url_encode("a b/c*d~e+f%g"), "a+b/c*d%7Ee%2Bf%25g");
+        assert_eq!(url_encode("a b/c*d~e+f%g"), "a%20b/c*d%7Ee%2Bf%25g");
         assert_eq!(url_encode("é\u{1}"), "%C3%A9%01");
         assert_eq!(url_encode("Az09-_."), "Az09-_.");
     }
