@@ -215,7 +215,7 @@ async fn three_parts_round_trip_with_ranges_and_part_numbers() {
     let resp = s
         .signed("GET", "/mpf/big/object.bin?partNumber=4", &[], Vec::new())
         .await;
-    expect_raw_error(resp, 416, "InvalidPartNumber").await;
+    expect_raw_error(resp, 400, "InvalidPart").await;
 
     // The upload is gone once completed.
     assert_s3_error(
@@ -621,6 +621,17 @@ async fn upload_part_copy_with_range_and_conditions() {
         .part_number(3)
         .copy_source("src/source%20object")
         .copy_source_range(format!("bytes=0-{}", source.len()))
+        .send()
+        .await;
+    assert_s3_error(failed, 416, "InvalidRange");
+    let failed = c
+        .upload_part_copy()
+        .bucket("dst")
+        .key("copied")
+        .upload_id(&id)
+        .part_number(3)
+        .copy_source("src/source%20object")
+        .copy_source_range("bytes=5-")
         .send()
         .await;
     assert_s3_error(failed, 400, "InvalidArgument");

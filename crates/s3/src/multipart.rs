@@ -313,11 +313,16 @@ pub async fn upload_part_copy(
     let (offset, len) = match range {
         None => (0, info.size),
         Some((a, b)) => {
+            // A well-formed range the source does not cover: InvalidRange, as S3 (a malformed
+            // one is InvalidArgument, above).
             if b >= info.size {
-                return Err(ApiError::invalid_argument(format!(
-                    "Range specified is not valid for source object of size: {}",
-                    info.size
-                )));
+                return Err(ApiError::new(
+                    S3ErrorCode::InvalidRange,
+                    format!(
+                        "Range specified is not valid for source object of size: {}",
+                        info.size
+                    ),
+                ));
             }
             (a, b - a + 1)
         }

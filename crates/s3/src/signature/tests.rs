@@ -507,9 +507,10 @@ fn presigned_failures() {
         PRESIGNED.replace("X-Amz-Expires=86400", "X-Amz-Expires=soon"),
         S3ErrorCode::AuthorizationQueryParametersError,
     );
+    // A negative lifetime is an expired URL (403), not a malformed one.
     check(
         PRESIGNED.replace("X-Amz-Expires=86400", "X-Amz-Expires=-1"),
-        S3ErrorCode::AuthorizationQueryParametersError,
+        S3ErrorCode::AccessDenied,
     );
     check(
         PRESIGNED.replace("&X-Amz-SignedHeaders=host", ""),
