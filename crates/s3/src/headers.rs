@@ -192,8 +192,8 @@ fn header_text(name: &str, value: &HeaderValue) -> ApiResult<String> {
     })
 }
 
-/// `If-None-Match: *` (create only) and `If-Match: <etag>` on a write. S3 supports no other
-/// If-None-Match value on writes, so anything else is refused rather than ignored.
+/// `If-None-Match: *` (create only), `If-None-Match: <etag>` (replace anything but that
+/// version) and `If-Match: <etag>` on a write; both together are refused rather than guessed at.
 pub fn write_precondition(headers: &HeaderMap) -> ApiResult<Option<WritePrecondition>> {
     let text = |name: http::header::HeaderName| -> ApiResult<Option<String>> {
         headers
@@ -216,10 +216,7 @@ pub fn write_precondition(headers: &HeaderMap) -> ApiResult<Option<WritePrecondi
             "If-Match and If-None-Match together on a write are not supported.",
         )),
         (Some(v), None) if v == "*" => Ok(Some(WritePrecondition::IfNoneMatchAny)),
-        (Some(_), None) => Err(ApiError::new(
-            S3ErrorCode::NotImplemented,
-            "If-None-Match on a write only supports the value \"*\".",
-        )),
+        (Some(v), None) => Ok(Some(WritePrecondition::IfNoneMatch(v))),
         (None, Some(v)) => Ok(Some(WritePrecondition::IfMatch(v))),
         (None, None) => Ok(None),
     }

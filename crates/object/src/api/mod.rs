@@ -98,6 +98,9 @@ impl HttpRange {
 pub enum WritePrecondition {
     /// Write only if no object exists under the key.
     IfNoneMatchAny,
+    /// Write only if no object exists under the key or its ETag matches none of these (the
+    /// header's value, as sent: a comma-separated list of ETags, or `*`).
+    IfNoneMatch(String),
     /// Write only if the current object's ETag matches (the header's value, as sent).
     IfMatch(String),
 }
