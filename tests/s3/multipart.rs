@@ -238,6 +238,90 @@ async fn three_parts_round_trip_with_ranges_and_part_numbers() {
     }
 }
 
+/// SDKs retry a CompleteMultipartUpload whose answer was lost: the retry gets the first answer,
+/// and only for the upload and parts that made the object. A part uploaded twice whose answers are
+/// both listed counts once, by its last entry.
+#[tokio::test]
+async fn complete_is_retried_and_resent_parts_count_once() {
+    let s = TestServer::start(4).await;
+    let c = s.client();
+    s.create_bucket("mpr").await;
+    let a = random_bytes(5 * MIB);
+    let b = random_bytes(1000);
+    let b2 = random_bytes(900);
+    let id = create(&c, "mpr", "k").await;
+    let e1 = upload(&c, "mpr", "k", &id, 1, &a).await;
+    let first_b = upload(&c, "mpr", "k", &id, 2, &b).await;
+    // Part 2 again: this upload finished last, so it is the part.
+    let e2 = upload(&c, "mpr", "k", &id, 2, &b2).await;
+    // Both answers for part 2 listed, the last one last: accepted, the last upload kept.
+    let list = [(1, e1.as_str()), (2, first_b.as_str()), (2, e2.as_str())];
+    let done = complete(&c, "mpr", "k", &id, &list)
+        .await
+        .unwrap_or_else(|e| panic!("complete: {}", describe(&e)));
+    let want = multipart_etag(&[&a, &b2]);
+    assert_eq!(done.e_tag(), Some(want.as_str()));
+    let mut all = a.clone();
+    all.extend_from_slice(&b2);
+    assert_bytes_eq(
+        &get_bytes(&c, "mpr", "k").await,
+        &all,
+        "the part uploaded last",
+    );
+
+    // The retry answers as the first did.
+    let again = complete(&c, "mpr", "k", &id, &list)
+        .await
+        .unwrap_or_else(|e| panic!("retried complete: {}", describe(&e)));
+    assert_eq!(again.e_tag(), Some(want.as_str()));
+    assert_eq!(again.key(), Some("k"));
+    assert_bytes_eq(
+        &get_bytes(&c, "mpr", "k").await,
+        &all,
+        "unchanged by the retry",
+    );
+
+    // Not for other parts, another upload id, or once the object was replaced.
+    assert_s3_error(
+        complete(&c, "mpr", "k", &id, &[(1, &e1)]).await,
+        404,
+        "NoSuchUpload",
+    );
+    let other = create(&c, "mpr", "k2").await;
+    c.abort_multipart_upload()
+        .bucket("mpr")
+        .key("k2")
+        .upload_id(&other)
+        .send()
+        .await
+        .expect("abort");
+    assert_s3_error(
+        complete(&c, "mpr", "k", &other, &list).await,
+        404,
+        "NoSuchUpload",
+    );
+    // A copy of the object is not the upload's result.
+    c.copy_object()
+        .bucket("mpr")
+        .key("copy")
+        .copy_source("mpr/k")
+        .send()
+        .await
+        .expect("copy");
+    assert_s3_error(
+        complete(&c, "mpr", "copy", &id, &list).await,
+        404,
+        "NoSuchUpload",
+    );
+    put_bytes(&c, "mpr", "k", b"replaced").await;
+    assert_s3_error(
+        complete(&c, "mpr", "k", &id, &list).await,
+        404,
+        "NoSuchUpload",
+    );
+    assert_eq!(get_bytes(&c, "mpr", "k").await, b"replaced");
+}
+
 #[tokio::test]
 async fn complete_errors_and_abort() {
     let s = TestServer::start(4).await;
@@ -267,7 +351,7 @@ async fn complete_errors_and_abort() {
         "InvalidPartOrder",
     );
     assert_s3_error(
-        complete(&c, "mpe", "k", &id, &[(1, &e1), (1, &e1)]).await,
+        complete(&c, "mpe", "k", &id, &[(1, &e1), (2, &e2), (1, &e1)]).await,
         400,
         "InvalidPartOrder",
     );

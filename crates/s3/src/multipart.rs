@@ -268,6 +268,24 @@ pub async fn upload_part(
     Ok(response)
 }
 
+/// The parts of a CompleteMultipartUpload request in ascending order. A part number listed
+/// several times in a row (a part uploaded again while its first upload was still running, both
+/// answers listed) counts once, by its last entry: the upload that finished last is the part.
+/// Any other order is `InvalidPartOrder`.
+fn dedup_parts(requested: Vec<xml::CompletedPartXml>) -> ApiResult<Vec<xml::CompletedPartXml>> {
+    let mut out: Vec<xml::CompletedPartXml> = Vec::with_capacity(requested.len());
+    for part in requested {
+        match out.last_mut() {
+            Some(last) if last.part_number == part.part_number => *last = part,
+            Some(last) if last.part_number > part.part_number => {
+                return Err(S3ErrorCode::InvalidPartOrder.into())
+            }
+            _ => out.push(part),
+        }
+    }
+    Ok(out)
+}
+
 /// `x-amz-copy-source-range: bytes=first-last`, both required.
 fn parse_copy_range(value: &str) -> ApiResult<(u64, u64)> {
     let bad = || {
@@ -378,13 +396,7 @@ pub async fn complete_multipart_upload(
 ) -> ApiResult<Response> {
     let precondition = write_precondition(&ctx.parts.headers)?;
     let body = ctx.small_body().await?;
-    let requested = xml::parse_complete_multipart_upload(&body)?;
-    if requested
-        .windows(2)
-        .any(|w| w[0].part_number >= w[1].part_number)
-    {
-        return Err(S3ErrorCode::InvalidPartOrder.into());
-    }
+    let requested = dedup_parts(xml::parse_complete_multipart_upload(&body)?)?;
     if requested.len() > MAX_PARTS as usize {
         return Err(S3ErrorCode::MalformedXML.into());
     }
@@ -394,7 +406,7 @@ pub async fn complete_multipart_upload(
     let mut marker = 0;
     let mut algorithm;
     loop {
-        let page = ctx
+        let page = match ctx
             .layer()
             .list_object_parts(
                 bucket,
@@ -405,7 +417,17 @@ pub async fn complete_multipart_upload(
                     max_parts: MAX_PARTS as usize,
                 },
             )
-            .await?;
+            .await
+        {
+            Ok(page) => page,
+            // Completed already (or never there): the object layer tells a retried complete,
+            // which it answers as the first, from an unknown upload.
+            Err(quarry_object::Error::NoSuchUpload) if marker == 0 => {
+                algorithm = None;
+                break;
+            }
+            Err(e) => return Err(e.into()),
+        };
         algorithm = page.upload.checksum_algorithm.clone();
         stored.extend(page.parts);
         match page.next_part_number_marker {
@@ -578,6 +600,31 @@ mod tests {
         assert_eq!(parse_copy_range("bytes=5-5").unwrap(), (5, 5));
         for bad in ["bytes=5-", "bytes=-5", "bytes=9-0", "0-9", "bytes=a-b", ""] {
             assert!(parse_copy_range(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn repeated_part_numbers_count_once_by_their_last_entry() {
+        let part = |n: u32, etag: &str| xml::CompletedPartXml {
+            part_number: n,
+            etag: etag.into(),
+            checksum: None,
+        };
+        let got =
+            dedup_parts(vec![part(1, "a"), part(2, "b"), part(2, "c"), part(3, "d")]).unwrap();
+        let got: Vec<(u32, &str)> = got
+            .iter()
+            .map(|p| (p.part_number, p.etag.as_str()))
+            .collect();
+        assert_eq!(got, [(1, "a"), (2, "c"), (3, "d")]);
+        for bad in [
+            vec![part(2, "a"), part(1, "b")],
+            vec![part(1, "a"), part(2, "b"), part(1, "c")],
+        ] {
+            assert_eq!(
+                dedup_parts(bad).unwrap_err().code(),
+                S3ErrorCode::InvalidPartOrder
+            );
         }
     }
 
