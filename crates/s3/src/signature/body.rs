@@ -169,16 +169,16 @@ where
             content_length: header_str(parts, "content-length")?.and_then(|v| v.parse().ok()),
         },
         Some(mode) => {
-            let decoded = header_str(parts, "x-amz-decoded-content-length")?.ok_or_else(|| {
-                S3Error::new(
-                    S3ErrorCode::MissingContentLength,
-                    "You must provide the x-amz-decoded-content-length header with an aws-chunked body.",
-                )
-            })?;
-            let decoded: u64 = decoded.parse().map_err(|_| {
-                invalid("Value for x-amz-decoded-content-length header is invalid.")
-            })?;
-            Framing::Chunked(Box::new(AwsChunkedDecoder::new(mode, decoded)))
+            // Without x-amz-decoded-content-length the body is as long as its chunks say; the
+            // handler bounds it (a PUT by the largest object).
+            let decoded = header_str(parts, "x-amz-decoded-content-length")?
+                .map(|v| {
+                    v.parse::<u64>().map_err(|_| {
+                        invalid("Value for x-amz-decoded-content-length header is invalid.")
+                    })
+                })
+                .transpose()?;
+            Framing::Chunked(Box::new(AwsChunkedDecoder::with_length(mode, decoded)))
         }
     };
     let checksum = match &source {
