@@ -28,7 +28,7 @@ mod streaming;
 mod v2;
 mod v4;
 
-pub(crate) use post::verify_post_signature;
+pub(crate) use post::{verify_post_signature, verify_post_signature_v2};
 pub use streaming::ChunkSigner;
 
 use bytes::Bytes;
