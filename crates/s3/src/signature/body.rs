@@ -55,11 +55,17 @@ pub(crate) fn checksum_source(
                 "Expecting a single x-amz-checksum- header. Multiple checksum Types are not allowed.",
             ));
         }
+        // A value that is not a digest of this algorithm cannot match the body: BadDigest, as S3
+        // answers it (InvalidRequest is for the headers' combination).
         let digest = alg.decode_value(value).ok_or_else(|| {
-            invalid(format!(
-                "Value for {} header is invalid.",
-                alg.header_name()
-            ))
+            S3Error::new(
+                S3ErrorCode::BadDigest,
+                format!(
+                    "The {} you specified is not a {} checksum, so it did not match what we received.",
+                    alg.header_name(),
+                    alg.name()
+                ),
+            )
         })?;
         found = Some(ExpectedChecksum {
             algorithm: alg,

@@ -800,9 +800,14 @@ fn header_checksums() {
         ]),
         Some(S3ErrorCode::InvalidRequest)
     );
+    // A value that is no digest of its algorithm (4 bytes for a CRC64) cannot match: BadDigest.
     assert_eq!(
         err(&[("x-amz-checksum-crc64nvme", "DUoRhQ==")]),
-        Some(S3ErrorCode::InvalidRequest)
+        Some(S3ErrorCode::BadDigest)
+    );
+    assert_eq!(
+        err(&[("x-amz-checksum-sha256", "bad")]),
+        Some(S3ErrorCode::BadDigest)
     );
     assert_eq!(
         err(&[
