@@ -823,22 +823,40 @@ async fn composite_crc32_checksums() {
         .await;
     assert_s3_error(bad, 400, "InvalidPart");
 
-    let out = c
-        .complete_multipart_upload()
-        .bucket("cks")
-        .key("summed")
-        .upload_id(&id)
-        .multipart_upload(
-            CompletedMultipartUpload::builder()
-                .set_parts(Some(completed))
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("complete: {}", describe(&e)));
     let mut concat = crc32_raw(&p1).to_vec();
     concat.extend_from_slice(&crc32_raw(&p2));
     let composite = format!("{}-2", b64(&crc32_raw(&concat)));
+    // The object's checksum may be named on the complete: another value is BadDigest (and
+    // completes nothing), another algorithm InvalidRequest, the right one completes.
+    let complete_with = |name: &'static str, value: String| {
+        c.complete_multipart_upload()
+            .bucket("cks")
+            .key("summed")
+            .upload_id(&id)
+            .multipart_upload(
+                CompletedMultipartUpload::builder()
+                    .set_parts(Some(completed.clone()))
+                    .build(),
+            )
+            .customize()
+            .mutate_request(move |r| {
+                r.headers_mut().insert(name, value.clone());
+            })
+            .send()
+    };
+    assert_s3_error(
+        complete_with("x-amz-checksum-crc32", "AAAAAA==-2".into()).await,
+        400,
+        "BadDigest",
+    );
+    assert_s3_error(
+        complete_with("x-amz-checksum-crc32c", "AAAAAA==-2".into()).await,
+        400,
+        "InvalidRequest",
+    );
+    let out = complete_with("x-amz-checksum-crc32", composite.clone())
+        .await
+        .unwrap_or_else(|e| panic!("complete: {}", describe(&e)));
     assert_eq!(out.checksum_crc32(), Some(composite.as_str()));
 
     let got = c

@@ -268,6 +268,41 @@ pub async fn upload_part(
     Ok(response)
 }
 
+/// The object checksum a CompleteMultipartUpload may name (`x-amz-checksum-<algorithm>`, with or
+/// without its `-N` part count) must be the one the parts make: else `BadDigest`, and for an
+/// upload without that algorithm `InvalidRequest`.
+fn check_expected_checksum(
+    headers: &http::HeaderMap,
+    composite: Option<&(ChecksumAlgorithm, String)>,
+) -> ApiResult<()> {
+    for a in ChecksumAlgorithm::ALL {
+        let Some(given) = headers.get(a.header_name()) else {
+            continue;
+        };
+        let given = given.to_str().unwrap_or("").trim();
+        let Some((alg, value)) = composite.filter(|(alg, _)| *alg == a) else {
+            return Err(ApiError::new(
+                S3ErrorCode::InvalidRequest,
+                format!(
+                    "The upload was not created with the {} checksum algorithm.",
+                    a.name()
+                ),
+            ));
+        };
+        let base = value.split_once('-').map_or(value.as_str(), |(b, _)| b);
+        if given != value && given != base {
+            return Err(ApiError::new(
+                S3ErrorCode::BadDigest,
+                format!(
+                    "The {} you specified did not match the checksum of the parts ({value}).",
+                    alg.header_name()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The parts of a CompleteMultipartUpload request in ascending order. A part number listed
 /// several times in a row (a part uploaded again while its first upload was still running, both
 /// answers listed) counts once, by its last entry: the upload that finished last is the part.
@@ -395,7 +430,8 @@ pub async fn complete_multipart_upload(
     upload_id: &str,
 ) -> ApiResult<Response> {
     let precondition = write_precondition(&ctx.parts.headers)?;
-    let body = ctx.small_body().await?;
+    // An x-amz-checksum-* header here is the object's checksum, checked below, not the body's.
+    let body = ctx.small_body_not_checksummed().await?;
     let requested = dedup_parts(xml::parse_complete_multipart_upload(&body)?)?;
     if requested.len() > MAX_PARTS as usize {
         return Err(S3ErrorCode::MalformedXML.into());
@@ -405,6 +441,7 @@ pub async fn complete_multipart_upload(
     let mut stored = Vec::new();
     let mut marker = 0;
     let mut algorithm;
+    let mut gone = false;
     loop {
         let page = match ctx
             .layer()
@@ -424,6 +461,7 @@ pub async fn complete_multipart_upload(
             // which it answers as the first, from an unknown upload.
             Err(quarry_object::Error::NoSuchUpload) if marker == 0 => {
                 algorithm = None;
+                gone = true;
                 break;
             }
             Err(e) => return Err(e.into()),
@@ -477,11 +515,18 @@ pub async fn complete_multipart_upload(
         precondition,
         ..Default::default()
     };
-    if let (Some(c), Some(a)) = (composite, algorithm) {
-        opts.checksums.insert(
-            a.name().to_ascii_lowercase(),
+    let composite = composite.zip(algorithm).map(|(c, a)| {
+        (
+            a,
             format!("{}-{}", BASE64.encode(c.finalize()), parts.len()),
-        );
+        )
+    });
+    // (A retry of a completed upload is answered by the object layer from what it stored.)
+    if !gone {
+        check_expected_checksum(&ctx.parts.headers, composite.as_ref())?;
+    }
+    if let Some((a, value)) = composite {
+        opts.checksums.insert(a.name().to_ascii_lowercase(), value);
     }
     let info = ctx
         .layer()
