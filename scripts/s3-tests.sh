@@ -22,7 +22,8 @@
 #                    core is checked against the lists)
 #   S3TESTS_JOBS     pytest-xdist workers per run (default 1: test_list_buckets_paginated counts
 #                    every bucket; the single-node and cluster runs go side by side instead)
-#   S3TESTS_TIMEOUT  seconds per test (default 60)
+#   S3TESTS_TIMEOUT  seconds per test (default 180: a debug build on a loaded 2-core machine takes
+#                    over 60 s for the largest multipart tests; a hung test still ends)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
@@ -32,7 +33,7 @@ BIN=${QUARRY_BIN:-$ROOT/target/debug/quarry}
 SUITE=${S3TESTS_HOME:-$ROOT/../shared/s3-tests}
 FILTER=${S3TESTS_FILTER:-core}
 export S3TESTS_JOBS=${S3TESTS_JOBS:-1}
-export S3TESTS_TIMEOUT=${S3TESTS_TIMEOUT:-60}
+export S3TESTS_TIMEOUT=${S3TESTS_TIMEOUT:-180}
 export S3TESTS_VENV=${S3TESTS_VENV:-$ROOT/target/s3tests-venv}
 RESULTS=$ROOT/target/s3tests-results
 EXPECTED=$ROOT/tests/s3-tests/expected-pass.txt
@@ -185,6 +186,13 @@ PY
 
 rc=0
 t0=$(date +%s)
+# The suite's venv, made once here: both runs would otherwise make it at the same time.
+if [ "$MODE" != check ] && [ ! -x "$S3TESTS_VENV/bin/pytest" ]; then
+    echo "making the s3-tests venv in $S3TESTS_VENV (PyPI: $SUITE/requirements.txt)"
+    rm -rf "$S3TESTS_VENV"
+    python3 -m venv "$S3TESTS_VENV"
+    "$S3TESTS_VENV/bin/pip" install --disable-pip-version-check -q -r "$SUITE/requirements.txt"
+fi
 # Side by side: each run is one client waiting on its server most of the time.
 jobs_=()
 if [ "$MODE" = single ] || [ "$MODE" = both ]; then
