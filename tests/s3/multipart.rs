@@ -746,6 +746,132 @@ fn crc32_raw(data: &[u8]) -> [u8; 4] {
     crc_fast::crc32_iso_hdlc(data).to_be_bytes()
 }
 
+/// FULL_OBJECT checksums: the object's CRC is the CRC of all its bytes (combined from the parts'),
+/// for CRC32C when asked and for CRC64NVME by default; the type shows on every answer.
+#[tokio::test]
+async fn full_object_crc_checksums() {
+    use crc_fast::CrcAlgorithm as C;
+    let s = TestServer::start(4).await;
+    let c = s.client();
+    s.create_bucket("fullck").await;
+    let p1 = random_bytes(5 * MIB + 3);
+    let p2 = random_bytes(MIB + 1);
+    let mut all = p1.clone();
+    all.extend_from_slice(&p2);
+    let b64 = |raw: &[u8]| base64::engine::general_purpose::STANDARD.encode(raw);
+    for (algorithm, crc, width, kind) in [
+        (
+            ChecksumAlgorithm::Crc32C,
+            C::Crc32Iscsi,
+            4,
+            Some(ChecksumType::FullObject),
+        ),
+        (ChecksumAlgorithm::Crc64Nvme, C::Crc64Nvme, 8, None),
+    ] {
+        let raw = |d: &[u8]| crc_fast::checksum(crc, d).to_be_bytes()[8 - width..].to_vec();
+        let key = format!("full-{}", algorithm.as_str());
+        let mut create = c
+            .create_multipart_upload()
+            .bucket("fullck")
+            .key(&key)
+            .checksum_algorithm(algorithm.clone());
+        if let Some(k) = &kind {
+            create = create.checksum_type(k.clone());
+        }
+        let created = create
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("create {key}: {}", describe(&e)));
+        assert_eq!(
+            created.checksum_type(),
+            Some(&ChecksumType::FullObject),
+            "{key}"
+        );
+        let id = created.upload_id().unwrap().to_owned();
+        let mut completed = Vec::new();
+        for (n, data) in [(1, &p1), (2, &p2)] {
+            let out = c
+                .upload_part()
+                .bucket("fullck")
+                .key(&key)
+                .upload_id(&id)
+                .part_number(n)
+                .checksum_algorithm(algorithm.clone())
+                .body(ByteStream::from(data.clone()))
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("upload part {n} of {key}: {}", describe(&e)));
+            completed.push(
+                CompletedPart::builder()
+                    .part_number(n)
+                    .e_tag(out.e_tag().unwrap())
+                    .build(),
+            );
+        }
+        let want = b64(&raw(&all));
+        let header = format!("x-amz-checksum-{}", algorithm.as_str().to_ascii_lowercase());
+        let complete_with = |value: String| {
+            let header = header.clone();
+            c.complete_multipart_upload()
+                .bucket("fullck")
+                .key(&key)
+                .upload_id(&id)
+                .multipart_upload(
+                    CompletedMultipartUpload::builder()
+                        .set_parts(Some(completed.clone()))
+                        .build(),
+                )
+                .customize()
+                .mutate_request(move |r| {
+                    r.headers_mut().insert(header.clone(), value.clone());
+                })
+                .send()
+        };
+        // The refusal beside it: the CRC of other bytes.
+        assert_s3_error(complete_with(b64(&raw(b"other"))).await, 400, "BadDigest");
+        let out = complete_with(want.clone())
+            .await
+            .unwrap_or_else(|e| panic!("complete {key}: {}", describe(&e)));
+        assert_eq!(
+            out.checksum_type(),
+            Some(&ChecksumType::FullObject),
+            "{key}"
+        );
+        let head = c
+            .head_object()
+            .bucket("fullck")
+            .key(&key)
+            .checksum_mode(ChecksumMode::Enabled)
+            .send()
+            .await
+            .expect("head");
+        assert_eq!(
+            head.checksum_type(),
+            Some(&ChecksumType::FullObject),
+            "{key}"
+        );
+        let got = match algorithm {
+            ChecksumAlgorithm::Crc32C => head.checksum_crc32_c(),
+            _ => head.checksum_crc64_nvme(),
+        };
+        assert_eq!(
+            got,
+            Some(want.as_str()),
+            "{key}: the CRC of the whole object"
+        );
+    }
+    // A full-object SHA256 does not exist.
+    let r = c
+        .create_multipart_upload()
+        .bucket("fullck")
+        .key("sha")
+        .checksum_algorithm(ChecksumAlgorithm::Sha256)
+        .checksum_type(ChecksumType::FullObject)
+        .send()
+        .await;
+    assert_s3_error(r, 400, "InvalidRequest");
+}
+
 #[tokio::test]
 async fn composite_crc32_checksums() {
     let s = TestServer::start(4).await;

@@ -323,7 +323,19 @@ pub fn parse_complete_multipart_upload(body: &[u8]) -> Result<Vec<CompletedPartX
 
 /// `ChecksumCRC32` and the like: the element of a checksum algorithm named as stored (`crc32`).
 pub fn checksum_element(algorithm: &str) -> String {
-    format!("Checksum{}", algorithm.to_ascii_uppercase())
+    format!(
+        "Checksum{}",
+        upload_algorithm(algorithm).0.to_ascii_uppercase()
+    )
+}
+
+/// An upload's recorded checksum algorithm as (algorithm name, checksum type), see
+/// [`crate::multipart::UploadChecksum`].
+fn upload_algorithm(recorded: &str) -> (&str, &'static str) {
+    match crate::multipart::UploadChecksum::parse(recorded) {
+        Some(u) => (u.algorithm.name(), u.type_name()),
+        None => (recorded, "COMPOSITE"),
+    }
 }
 
 /// The answer to CreateMultipartUpload.
@@ -349,8 +361,14 @@ pub fn complete_multipart_upload_result(
         .elem("Key", key)
         .elem("ETag", &format!("\"{etag}\""));
     if let Some((alg, value)) = checksum {
+        // A composite checksum carries its part count (`...-N`); a full-object one does not.
+        let kind = if value.contains('-') {
+            "COMPOSITE"
+        } else {
+            "FULL_OBJECT"
+        };
         w.elem(&checksum_element(alg), value)
-            .elem("ChecksumType", "COMPOSITE");
+            .elem("ChecksumType", kind);
     }
     w.finish("CompleteMultipartUploadResult")
 }
@@ -400,8 +418,8 @@ pub fn list_parts_result(
         .owner()
         .elem("StorageClass", "STANDARD");
     if let Some(alg) = &r.upload.checksum_algorithm {
-        w.elem("ChecksumAlgorithm", &alg.to_ascii_uppercase())
-            .elem("ChecksumType", "COMPOSITE");
+        let (name, kind) = upload_algorithm(alg);
+        w.elem("ChecksumAlgorithm", name).elem("ChecksumType", kind);
     }
     w.finish("ListPartsResult")
 }
@@ -459,8 +477,8 @@ pub fn list_multipart_uploads_result(
             .elem("StorageClass", "STANDARD")
             .elem("Initiated", &iso8601(u.initiated_ns));
         if let Some(alg) = &u.checksum_algorithm {
-            w.elem("ChecksumAlgorithm", &alg.to_ascii_uppercase())
-                .elem("ChecksumType", "COMPOSITE");
+            let (name, kind) = upload_algorithm(alg);
+            w.elem("ChecksumAlgorithm", name).elem("ChecksumType", kind);
         }
         w.close("Upload");
     }
