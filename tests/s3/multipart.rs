@@ -1078,3 +1078,113 @@ async fn a_multipart_object_is_healed() {
     );
     assert_bytes_eq(&get_bytes(&c, "heal", "obj").await, &all, "after heal");
 }
+
+/// GetObjectAttributes: ETag, size, storage class and checksum of any object; the parts (number
+/// and size, paged) of a multipart one only.
+#[tokio::test]
+async fn object_attributes() {
+    use aws_sdk_s3::types::ObjectAttributes as A;
+    let s = TestServer::start(4).await;
+    let c = s.client();
+    s.create_bucket("attrs").await;
+    let all = [
+        A::Etag,
+        A::Checksum,
+        A::ObjectParts,
+        A::StorageClass,
+        A::ObjectSize,
+    ];
+    put_bytes(&c, "attrs", "single", b"foo").await;
+    let out = c
+        .get_object_attributes()
+        .bucket("attrs")
+        .key("single")
+        .set_object_attributes(Some(all.to_vec()))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("attributes: {}", describe(&e)));
+    assert_eq!(out.e_tag(), Some(etag_of(b"foo").trim_matches('"')));
+    assert_eq!(out.object_size(), Some(3));
+    assert_eq!(out.storage_class().map(|s| s.as_str()), Some("STANDARD"));
+    assert!(out.object_parts().is_none(), "no parts for a single PUT");
+    // The checksum stored with it (the SDK's own, or CRC64NVME), whole-object.
+    let sum = out.checksum().expect("checksum");
+    assert!(sum.checksum_crc32().is_some() || sum.checksum_crc64_nvme().is_some());
+    assert_eq!(sum.checksum_type(), Some(&ChecksumType::FullObject));
+    assert!(out.last_modified().is_some());
+
+    let (p1, p2, p3) = (
+        random_bytes(5 * MIB),
+        random_bytes(5 * MIB),
+        random_bytes(7),
+    );
+    let id = create(&c, "attrs", "multi").await;
+    let e1 = upload(&c, "attrs", "multi", &id, 1, &p1).await;
+    let e2 = upload(&c, "attrs", "multi", &id, 2, &p2).await;
+    let e3 = upload(&c, "attrs", "multi", &id, 3, &p3).await;
+    complete(&c, "attrs", "multi", &id, &[(1, &e1), (2, &e2), (3, &e3)])
+        .await
+        .unwrap_or_else(|e| panic!("complete: {}", describe(&e)));
+    let page = c
+        .get_object_attributes()
+        .bucket("attrs")
+        .key("multi")
+        .set_object_attributes(Some(all.to_vec()))
+        .max_parts(2)
+        .send()
+        .await
+        .expect("attributes of a multipart object");
+    let parts = page.object_parts().expect("parts");
+    assert_eq!(parts.total_parts_count(), Some(3));
+    assert_eq!(parts.is_truncated(), Some(true));
+    assert_eq!(parts.next_part_number_marker(), Some("2"));
+    let got: Vec<(Option<i32>, Option<i64>)> = parts
+        .parts()
+        .iter()
+        .map(|p| (p.part_number(), p.size()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (Some(1), Some(5 * MIB as i64)),
+            (Some(2), Some(5 * MIB as i64))
+        ]
+    );
+    let rest = c
+        .get_object_attributes()
+        .bucket("attrs")
+        .key("multi")
+        .object_attributes(A::ObjectParts)
+        .part_number_marker("2")
+        .send()
+        .await
+        .expect("second page");
+    let parts = rest.object_parts().expect("parts");
+    assert_eq!(parts.is_truncated(), Some(false));
+    assert_eq!(parts.parts().len(), 1);
+    assert_eq!(parts.parts()[0].size(), Some(7));
+    assert!(rest.e_tag().is_none(), "only what was asked for");
+
+    // Refusals beside them: a missing object, no attribute, an unknown one.
+    let missing = c
+        .get_object_attributes()
+        .bucket("attrs")
+        .key("nothing")
+        .object_attributes(A::Etag)
+        .send()
+        .await;
+    assert_eq!(missing.err().and_then(|e| error_status(&e)), Some(404));
+    let r = s
+        .signed("GET", "/attrs/single?attributes", &[], Vec::new())
+        .await;
+    expect_raw_error(r, 400, "InvalidArgument").await;
+    let r = s
+        .signed(
+            "GET",
+            "/attrs/single?attributes",
+            &[("x-amz-object-attributes", "ETag,Color")],
+            Vec::new(),
+        )
+        .await;
+    expect_raw_error(r, 400, "InvalidArgument").await;
+}

@@ -25,11 +25,6 @@ use quarry_erasure::Erasure;
 use tracing::{debug, info, warn};
 use uuid::Uuid;
 
-/// The stored-header entry that names the upload an object was completed from, so a retried
-/// complete of that upload can be answered. Internal: never sent as a response header (only the
-/// standard headers are), and dropped when the object is copied.
-pub(crate) const COMPLETED_UPLOAD: &str = "x-quarry-completed-upload";
-
 use crate::api::{
     ByteStream, CompleteOptions, CompletePart, GetObjectReader, HttpRange, ListPartsOptions,
     ListPartsResult, ListUploadsOptions, ListUploadsResult, NewUploadOptions, ObjectInfo,
@@ -39,6 +34,11 @@ use crate::error::{Error, Result};
 use crate::put::{erasure_info, BodyBounds, ShardOutcome, ShardSink, Streamed, TmpGuard};
 use crate::quorum::{count_full, count_ok, on_all, read_quorum, write_failed, write_quorum};
 use crate::set::{now_ns, object_info, ErasureSet};
+
+/// The stored-header entry that names the upload an object was completed from, so a retried
+/// complete of that upload can be answered. Internal: never sent as a response header (only the
+/// standard headers are), and dropped when the object is copied.
+pub(crate) const COMPLETED_UPLOAD: &str = "x-quarry-completed-upload";
 
 fn upload_info(u: &UploadMeta) -> UploadInfo {
     UploadInfo {
@@ -770,6 +770,25 @@ impl ErasureSet {
     }
 
     /// GetObject with `partNumber`: the bytes of one part of a completed object.
+    /// The object's info and its parts as stored (a multipart object's non-empty parts, numbered
+    /// from 1; one part for any other object).
+    pub async fn object_parts(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<(ObjectInfo, Vec<crate::api::ObjectPart>)> {
+        let (meta, _, _) = self.read_meta_quorum(bucket, key).await?;
+        let parts = meta
+            .parts
+            .iter()
+            .map(|p| crate::api::ObjectPart {
+                number: p.number,
+                size: p.size,
+            })
+            .collect();
+        Ok((object_info(bucket, key, &meta), parts))
+    }
+
     pub async fn get_object_part(
         self: &Arc<Self>,
         bucket: &str,

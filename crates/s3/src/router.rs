@@ -79,6 +79,11 @@ pub enum Endpoint {
         key: String,
         read: ObjectRead,
     },
+    /// `GET /bucket/key?attributes`: what `x-amz-object-attributes` asks for.
+    GetObjectAttributes {
+        bucket: String,
+        key: String,
+    },
     DeleteObject {
         bucket: String,
         key: String,
@@ -212,6 +217,7 @@ impl Endpoint {
             | E::CopyObject { bucket, .. }
             | E::GetObject { bucket, .. }
             | E::HeadObject { bucket, .. }
+            | E::GetObjectAttributes { bucket, .. }
             | E::DeleteObject { bucket, .. }
             | E::DeleteObjects { bucket }
             | E::GetBucketCors { bucket }
@@ -250,6 +256,7 @@ impl Endpoint {
             Endpoint::CopyObject { .. } => "CopyObject",
             Endpoint::GetObject { .. } => "GetObject",
             Endpoint::HeadObject { .. } => "HeadObject",
+            Endpoint::GetObjectAttributes { .. } => "GetObjectAttributes",
             Endpoint::DeleteObject { .. } => "DeleteObject",
             Endpoint::DeleteObjects { .. } => "DeleteObjects",
             Endpoint::GetBucketCors { .. } => "GetBucketCors",
@@ -679,6 +686,9 @@ fn object_endpoint(
             return Ok(Endpoint::HeadObject { bucket, key, read });
         }
         (Method::DELETE, None) if !versioned => return Ok(Endpoint::DeleteObject { bucket, key }),
+        (Method::GET, Some("attributes")) if !versioned => {
+            return Ok(Endpoint::GetObjectAttributes { bucket, key })
+        }
         (Method::PUT, None) if copy => return Ok(Endpoint::CopyObject { bucket, key }),
         (Method::PUT, None) => return Ok(Endpoint::PutObject { bucket, key }),
         (Method::GET | Method::HEAD | Method::DELETE, None) => {

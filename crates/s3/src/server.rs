@@ -33,7 +33,7 @@ use crate::cors::{self, CorsCache};
 use crate::error::{error_xml, S3ErrorCode};
 use crate::router::{self, Endpoint, Query, RouteError};
 use crate::signature::{self, AuthConfig, Authenticated, Credentials};
-use crate::{acl, bucket, copy, delete, get, list, multipart, post_object, put};
+use crate::{acl, attributes, bucket, copy, delete, get, list, multipart, post_object, put};
 
 /// What the front end needs to know besides the object layer.
 #[derive(Debug, Clone)]
@@ -594,6 +594,9 @@ async fn dispatch(
         E::CopyObject { bucket, key } => copy::copy_object(&ctx, &bucket, &key).await,
         E::GetObject { bucket, key, read } => {
             get::get_object(&ctx, &bucket, &key, read, false).await
+        }
+        E::GetObjectAttributes { bucket, key } => {
+            attributes::get_object_attributes(&ctx, &bucket, &key).await
         }
         E::HeadObject { bucket, key, read } => {
             get::get_object(&ctx, &bucket, &key, read, true).await
