@@ -125,8 +125,13 @@ impl PostPolicy {
             .get("expiration")
             .and_then(Value::as_str)
             .ok_or_else(|| invalid_policy("Policy missing expiration."))?;
+        // ISO 8601 as AWS requires it: a `T` between date and time (RFC 3339 would also let a
+        // space through, which S3 refuses).
+        let iso = expiration.as_bytes().get(10).is_some_and(|b| *b == b'T');
         let expiration = OffsetDateTime::parse(expiration, &Rfc3339)
-            .map_err(|_| invalid_policy(format!("Invalid 'expiration' value: '{expiration}'")))?;
+            .ok()
+            .filter(|_| iso)
+            .ok_or_else(|| invalid_policy(format!("Invalid 'expiration' value: '{expiration}'")))?;
         let conditions = obj
             .get("conditions")
             .and_then(Value::as_array)
@@ -765,6 +770,7 @@ mod tests {
             &b64("not json"),
             &b64(r#"{"conditions": []}"#),
             &b64(r#"{"expiration": "tomorrow", "conditions": []}"#),
+            &b64(r#"{"expiration": "2030-01-01 00:00:00+00:00", "conditions": []}"#),
             &b64(r#"{"expiration": "2030-01-01T00:00:00Z"}"#),
             &b64(r#"{"expiration": "2030-01-01T00:00:00Z", "conditions": [["eq", "key", "x"]]}"#),
             &b64(r#"{"expiration": "2030-01-01T00:00:00Z", "conditions": [["in", "$key", "x"]]}"#),
