@@ -900,3 +900,122 @@ async fn preflight_to_names_that_cannot_be_buckets() {
     let log = s.log_tail(200);
     assert!(!log.contains("quorum lost"), "{log}");
 }
+
+/// A form signed with SigV2 (`AWSAccessKeyId`, `signature` = base64 HMAC-SHA1 of the policy), as
+/// older pages and the ceph/s3-tests post tests send it.
+fn post_form_v2(
+    bucket: &str,
+    conditions: &[serde_json::Value],
+    fields: &[(&str, &str)],
+    access_key: &str,
+    secret: &str,
+) -> PostForm {
+    use hmac::Mac;
+    let (expiration, _) = dates(SystemTime::now() + Duration::from_secs(600));
+    let mut all = vec![serde_json::json!({ "bucket": bucket })];
+    all.extend(conditions.iter().cloned());
+    let policy = serde_json::json!({ "expiration": expiration, "conditions": all });
+    let policy_b64 = base64::engine::general_purpose::STANDARD.encode(policy.to_string());
+    let mut mac = hmac::Hmac::<sha1::Sha1>::new_from_slice(secret.as_bytes()).expect("key");
+    mac.update(policy_b64.as_bytes());
+    let signature = base64::engine::general_purpose::STANDARD.encode(mac.finalize().into_bytes());
+    let mut out: Vec<(String, String)> = fields
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    out.extend([
+        ("AWSAccessKeyId".to_string(), access_key.to_string()),
+        ("policy".to_string(), policy_b64),
+        ("signature".to_string(), signature),
+    ]);
+    PostForm { fields: out }
+}
+
+#[tokio::test]
+async fn browser_post_with_a_sigv2_policy() {
+    let s = TestServer::start(4).await;
+    s.create_bucket("v2post").await;
+    let c = s.client();
+    let conditions = [
+        serde_json::json!(["starts-with", "$key", "up/"]),
+        serde_json::json!(["eq", "$Content-Type", "text/plain"]),
+    ];
+    let fields = [("key", "up/${filename}"), ("Content-Type", "text/plain")];
+    let form = post_form_v2(
+        "v2post",
+        &conditions,
+        &fields,
+        s.access_key(),
+        s.secret_key(),
+    );
+    let r = post_upload(
+        &s,
+        "v2post",
+        &form,
+        "a.txt",
+        "text/plain",
+        b"hello v2".to_vec(),
+    )
+    .await;
+    assert_eq!(
+        r.status().as_u16(),
+        204,
+        "{}",
+        r.text().await.unwrap_or_default()
+    );
+    assert_eq!(get_bytes(&c, "v2post", "up/a.txt").await, b"hello v2");
+
+    // Refusals beside it: the wrong secret, an unknown key, a field the policy does not cover.
+    let bad = post_form_v2(
+        "v2post",
+        &conditions,
+        &fields,
+        s.access_key(),
+        "not-the-secret-key",
+    );
+    let r = post_upload(&s, "v2post", &bad, "b.txt", "text/plain", b"x".to_vec()).await;
+    expect_raw_error(r, 403, "SignatureDoesNotMatch").await;
+    let mut unknown = post_form_v2(
+        "v2post",
+        &conditions,
+        &fields,
+        s.access_key(),
+        s.secret_key(),
+    );
+    for (k, v) in unknown.fields.iter_mut() {
+        if k == "AWSAccessKeyId" {
+            *v = "NOBODY".into();
+        }
+    }
+    let r = post_upload(&s, "v2post", &unknown, "b.txt", "text/plain", b"x".to_vec()).await;
+    expect_raw_error(r, 403, "InvalidAccessKeyId").await;
+    let extra = [
+        ("key", "up/${filename}"),
+        ("Content-Type", "text/plain"),
+        ("x-amz-meta-extra", "1"),
+    ];
+    let uncovered = post_form_v2(
+        "v2post",
+        &conditions,
+        &extra,
+        s.access_key(),
+        s.secret_key(),
+    );
+    let r = post_upload(
+        &s,
+        "v2post",
+        &uncovered,
+        "b.txt",
+        "text/plain",
+        b"x".to_vec(),
+    )
+    .await;
+    expect_raw_error(r, 403, "AccessDenied").await;
+    let head = c
+        .head_object()
+        .bucket("v2post")
+        .key("up/b.txt")
+        .send()
+        .await;
+    assert_eq!(head.err().and_then(|e| error_status(&e)), Some(404));
+}

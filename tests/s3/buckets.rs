@@ -130,15 +130,27 @@ async fn invalid_bucket_names_are_refused() {
     }
 }
 
+/// In us-east-1 S3 answers 200 to creating a bucket you already own, and keeps what it holds
+/// (other regions answer 409 BucketAlreadyOwnedByYou).
 #[tokio::test]
-async fn create_twice_is_already_owned_by_you() {
+async fn create_twice_succeeds_and_keeps_the_bucket() {
     let s = TestServer::start(4).await;
     let c = s.client();
     s.create_bucket("twice").await;
+    put_bytes(&c, "twice", "kept", b"still here").await;
+    c.create_bucket()
+        .bucket("twice")
+        .send()
+        .await
+        .expect("re-create an owned bucket in us-east-1");
+    assert_eq!(get_bytes(&c, "twice", "kept").await, b"still here");
+    let names = c.list_buckets().send().await.expect("list").buckets().len();
+    assert_eq!(names, 1);
+    // A bad name is still refused, before the bucket's existence is looked at.
     assert_s3_error(
-        c.create_bucket().bucket("twice").send().await,
-        409,
-        "BucketAlreadyOwnedByYou",
+        c.create_bucket().bucket("Twice").send().await,
+        400,
+        "InvalidBucketName",
     );
 }
 

@@ -261,6 +261,38 @@ async fn conditional_puts() {
     assert_s3_error(absent, 404, "NoSuchKey");
     let head = c.head_object().bucket("cput").key("absent").send().await;
     assert_eq!(head.err().and_then(|e| error_status(&e)), Some(404));
+
+    // If-None-Match with an ETag: refused while that is the current version, accepted otherwise
+    // (another ETag, or no object at all).
+    let current = etag_of(b"replaced");
+    let same = c
+        .put_object()
+        .bucket("cput")
+        .key("once")
+        .if_none_match(&current)
+        .body(b"x".to_vec().into())
+        .send()
+        .await;
+    assert_s3_error(same, 412, "PreconditionFailed");
+    assert_eq!(get_bytes(&c, "cput", "once").await, b"replaced");
+    c.put_object()
+        .bucket("cput")
+        .key("once")
+        .if_none_match(etag_of(b"other"))
+        .body(b"third".to_vec().into())
+        .send()
+        .await
+        .expect("if-none-match with another etag");
+    assert_eq!(get_bytes(&c, "cput", "once").await, b"third");
+    c.put_object()
+        .bucket("cput")
+        .key("fresh")
+        .if_none_match(&current)
+        .body(b"new".to_vec().into())
+        .send()
+        .await
+        .expect("if-none-match on a missing key");
+    assert_eq!(get_bytes(&c, "cput", "fresh").await, b"new");
 }
 
 #[tokio::test]

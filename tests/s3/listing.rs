@@ -591,3 +591,78 @@ async fn max_keys_is_capped_at_1000() {
     assert_eq!(v1.contents().len(), 1000, "v1 max-keys is capped too");
     assert_eq!(v1.is_truncated(), Some(true));
 }
+
+/// The fields S3 encodes with `encoding-type=url`, and how: a space as `%20` (a `+` would be
+/// read back as a `+` in the key), the v1 `Prefix` as sent; an empty continuation token echoed.
+#[tokio::test]
+async fn url_encoding_of_each_field_and_empty_tokens() {
+    let s = TestServer::start(4).await;
+    let c = s.client();
+    s.create_bucket("encf").await;
+    for k in [
+        "foo+1/bar",
+        "foo/bar/xyzzy",
+        "quux ab/thud",
+        "asdf+b",
+        "\nline",
+    ] {
+        put_bytes(&c, "encf", k, b"v").await;
+    }
+    let v2 = c
+        .list_objects_v2()
+        .bucket("encf")
+        .delimiter("/")
+        .encoding_type(EncodingType::Url)
+        .send()
+        .await
+        .expect("v2");
+    let keys: Vec<&str> = v2.contents().iter().filter_map(|o| o.key()).collect();
+    assert_eq!(keys, ["%0Aline", "asdf%2Bb"]);
+    let prefixes: Vec<&str> = v2
+        .common_prefixes()
+        .iter()
+        .filter_map(|p| p.prefix())
+        .collect();
+    assert_eq!(prefixes, ["foo%2B1/", "foo/", "quux%20ab/"]);
+    assert_eq!(v2.delimiter(), Some("/"));
+
+    // v1: keys encoded, the Prefix element as sent.
+    let v1 = c
+        .list_objects()
+        .bucket("encf")
+        .prefix("\n")
+        .encoding_type(EncodingType::Url)
+        .send()
+        .await
+        .expect("v1");
+    assert_eq!(v1.prefix(), Some("\n"));
+    let keys: Vec<&str> = v1.contents().iter().filter_map(|o| o.key()).collect();
+    assert_eq!(keys, ["%0Aline"]);
+
+    // An empty continuation token lists from the start and is echoed.
+    let raw = s
+        .signed(
+            "GET",
+            "/encf?list-type=2&continuation-token=",
+            &[],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(raw.status().as_u16(), 200);
+    let body = raw.text().await.expect("body");
+    assert!(
+        body.contains("<ContinuationToken></ContinuationToken>"),
+        "{body}"
+    );
+    assert!(body.contains("<KeyCount>5</KeyCount>"), "{body}");
+    // A token that is not one of ours is still refused.
+    let raw = s
+        .signed(
+            "GET",
+            "/encf?list-type=2&continuation-token=%21%21",
+            &[],
+            Vec::new(),
+        )
+        .await;
+    expect_raw_error(raw, 400, "InvalidArgument").await;
+}

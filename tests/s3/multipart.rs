@@ -215,7 +215,7 @@ async fn three_parts_round_trip_with_ranges_and_part_numbers() {
     let resp = s
         .signed("GET", "/mpf/big/object.bin?partNumber=4", &[], Vec::new())
         .await;
-    expect_raw_error(resp, 416, "InvalidPartNumber").await;
+    expect_raw_error(resp, 400, "InvalidPart").await;
 
     // The upload is gone once completed.
     assert_s3_error(
@@ -236,6 +236,90 @@ async fn three_parts_round_trip_with_ranges_and_part_numbers() {
             list_files(&mp)
         );
     }
+}
+
+/// SDKs retry a CompleteMultipartUpload whose answer was lost: the retry gets the first answer,
+/// and only for the upload and parts that made the object. A part uploaded twice whose answers are
+/// both listed counts once, by its last entry.
+#[tokio::test]
+async fn complete_is_retried_and_resent_parts_count_once() {
+    let s = TestServer::start(4).await;
+    let c = s.client();
+    s.create_bucket("mpr").await;
+    let a = random_bytes(5 * MIB);
+    let b = random_bytes(1000);
+    let b2 = random_bytes(900);
+    let id = create(&c, "mpr", "k").await;
+    let e1 = upload(&c, "mpr", "k", &id, 1, &a).await;
+    let first_b = upload(&c, "mpr", "k", &id, 2, &b).await;
+    // Part 2 again: this upload finished last, so it is the part.
+    let e2 = upload(&c, "mpr", "k", &id, 2, &b2).await;
+    // Both answers for part 2 listed, the last one last: accepted, the last upload kept.
+    let list = [(1, e1.as_str()), (2, first_b.as_str()), (2, e2.as_str())];
+    let done = complete(&c, "mpr", "k", &id, &list)
+        .await
+        .unwrap_or_else(|e| panic!("complete: {}", describe(&e)));
+    let want = multipart_etag(&[&a, &b2]);
+    assert_eq!(done.e_tag(), Some(want.as_str()));
+    let mut all = a.clone();
+    all.extend_from_slice(&b2);
+    assert_bytes_eq(
+        &get_bytes(&c, "mpr", "k").await,
+        &all,
+        "the part uploaded last",
+    );
+
+    // The retry answers as the first did.
+    let again = complete(&c, "mpr", "k", &id, &list)
+        .await
+        .unwrap_or_else(|e| panic!("retried complete: {}", describe(&e)));
+    assert_eq!(again.e_tag(), Some(want.as_str()));
+    assert_eq!(again.key(), Some("k"));
+    assert_bytes_eq(
+        &get_bytes(&c, "mpr", "k").await,
+        &all,
+        "unchanged by the retry",
+    );
+
+    // Not for other parts, another upload id, or once the object was replaced.
+    assert_s3_error(
+        complete(&c, "mpr", "k", &id, &[(1, &e1)]).await,
+        404,
+        "NoSuchUpload",
+    );
+    let other = create(&c, "mpr", "k2").await;
+    c.abort_multipart_upload()
+        .bucket("mpr")
+        .key("k2")
+        .upload_id(&other)
+        .send()
+        .await
+        .expect("abort");
+    assert_s3_error(
+        complete(&c, "mpr", "k", &other, &list).await,
+        404,
+        "NoSuchUpload",
+    );
+    // A copy of the object is not the upload's result.
+    c.copy_object()
+        .bucket("mpr")
+        .key("copy")
+        .copy_source("mpr/k")
+        .send()
+        .await
+        .expect("copy");
+    assert_s3_error(
+        complete(&c, "mpr", "copy", &id, &list).await,
+        404,
+        "NoSuchUpload",
+    );
+    put_bytes(&c, "mpr", "k", b"replaced").await;
+    assert_s3_error(
+        complete(&c, "mpr", "k", &id, &list).await,
+        404,
+        "NoSuchUpload",
+    );
+    assert_eq!(get_bytes(&c, "mpr", "k").await, b"replaced");
 }
 
 #[tokio::test]
@@ -267,7 +351,7 @@ async fn complete_errors_and_abort() {
         "InvalidPartOrder",
     );
     assert_s3_error(
-        complete(&c, "mpe", "k", &id, &[(1, &e1), (1, &e1)]).await,
+        complete(&c, "mpe", "k", &id, &[(1, &e1), (2, &e2), (1, &e1)]).await,
         400,
         "InvalidPartOrder",
     );
@@ -623,6 +707,17 @@ async fn upload_part_copy_with_range_and_conditions() {
         .copy_source_range(format!("bytes=0-{}", source.len()))
         .send()
         .await;
+    assert_s3_error(failed, 416, "InvalidRange");
+    let failed = c
+        .upload_part_copy()
+        .bucket("dst")
+        .key("copied")
+        .upload_id(&id)
+        .part_number(3)
+        .copy_source("src/source%20object")
+        .copy_source_range("bytes=5-")
+        .send()
+        .await;
     assert_s3_error(failed, 400, "InvalidArgument");
     let failed = c
         .upload_part_copy()
@@ -649,6 +744,132 @@ async fn upload_part_copy_with_range_and_conditions() {
 
 fn crc32_raw(data: &[u8]) -> [u8; 4] {
     crc_fast::crc32_iso_hdlc(data).to_be_bytes()
+}
+
+/// FULL_OBJECT checksums: the object's CRC is the CRC of all its bytes (combined from the parts'),
+/// for CRC32C when asked and for CRC64NVME by default; the type shows on every answer.
+#[tokio::test]
+async fn full_object_crc_checksums() {
+    use crc_fast::CrcAlgorithm as C;
+    let s = TestServer::start(4).await;
+    let c = s.client();
+    s.create_bucket("fullck").await;
+    let p1 = random_bytes(5 * MIB + 3);
+    let p2 = random_bytes(MIB + 1);
+    let mut all = p1.clone();
+    all.extend_from_slice(&p2);
+    let b64 = |raw: &[u8]| base64::engine::general_purpose::STANDARD.encode(raw);
+    for (algorithm, crc, width, kind) in [
+        (
+            ChecksumAlgorithm::Crc32C,
+            C::Crc32Iscsi,
+            4,
+            Some(ChecksumType::FullObject),
+        ),
+        (ChecksumAlgorithm::Crc64Nvme, C::Crc64Nvme, 8, None),
+    ] {
+        let raw = |d: &[u8]| crc_fast::checksum(crc, d).to_be_bytes()[8 - width..].to_vec();
+        let key = format!("full-{}", algorithm.as_str());
+        let mut create = c
+            .create_multipart_upload()
+            .bucket("fullck")
+            .key(&key)
+            .checksum_algorithm(algorithm.clone());
+        if let Some(k) = &kind {
+            create = create.checksum_type(k.clone());
+        }
+        let created = create
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("create {key}: {}", describe(&e)));
+        assert_eq!(
+            created.checksum_type(),
+            Some(&ChecksumType::FullObject),
+            "{key}"
+        );
+        let id = created.upload_id().unwrap().to_owned();
+        let mut completed = Vec::new();
+        for (n, data) in [(1, &p1), (2, &p2)] {
+            let out = c
+                .upload_part()
+                .bucket("fullck")
+                .key(&key)
+                .upload_id(&id)
+                .part_number(n)
+                .checksum_algorithm(algorithm.clone())
+                .body(ByteStream::from(data.clone()))
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("upload part {n} of {key}: {}", describe(&e)));
+            completed.push(
+                CompletedPart::builder()
+                    .part_number(n)
+                    .e_tag(out.e_tag().unwrap())
+                    .build(),
+            );
+        }
+        let want = b64(&raw(&all));
+        let header = format!("x-amz-checksum-{}", algorithm.as_str().to_ascii_lowercase());
+        let complete_with = |value: String| {
+            let header = header.clone();
+            c.complete_multipart_upload()
+                .bucket("fullck")
+                .key(&key)
+                .upload_id(&id)
+                .multipart_upload(
+                    CompletedMultipartUpload::builder()
+                        .set_parts(Some(completed.clone()))
+                        .build(),
+                )
+                .customize()
+                .mutate_request(move |r| {
+                    r.headers_mut().insert(header.clone(), value.clone());
+                })
+                .send()
+        };
+        // The refusal beside it: the CRC of other bytes.
+        assert_s3_error(complete_with(b64(&raw(b"other"))).await, 400, "BadDigest");
+        let out = complete_with(want.clone())
+            .await
+            .unwrap_or_else(|e| panic!("complete {key}: {}", describe(&e)));
+        assert_eq!(
+            out.checksum_type(),
+            Some(&ChecksumType::FullObject),
+            "{key}"
+        );
+        let head = c
+            .head_object()
+            .bucket("fullck")
+            .key(&key)
+            .checksum_mode(ChecksumMode::Enabled)
+            .send()
+            .await
+            .expect("head");
+        assert_eq!(
+            head.checksum_type(),
+            Some(&ChecksumType::FullObject),
+            "{key}"
+        );
+        let got = match algorithm {
+            ChecksumAlgorithm::Crc32C => head.checksum_crc32_c(),
+            _ => head.checksum_crc64_nvme(),
+        };
+        assert_eq!(
+            got,
+            Some(want.as_str()),
+            "{key}: the CRC of the whole object"
+        );
+    }
+    // A full-object SHA256 does not exist.
+    let r = c
+        .create_multipart_upload()
+        .bucket("fullck")
+        .key("sha")
+        .checksum_algorithm(ChecksumAlgorithm::Sha256)
+        .checksum_type(ChecksumType::FullObject)
+        .send()
+        .await;
+    assert_s3_error(r, 400, "InvalidRequest");
 }
 
 #[tokio::test]
@@ -728,22 +949,40 @@ async fn composite_crc32_checksums() {
         .await;
     assert_s3_error(bad, 400, "InvalidPart");
 
-    let out = c
-        .complete_multipart_upload()
-        .bucket("cks")
-        .key("summed")
-        .upload_id(&id)
-        .multipart_upload(
-            CompletedMultipartUpload::builder()
-                .set_parts(Some(completed))
-                .build(),
-        )
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("complete: {}", describe(&e)));
     let mut concat = crc32_raw(&p1).to_vec();
     concat.extend_from_slice(&crc32_raw(&p2));
     let composite = format!("{}-2", b64(&crc32_raw(&concat)));
+    // The object's checksum may be named on the complete: another value is BadDigest (and
+    // completes nothing), another algorithm InvalidRequest, the right one completes.
+    let complete_with = |name: &'static str, value: String| {
+        c.complete_multipart_upload()
+            .bucket("cks")
+            .key("summed")
+            .upload_id(&id)
+            .multipart_upload(
+                CompletedMultipartUpload::builder()
+                    .set_parts(Some(completed.clone()))
+                    .build(),
+            )
+            .customize()
+            .mutate_request(move |r| {
+                r.headers_mut().insert(name, value.clone());
+            })
+            .send()
+    };
+    assert_s3_error(
+        complete_with("x-amz-checksum-crc32", "AAAAAA==-2".into()).await,
+        400,
+        "BadDigest",
+    );
+    assert_s3_error(
+        complete_with("x-amz-checksum-crc32c", "AAAAAA==-2".into()).await,
+        400,
+        "InvalidRequest",
+    );
+    let out = complete_with("x-amz-checksum-crc32", composite.clone())
+        .await
+        .unwrap_or_else(|e| panic!("complete: {}", describe(&e)));
     assert_eq!(out.checksum_crc32(), Some(composite.as_str()));
 
     let got = c
@@ -838,4 +1077,114 @@ async fn a_multipart_object_is_healed() {
         "part.2 on drive 0 was not healed"
     );
     assert_bytes_eq(&get_bytes(&c, "heal", "obj").await, &all, "after heal");
+}
+
+/// GetObjectAttributes: ETag, size, storage class and checksum of any object; the parts (number
+/// and size, paged) of a multipart one only.
+#[tokio::test]
+async fn object_attributes() {
+    use aws_sdk_s3::types::ObjectAttributes as A;
+    let s = TestServer::start(4).await;
+    let c = s.client();
+    s.create_bucket("attrs").await;
+    let all = [
+        A::Etag,
+        A::Checksum,
+        A::ObjectParts,
+        A::StorageClass,
+        A::ObjectSize,
+    ];
+    put_bytes(&c, "attrs", "single", b"foo").await;
+    let out = c
+        .get_object_attributes()
+        .bucket("attrs")
+        .key("single")
+        .set_object_attributes(Some(all.to_vec()))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("attributes: {}", describe(&e)));
+    assert_eq!(out.e_tag(), Some(etag_of(b"foo").trim_matches('"')));
+    assert_eq!(out.object_size(), Some(3));
+    assert_eq!(out.storage_class().map(|s| s.as_str()), Some("STANDARD"));
+    assert!(out.object_parts().is_none(), "no parts for a single PUT");
+    // The checksum stored with it (the SDK's own, or CRC64NVME), whole-object.
+    let sum = out.checksum().expect("checksum");
+    assert!(sum.checksum_crc32().is_some() || sum.checksum_crc64_nvme().is_some());
+    assert_eq!(sum.checksum_type(), Some(&ChecksumType::FullObject));
+    assert!(out.last_modified().is_some());
+
+    let (p1, p2, p3) = (
+        random_bytes(5 * MIB),
+        random_bytes(5 * MIB),
+        random_bytes(7),
+    );
+    let id = create(&c, "attrs", "multi").await;
+    let e1 = upload(&c, "attrs", "multi", &id, 1, &p1).await;
+    let e2 = upload(&c, "attrs", "multi", &id, 2, &p2).await;
+    let e3 = upload(&c, "attrs", "multi", &id, 3, &p3).await;
+    complete(&c, "attrs", "multi", &id, &[(1, &e1), (2, &e2), (3, &e3)])
+        .await
+        .unwrap_or_else(|e| panic!("complete: {}", describe(&e)));
+    let page = c
+        .get_object_attributes()
+        .bucket("attrs")
+        .key("multi")
+        .set_object_attributes(Some(all.to_vec()))
+        .max_parts(2)
+        .send()
+        .await
+        .expect("attributes of a multipart object");
+    let parts = page.object_parts().expect("parts");
+    assert_eq!(parts.total_parts_count(), Some(3));
+    assert_eq!(parts.is_truncated(), Some(true));
+    assert_eq!(parts.next_part_number_marker(), Some("2"));
+    let got: Vec<(Option<i32>, Option<i64>)> = parts
+        .parts()
+        .iter()
+        .map(|p| (p.part_number(), p.size()))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (Some(1), Some(5 * MIB as i64)),
+            (Some(2), Some(5 * MIB as i64))
+        ]
+    );
+    let rest = c
+        .get_object_attributes()
+        .bucket("attrs")
+        .key("multi")
+        .object_attributes(A::ObjectParts)
+        .part_number_marker("2")
+        .send()
+        .await
+        .expect("second page");
+    let parts = rest.object_parts().expect("parts");
+    assert_eq!(parts.is_truncated(), Some(false));
+    assert_eq!(parts.parts().len(), 1);
+    assert_eq!(parts.parts()[0].size(), Some(7));
+    assert!(rest.e_tag().is_none(), "only what was asked for");
+
+    // Refusals beside them: a missing object, no attribute, an unknown one.
+    let missing = c
+        .get_object_attributes()
+        .bucket("attrs")
+        .key("nothing")
+        .object_attributes(A::Etag)
+        .send()
+        .await;
+    assert_eq!(missing.err().and_then(|e| error_status(&e)), Some(404));
+    let r = s
+        .signed("GET", "/attrs/single?attributes", &[], Vec::new())
+        .await;
+    expect_raw_error(r, 400, "InvalidArgument").await;
+    let r = s
+        .signed(
+            "GET",
+            "/attrs/single?attributes",
+            &[("x-amz-object-attributes", "ETag,Color")],
+            Vec::new(),
+        )
+        .await;
+    expect_raw_error(r, 400, "InvalidArgument").await;
 }

@@ -642,3 +642,156 @@ async fn delete_objects_multi() {
     expect_raw_error(r, 400, "MalformedXML").await;
     assert_eq!(get_bytes(&c, "multi", "keep").await, b"keep");
 }
+
+/// Sends a signed PUT whose body has no Content-Length (`Transfer-Encoding: chunked`).
+async fn put_streamed(
+    url: &str,
+    headers: &[(&str, &str)],
+    payload: PayloadHash<'_>,
+    data: Vec<u8>,
+) -> reqwest::Response {
+    let signed = sign_headers(
+        "PUT",
+        url,
+        headers,
+        payload,
+        ACCESS_KEY,
+        SECRET_KEY,
+        SystemTime::now(),
+    );
+    let mut rb = reqwest::Client::new().put(url);
+    for (k, v) in &signed.headers {
+        if !k.eq_ignore_ascii_case("host") && !k.eq_ignore_ascii_case("content-length") {
+            rb = rb.header(k.as_str(), v.as_str());
+        }
+    }
+    // Pieces of 64 KiB from a stream: reqwest cannot know the length, so it sends chunks.
+    let pieces: Vec<Result<Vec<u8>, std::io::Error>> =
+        data.chunks(64 * 1024).map(|c| Ok(c.to_vec())).collect();
+    rb.body(reqwest::Body::wrap_stream(futures::stream::iter(pieces)))
+        .send()
+        .await
+        .expect("send streamed PUT")
+}
+
+/// S3 accepts uploads whose length the client does not declare (`Transfer-Encoding: chunked`,
+/// aws-chunked without x-amz-decoded-content-length); the body is checked as any other.
+#[tokio::test]
+async fn puts_without_a_declared_length() {
+    let s = TestServer::start(4).await;
+    let c = s.client();
+    s.create_bucket("nolen").await;
+    for size in [0usize, 3, 300_000, MIB + 5] {
+        let data = random_bytes(size);
+        let url = format!("{}/nolen/te-{size}", s.endpoint());
+        let r = put_streamed(&url, &[], PayloadHash::Bytes(&data), data.clone()).await;
+        let st = r.status().as_u16();
+        assert_eq!(
+            st,
+            200,
+            "TE chunked {size}: {}",
+            r.text().await.unwrap_or_default()
+        );
+        let got = get_bytes(&c, "nolen", &format!("te-{size}")).await;
+        assert_bytes_eq(&got, &data, "TE chunked PUT");
+    }
+    // The refusal beside it: a body that is not the one signed stores nothing.
+    let data = random_bytes(100_000);
+    let url = format!("{}/nolen/te-bad", s.endpoint());
+    let r = put_streamed(&url, &[], PayloadHash::Bytes(b"other"), data).await;
+    assert_eq!(r.status().as_u16(), 400);
+    assert!(r
+        .text()
+        .await
+        .unwrap_or_default()
+        .contains("XAmzContentSHA256Mismatch"));
+    let head = c.head_object().bucket("nolen").key("te-bad").send().await;
+    assert_eq!(head.err().and_then(|e| error_status(&e)), Some(404));
+
+    // aws-chunked, signed chunks, no decoded length: the chunks say how long it is.
+    let data = random_bytes(200_000);
+    let url = format!("{}/nolen/chunked", s.endpoint());
+    let sig = sign_headers(
+        "PUT",
+        &url,
+        &[("content-encoding", "aws-chunked")],
+        PayloadHash::Literal("STREAMING-AWS4-HMAC-SHA256-PAYLOAD"),
+        ACCESS_KEY,
+        SECRET_KEY,
+        SystemTime::now(),
+    );
+    let body = signed_chunked_body(&data, 64 * 1024, &sig, SECRET_KEY, None);
+    let r = send_raw("PUT", &url, &sig.headers, body).await;
+    assert_eq!(
+        r.status().as_u16(),
+        200,
+        "{}",
+        r.text().await.unwrap_or_default()
+    );
+    assert_bytes_eq(
+        &get_bytes(&c, "nolen", "chunked").await,
+        &data,
+        "aws-chunked",
+    );
+    // One chunk changed after signing: refused, nothing stored.
+    let url = format!("{}/nolen/chunked-bad", s.endpoint());
+    let sig = sign_headers(
+        "PUT",
+        &url,
+        &[("content-encoding", "aws-chunked")],
+        PayloadHash::Literal("STREAMING-AWS4-HMAC-SHA256-PAYLOAD"),
+        ACCESS_KEY,
+        SECRET_KEY,
+        SystemTime::now(),
+    );
+    let body = signed_chunked_body(&data, 64 * 1024, &sig, SECRET_KEY, Some(1));
+    let r = send_raw("PUT", &url, &sig.headers, body).await;
+    assert_eq!(r.status().as_u16(), 403);
+    let head = c
+        .head_object()
+        .bucket("nolen")
+        .key("chunked-bad")
+        .send()
+        .await;
+    assert_eq!(head.err().and_then(|e| error_status(&e)), Some(404));
+
+    // `aws-chunked` named in Content-Encoding over a plain body is dropped from what is stored.
+    for (sent, kept) in [
+        ("gzip, aws-chunked", Some("gzip")),
+        ("aws-chunked, gzip", Some("gzip")),
+        ("aws-chunked", None),
+    ] {
+        c.put_object()
+            .bucket("nolen")
+            .key("label")
+            .content_encoding(sent)
+            .body(ByteStream::from_static(b"x"))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("PUT with Content-Encoding {sent}: {}", describe(&e)));
+        let head = c
+            .head_object()
+            .bucket("nolen")
+            .key("label")
+            .send()
+            .await
+            .expect("head");
+        assert_eq!(head.content_encoding(), kept, "{sent}");
+    }
+}
+
+/// S3 refuses a key holding a C1 control character (what Latin-1 read as UTF-8 becomes) with 400
+/// InvalidURI, on reads and writes; other non-ASCII keys are ordinary.
+#[tokio::test]
+async fn keys_with_c1_controls_are_invalid_uris() {
+    let s = TestServer::start(4).await;
+    let c = s.client();
+    s.create_bucket("uri").await;
+    let r = s.signed("GET", "/uri/%C2%AE%C2%8A-", &[], Vec::new()).await;
+    expect_raw_error(r, 400, "InvalidURI").await;
+    let r = s.signed("PUT", "/uri/a%C2%85b", &[], b"x".to_vec()).await;
+    expect_raw_error(r, 400, "InvalidURI").await;
+    // The control beside them: U+00AE alone is an ordinary key.
+    put_bytes(&c, "uri", "\u{ae}-", b"ok").await;
+    assert_eq!(get_bytes(&c, "uri", "\u{ae}-").await, b"ok");
+}

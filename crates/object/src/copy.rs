@@ -52,7 +52,11 @@ pub(crate) async fn stream_copy<L: ObjectLayer + ?Sized>(
     }));
     let (headers, user_meta) = match opts.metadata {
         Some(ReplaceMetadata { headers, user_meta }) => (headers, user_meta),
-        None => (info.headers.clone(), info.user_meta.clone()),
+        None => {
+            let mut headers = info.headers.clone();
+            headers.remove(crate::multipart::COMPLETED_UPLOAD);
+            (headers, info.user_meta.clone())
+        }
     };
     let (checksums, late_checksums) = match opts.checksums {
         Some(c) => (BTreeMap::new(), Some(c.result)),

@@ -33,6 +33,11 @@ use crate::put::{erasure_info, BodyBounds, ShardOutcome, ShardSink, Streamed, Tm
 use crate::quorum::{count_full, count_ok, on_all, read_quorum, write_failed, write_quorum};
 use crate::set::{object_info, ErasureSet};
 
+/// The stored-header entry that names the upload an object was completed from, so a retried
+/// complete of that upload can be answered. Internal: never sent as a response header (only the
+/// standard headers are), and dropped when the object is copied.
+pub(crate) const COMPLETED_UPLOAD: &str = "x-quarry-completed-upload";
+
 fn upload_info(u: &UploadMeta) -> UploadInfo {
     UploadInfo {
         bucket: u.bucket.clone(),
@@ -464,7 +469,15 @@ impl ErasureSet {
             .locks
             .lock(&Self::upload_lock(bucket, key, upload_id))
             .await?;
-        let q = self.parts_quorum(bucket, key, upload_id).await?;
+        let q = match self.parts_quorum(bucket, key, upload_id).await {
+            Ok(q) => q,
+            // A retried complete (its answer was lost): the upload is gone because it became the
+            // object. S3 answers the retry as it answered the first.
+            Err(Error::NoSuchUpload) => {
+                return self.completed_already(bucket, key, upload_id, &parts).await
+            }
+            Err(e) => return Err(e),
+        };
         let mut chosen: Vec<(&PartMeta, &Vec<bool>)> = Vec::with_capacity(parts.len());
         for (i, want) in parts.iter().enumerate() {
             let Some((p, holders)) = q.parts.iter().find(|(p, _)| p.number == want.number) else {
@@ -565,7 +578,11 @@ impl ErasureSet {
             size,
             mod_time_ns: self.now_ns(),
             etag,
-            headers: q.upload.headers.clone(),
+            headers: {
+                let mut h = q.upload.headers.clone();
+                h.insert(COMPLETED_UPLOAD.to_owned(), upload_id.to_owned());
+                h
+            },
             user_meta: q.upload.user_meta.clone(),
             checksums: opts.checksums.clone(),
             erasure: ErasureInfo {
@@ -624,6 +641,38 @@ impl ErasureSet {
             self.queue_heal(bucket, key);
         }
         Ok(object_info(bucket, key, &base))
+    }
+
+    /// The answer to a complete of an upload that no longer exists: the current object, if this
+    /// upload made it from exactly these parts (its ETag is a function of theirs), else
+    /// `NoSuchUpload`.
+    async fn completed_already(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        parts: &[CompletePart],
+    ) -> Result<ObjectInfo> {
+        let meta = match self.read_meta_quorum(bucket, key).await {
+            Ok((meta, _, _)) => meta,
+            Err(Error::ObjectNotFound) => return Err(Error::NoSuchUpload),
+            Err(e) => return Err(e),
+        };
+        let mut md5s = Md5::new();
+        for p in parts {
+            match hex::decode(normalize_etag(&p.etag)) {
+                Ok(raw) => md5s.update(&raw),
+                Err(_) => return Err(Error::NoSuchUpload),
+            }
+        }
+        let etag = format!("{}-{}", hex::encode(md5s.finalize()), parts.len());
+        if meta.headers.get(COMPLETED_UPLOAD).map(String::as_str) == Some(upload_id)
+            && meta.etag == etag
+        {
+            Ok(object_info(bucket, key, &meta))
+        } else {
+            Err(Error::NoSuchUpload)
+        }
     }
 
     /// Removes an upload from every drive; `FileNotFound` on all of them is `NoSuchUpload`. Done
@@ -719,6 +768,25 @@ impl ErasureSet {
     }
 
     /// GetObject with `partNumber`: the bytes of one part of a completed object.
+    /// The object's info and its parts as stored (a multipart object's non-empty parts, numbered
+    /// from 1; one part for any other object).
+    pub async fn object_parts(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<(ObjectInfo, Vec<crate::api::ObjectPart>)> {
+        let (meta, _, _) = self.read_meta_quorum(bucket, key).await?;
+        let parts = meta
+            .parts
+            .iter()
+            .map(|p| crate::api::ObjectPart {
+                number: p.number,
+                size: p.size,
+            })
+            .collect();
+        Ok((object_info(bucket, key, &meta), parts))
+    }
+
     pub async fn get_object_part(
         self: &Arc<Self>,
         bucket: &str,

@@ -670,6 +670,14 @@ impl ErasureSet {
         match (p, current) {
             (WritePrecondition::IfNoneMatchAny, None) => Ok(()),
             (WritePrecondition::IfNoneMatchAny, Some(_)) => Err(Error::PreconditionFailed),
+            (WritePrecondition::IfNoneMatch(_), None) => Ok(()),
+            (WritePrecondition::IfNoneMatch(etags), Some(m)) => {
+                if etag_matches(etags, &m.etag) {
+                    Err(Error::PreconditionFailed)
+                } else {
+                    Ok(())
+                }
+            }
             (WritePrecondition::IfMatch(_), None) => Err(Error::ObjectNotFound),
             (WritePrecondition::IfMatch(etag), Some(m)) => {
                 if etag_matches(etag, &m.etag) {

@@ -689,6 +689,12 @@ impl ObjectLayer for ErasureServer {
             .await
     }
 
+    async fn object_parts(&self, bucket: &str, key: &str) -> Result<(ObjectInfo, Vec<ObjectPart>)> {
+        self.object_set(bucket, key)?
+            .object_parts(bucket, key)
+            .await
+    }
+
     async fn get_bucket_config(&self, bucket: &str, name: &str) -> Result<Option<Bytes>> {
         check_bucket_name(bucket).map_err(|_| Error::BucketNotFound)?;
         // Bucket configuration lives on the first set (every set has every bucket).

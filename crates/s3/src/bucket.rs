@@ -123,12 +123,24 @@ pub async fn create_bucket(ctx: &ReqCtx, bucket: &str) -> ApiResult<Response> {
     }
     let body = ctx.small_body().await?;
     check_location_constraint(parse_create_bucket_configuration(&body)?, ctx.region())?;
-    ctx.layer().make_bucket(bucket).await?;
+    match ctx.layer().make_bucket(bucket).await {
+        Ok(()) => {}
+        // The one user owns every bucket, so an existing one is the caller's own.
+        Err(quarry_object::Error::BucketExists) if recreate_succeeds(ctx.region()) => {}
+        Err(e) => return Err(e.into()),
+    }
     let mut response = Response::new(Body::empty());
     if let Ok(location) = HeaderValue::from_str(&format!("/{bucket}")) {
         response.headers_mut().insert(LOCATION, location);
     }
     Ok(response)
+}
+
+/// Whether creating a bucket the caller already owns answers 200 and changes nothing. S3 does so
+/// in us-east-1 only, "for legacy compatibility"; every other region answers 409
+/// `BucketAlreadyOwnedByYou` (CreateBucket, Errors).
+pub fn recreate_succeeds(region: &str) -> bool {
+    region == "us-east-1"
 }
 
 /// A bucket can only be created in the region this server answers for.

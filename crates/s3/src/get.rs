@@ -324,6 +324,22 @@ fn response_overrides(query: &Query) -> ApiResult<Vec<(HeaderName, HeaderValue)>
     Ok(out)
 }
 
+/// A user metadata value as S3 returns it: as stored when it is printable US-ASCII, else as one
+/// RFC 2047 encoded word, `=?UTF-8?B?<base64>?=` ("encoded as per RFC 2047 to make them
+/// mail-safe before returning", S3 User Guide, object metadata). Raw UTF-8 in a header is read as
+/// Latin-1 by some clients and refused by others.
+pub fn meta_header_text(value: &str) -> std::borrow::Cow<'_, str> {
+    use base64::Engine as _;
+    if value
+        .bytes()
+        .all(|b| b == b'\t' || (0x20..0x7f).contains(&b))
+    {
+        return value.into();
+    }
+    let b64 = base64::engine::general_purpose::STANDARD.encode(value.as_bytes());
+    format!("=?UTF-8?B?{b64}?=").into()
+}
+
 /// The headers describing an object: type, tag, date, stored headers and user metadata.
 pub fn object_headers(out: &mut HeaderMap, info: &ObjectInfo, with_checksums: bool) {
     set_header(out, header::ETAG.as_str(), &format!("\"{}\"", info.etag));
@@ -346,7 +362,7 @@ pub fn object_headers(out: &mut HeaderMap, info: &ObjectInfo, with_checksums: bo
     }
     for (name, value) in &info.user_meta {
         if let Ok(name) = HeaderName::from_bytes(format!("x-amz-meta-{name}").as_bytes()) {
-            match HeaderValue::from_bytes(value.as_bytes()) {
+            match HeaderValue::from_str(&meta_header_text(value)) {
                 Ok(v) => {
                     out.append(name, v);
                 }
@@ -364,6 +380,17 @@ pub fn object_headers(out: &mut HeaderMap, info: &ObjectInfo, with_checksums: bo
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn non_ascii_metadata_is_rfc2047_encoded() {
+        assert_eq!(meta_header_text("plain value\t!~"), "plain value\t!~");
+        // "Hello Worldé" in UTF-8, base64.
+        assert_eq!(
+            meta_header_text("Hello World\u{e9}"),
+            "=?UTF-8?B?SGVsbG8gV29ybGTDqQ==?="
+        );
+        assert_eq!(meta_header_text("a\nb"), "=?UTF-8?B?YQpi?=");
+    }
 
     #[test]
     fn range_headers() {

@@ -20,6 +20,7 @@
 mod acl;
 pub mod admin;
 mod api_error;
+mod attributes;
 mod body;
 mod bucket;
 mod copy;

@@ -26,7 +26,7 @@ pub struct ListParams {
     pub encoding_url: bool,
     /// v1 `marker`.
     pub marker: Option<String>,
-    /// v2 `continuation-token`, as sent (still encoded).
+    /// v2 `continuation-token`, as sent (still encoded); echoed even when empty, as S3 does.
     pub continuation_token: Option<String>,
     /// v2 `start-after`.
     pub start_after: Option<String>,
@@ -73,7 +73,7 @@ impl ListParams {
             max_keys,
             encoding_url,
             marker: non_empty("marker"),
-            continuation_token: non_empty("continuation-token"),
+            continuation_token: q.get("continuation-token").map(str::to_owned),
             start_after: non_empty("start-after"),
             fetch_owner,
         })
@@ -119,7 +119,12 @@ pub async fn list_objects_v2(
     bucket: &str,
     params: &ListParams,
 ) -> ApiResult<Response> {
-    let marker = match &params.continuation_token {
+    // An empty token is no token (S3 lists from the start, or from start-after, and echoes it).
+    let marker = match params
+        .continuation_token
+        .as_deref()
+        .filter(|t| !t.is_empty())
+    {
         Some(token) => Some(decode_token(token)?),
         None => params.start_after.clone(),
     };
@@ -203,12 +208,14 @@ pub fn render_v2(bucket: &str, params: &ListParams, page: &ListResult) -> String
 }
 
 /// The ListObjects (v1) `ListBucketResult`. As S3, `NextMarker` is sent only for a truncated
-/// page of a listing with a delimiter; without one, clients continue from the last key.
+/// page of a listing with a delimiter; without one, clients continue from the last key. The v1
+/// `Prefix` is echoed as sent even with `encoding-type=url` (S3 encodes only the marker,
+/// delimiter and keys there, and the SDKs decode only those).
 pub fn render_v1(bucket: &str, params: &ListParams, page: &ListResult) -> String {
     let root = "ListBucketResult";
     let mut w = XmlWriter::new(root);
     w.elem("Name", bucket)
-        .elem("Prefix", &params.enc(&params.prefix))
+        .elem("Prefix", &params.prefix)
         .elem(
             "Marker",
             &params.enc(params.marker.as_deref().unwrap_or("")),
@@ -329,12 +336,12 @@ mod tests {
         };
         let p = params("list-type=2&encoding-type=url&prefix=a+b&delimiter=/&start-after=a%20a&continuation-token=YQ&fetch-owner=true");
         let doc = render_v2("bkt", &p, &page);
-        assert!(doc.contains("<Prefix>a+b</Prefix>"), "{doc}");
+        assert!(doc.contains("<Prefix>a%20b</Prefix>"), "{doc}");
         assert!(doc.contains("<EncodingType>url</EncodingType>"));
         assert!(doc.contains("<ContinuationToken>YQ</ContinuationToken>"));
-        assert!(doc.contains("<StartAfter>a+a</StartAfter>"));
-        assert!(doc.contains("<Key>a+b/c%2Bd%26%C3%A9</Key>"), "{doc}");
-        assert!(doc.contains("<CommonPrefixes><Prefix>x+y/</Prefix></CommonPrefixes>"));
+        assert!(doc.contains("<StartAfter>a%20a</StartAfter>"));
+        assert!(doc.contains("<Key>a%20b/c%2Bd%26%C3%A9</Key>"), "{doc}");
+        assert!(doc.contains("<CommonPrefixes><Prefix>x%20y/</Prefix></CommonPrefixes>"));
         assert!(doc.contains("<Owner><ID>"), "{doc}");
         assert!(doc.contains("<DisplayName>quarry</DisplayName></Owner><StorageClass>"));
         assert!(!doc.contains("NextContinuationToken"));
@@ -356,6 +363,13 @@ mod tests {
         assert!(!without.contains("NextMarker"));
         assert!(without.contains("<Owner>"), "v1 always lists owners");
         let with = render_v1("bkt", &params("delimiter=/&max-keys=2"), &page);
+        let encoded = render_v1("bkt", &params("prefix=%0A&encoding-type=url"), &page);
+        assert!(encoded.contains("<Prefix>\n</Prefix>"), "{encoded}");
+        let empty_token = render_v2("bkt", &params("list-type=2&continuation-token="), &page);
+        assert!(
+            empty_token.contains("<ContinuationToken></ContinuationToken>"),
+            "{empty_token}"
+        );
         assert!(
             with.contains(
                 "<Delimiter>/</Delimiter><NextMarker>b</NextMarker><IsTruncated>true</IsTruncated>"

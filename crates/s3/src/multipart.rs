@@ -26,8 +26,8 @@ use crate::api_error::{ApiError, ApiResult};
 use crate::copy::{check_copy_conditions, copy_source, CopySource};
 use crate::error::S3ErrorCode;
 use crate::headers::{
-    check_acl_headers, check_storage_class, check_unsupported_headers, content_md5, set_header,
-    stored_headers, user_metadata, write_precondition,
+    check_acl_headers, check_storage_class, check_unsupported_headers, checksum_headers,
+    content_md5, set_header, stored_headers, user_metadata, write_precondition,
 };
 use crate::router::Query;
 use crate::server::ReqCtx;
@@ -146,19 +146,96 @@ impl PartHasher for Hasher {
     }
 }
 
+/// An upload's additional checksum: the algorithm every part is hashed with, and how the parts'
+/// checksums make the object's (`COMPOSITE`: a hash of theirs, `-N`; `FULL_OBJECT`: the CRC of the
+/// whole object, combined from the parts' CRCs). Recorded with the upload as the algorithm's
+/// lower-case name, `/full_object` appended for the second type (a name alone, as uploads made
+/// before the type existed have, is COMPOSITE).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UploadChecksum {
+    pub algorithm: ChecksumAlgorithm,
+    pub full_object: bool,
+}
+
+const FULL_OBJECT_SUFFIX: &str = "/full_object";
+
+impl UploadChecksum {
+    pub fn parse(recorded: &str) -> Option<UploadChecksum> {
+        let (name, full_object) = match recorded.strip_suffix(FULL_OBJECT_SUFFIX) {
+            Some(name) => (name, true),
+            None => (recorded, false),
+        };
+        Some(UploadChecksum {
+            algorithm: ChecksumAlgorithm::from_name(name)?,
+            full_object,
+        })
+    }
+
+    fn recorded(self) -> String {
+        let name = self.algorithm.name().to_ascii_lowercase();
+        if self.full_object {
+            format!("{name}{FULL_OBJECT_SUFFIX}")
+        } else {
+            name
+        }
+    }
+
+    pub fn type_name(self) -> &'static str {
+        if self.full_object {
+            "FULL_OBJECT"
+        } else {
+            "COMPOSITE"
+        }
+    }
+
+    /// The CRC behind a full-object checksum; `None` for the hashes, which do not combine.
+    fn crc(self) -> Option<crc_fast::CrcAlgorithm> {
+        match self.algorithm {
+            ChecksumAlgorithm::Crc32 => Some(crc_fast::CrcAlgorithm::Crc32IsoHdlc),
+            ChecksumAlgorithm::Crc32c => Some(crc_fast::CrcAlgorithm::Crc32Iscsi),
+            ChecksumAlgorithm::Crc64Nvme => Some(crc_fast::CrcAlgorithm::Crc64Nvme),
+            ChecksumAlgorithm::Sha1 | ChecksumAlgorithm::Sha256 => None,
+        }
+    }
+}
+
+/// The full-object CRC of parts given as (raw big-endian CRC, size), in order: each part's CRC
+/// folded into the running one with CRC combination, as if the whole object had been hashed.
+fn combine_crcs(crc: crc_fast::CrcAlgorithm, parts: &[(Vec<u8>, u64)]) -> Vec<u8> {
+    let width = match crc {
+        crc_fast::CrcAlgorithm::Crc64Nvme => 8,
+        _ => 4,
+    };
+    let value = |raw: &[u8]| raw.iter().fold(0u64, |acc, b| (acc << 8) | u64::from(*b));
+    let mut acc: Option<u64> = None;
+    for (raw, size) in parts {
+        let part = value(raw);
+        acc = Some(match acc {
+            None => part,
+            Some(a) => crc_fast::checksum_combine(crc, a, part, *size),
+        });
+    }
+    let acc = acc.unwrap_or_else(|| crc_fast::checksum(crc, b""));
+    acc.to_be_bytes()[8 - width..].to_vec()
+}
+
 /// The checksum algorithms, for the object layer to hash parts with.
 fn hashers() -> ChecksumHashers {
     ChecksumHashers(Arc::new(|name: &str| {
-        ChecksumAlgorithm::from_name(name)
-            .map(|a| Box::new(Hasher(Checksummer::new(a))) as Box<dyn PartHasher>)
+        UploadChecksum::parse(name)
+            .map(|u| Box::new(Hasher(Checksummer::new(u.algorithm))) as Box<dyn PartHasher>)
     }))
 }
 
-fn algorithm_of(name: &str) -> ApiResult<ChecksumAlgorithm> {
-    ChecksumAlgorithm::from_name(name).ok_or_else(|| {
-        tracing::error!(algorithm = name, "stored checksum algorithm is unknown");
+fn upload_checksum_of(recorded: &str) -> ApiResult<UploadChecksum> {
+    UploadChecksum::parse(recorded).ok_or_else(|| {
+        tracing::error!(algorithm = recorded, "stored checksum algorithm is unknown");
         ApiError::from(S3ErrorCode::InternalError)
     })
+}
+
+fn algorithm_of(recorded: &str) -> ApiResult<ChecksumAlgorithm> {
+    upload_checksum_of(recorded).map(|u| u.algorithm)
 }
 
 /// `POST /bucket/key?uploads`.
@@ -181,36 +258,11 @@ pub async fn create_multipart_upload(ctx: &ReqCtx, bucket: &str, key: &str) -> A
             Some(alg)
         }
     };
-    match headers
-        .get("x-amz-checksum-type")
-        .map(|v| v.to_str().unwrap_or("").to_ascii_uppercase())
-        .as_deref()
-    {
-        None | Some("COMPOSITE") => {}
-        Some("FULL_OBJECT") => {
-            return Err(ApiError::new(
-                S3ErrorCode::NotImplemented,
-                "Full-object checksums of multipart uploads are not implemented by Quarry; \
-                 use the COMPOSITE checksum type.",
-            ))
-        }
-        Some(_) => {
-            return Err(ApiError::new(
-                S3ErrorCode::InvalidRequest,
-                "Value for x-amz-checksum-type header is invalid.",
-            ))
-        }
-    }
-    if algorithm == Some(ChecksumAlgorithm::Crc64Nvme) {
-        return Err(ApiError::new(
-            S3ErrorCode::InvalidRequest,
-            "The COMPOSITE checksum type is not supported for the CRC64NVME checksum algorithm.",
-        ));
-    }
+    let checksum = upload_checksum_requested(headers, algorithm)?;
     let opts = NewUploadOptions {
         headers: stored_headers(headers)?,
         user_meta: user_metadata(headers)?,
-        checksum_algorithm: algorithm.map(|a| a.name().to_ascii_lowercase()),
+        checksum_algorithm: checksum.map(UploadChecksum::recorded),
     };
     let info = ctx.layer().new_multipart_upload(bucket, key, opts).await?;
     let mut response = xml_response(xml::initiate_multipart_upload_result(
@@ -218,11 +270,65 @@ pub async fn create_multipart_upload(ctx: &ReqCtx, bucket: &str, key: &str) -> A
         key,
         &info.upload_id,
     ));
-    if let Some(a) = algorithm {
-        set_header(response.headers_mut(), "x-amz-checksum-algorithm", a.name());
-        set_header(response.headers_mut(), "x-amz-checksum-type", "COMPOSITE");
+    if let Some(c) = checksum {
+        set_header(
+            response.headers_mut(),
+            "x-amz-checksum-algorithm",
+            c.algorithm.name(),
+        );
+        set_header(response.headers_mut(), "x-amz-checksum-type", c.type_name());
     }
     Ok(response)
+}
+
+/// `x-amz-checksum-type` of a CreateMultipartUpload, with its algorithm: COMPOSITE (the default)
+/// for CRC32, CRC32C, SHA1 and SHA256; FULL_OBJECT (CRC64NVME's default and only type) for the
+/// CRCs. Other combinations are refused, as S3 refuses them.
+fn upload_checksum_requested(
+    headers: &http::HeaderMap,
+    algorithm: Option<ChecksumAlgorithm>,
+) -> ApiResult<Option<UploadChecksum>> {
+    let kind = headers
+        .get("x-amz-checksum-type")
+        .map(|v| v.to_str().unwrap_or("").trim().to_ascii_uppercase());
+    let Some(algorithm) = algorithm else {
+        return match kind {
+            None => Ok(None),
+            Some(_) => Err(ApiError::new(
+                S3ErrorCode::InvalidRequest,
+                "The x-amz-checksum-type header can only be used with the x-amz-checksum-algorithm header.",
+            )),
+        };
+    };
+    let full_object = match kind.as_deref() {
+        None => algorithm == ChecksumAlgorithm::Crc64Nvme,
+        Some("COMPOSITE") => false,
+        Some("FULL_OBJECT") => true,
+        Some(_) => {
+            return Err(ApiError::new(
+                S3ErrorCode::InvalidRequest,
+                "Value for x-amz-checksum-type header is invalid.",
+            ))
+        }
+    };
+    let c = UploadChecksum {
+        algorithm,
+        full_object,
+    };
+    match (c.full_object, c.crc()) {
+        (true, None) => Err(ApiError::new(
+            S3ErrorCode::InvalidRequest,
+            format!(
+                "The FULL_OBJECT checksum type is not supported for the {} checksum algorithm.",
+                algorithm.name()
+            ),
+        )),
+        (false, _) if algorithm == ChecksumAlgorithm::Crc64Nvme => Err(ApiError::new(
+            S3ErrorCode::InvalidRequest,
+            "The COMPOSITE checksum type is not supported for the CRC64NVME checksum algorithm.",
+        )),
+        _ => Ok(Some(c)),
+    }
 }
 
 /// `PUT /bucket/key?partNumber=N&uploadId=X`.
@@ -266,6 +372,74 @@ pub async fn upload_part(
         );
     }
     Ok(response)
+}
+
+/// The object checksum a CompleteMultipartUpload may name (`x-amz-checksum-<algorithm>`, with or
+/// without its `-N` part count) must be the one the parts make: else `BadDigest`, and for an
+/// upload without that algorithm `InvalidRequest`. A `x-amz-checksum-type` other than the
+/// upload's is `BadDigest`, as S3 answers it.
+fn check_expected_checksum(
+    headers: &http::HeaderMap,
+    upload: Option<UploadChecksum>,
+    composite: Option<&(ChecksumAlgorithm, String)>,
+) -> ApiResult<()> {
+    if let Some(kind) = headers.get("x-amz-checksum-type") {
+        let kind = kind.to_str().unwrap_or("").trim();
+        let ours = upload.map_or("", |u| u.type_name());
+        if !kind.eq_ignore_ascii_case(ours) {
+            return Err(ApiError::new(
+                S3ErrorCode::BadDigest,
+                format!(
+                    "The x-amz-checksum-type {kind:?} is not the upload's ({}).",
+                    if ours.is_empty() { "none" } else { ours }
+                ),
+            ));
+        }
+    }
+    for a in ChecksumAlgorithm::ALL {
+        let Some(given) = headers.get(a.header_name()) else {
+            continue;
+        };
+        let given = given.to_str().unwrap_or("").trim();
+        let Some((alg, value)) = composite.filter(|(alg, _)| *alg == a) else {
+            return Err(ApiError::new(
+                S3ErrorCode::InvalidRequest,
+                format!(
+                    "The upload was not created with the {} checksum algorithm.",
+                    a.name()
+                ),
+            ));
+        };
+        let base = value.split_once('-').map_or(value.as_str(), |(b, _)| b);
+        if given != value && given != base {
+            return Err(ApiError::new(
+                S3ErrorCode::BadDigest,
+                format!(
+                    "The {} you specified did not match the checksum of the parts ({value}).",
+                    alg.header_name()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The parts of a CompleteMultipartUpload request in ascending order. A part number listed
+/// several times in a row (a part uploaded again while its first upload was still running, both
+/// answers listed) counts once, by its last entry: the upload that finished last is the part.
+/// Any other order is `InvalidPartOrder`.
+fn dedup_parts(requested: Vec<xml::CompletedPartXml>) -> ApiResult<Vec<xml::CompletedPartXml>> {
+    let mut out: Vec<xml::CompletedPartXml> = Vec::with_capacity(requested.len());
+    for part in requested {
+        match out.last_mut() {
+            Some(last) if last.part_number == part.part_number => *last = part,
+            Some(last) if last.part_number > part.part_number => {
+                return Err(S3ErrorCode::InvalidPartOrder.into())
+            }
+            _ => out.push(part),
+        }
+    }
+    Ok(out)
 }
 
 /// `x-amz-copy-source-range: bytes=first-last`, both required.
@@ -313,11 +487,16 @@ pub async fn upload_part_copy(
     let (offset, len) = match range {
         None => (0, info.size),
         Some((a, b)) => {
+            // A well-formed range the source does not cover: InvalidRange, as S3 (a malformed
+            // one is InvalidArgument, above).
             if b >= info.size {
-                return Err(ApiError::invalid_argument(format!(
-                    "Range specified is not valid for source object of size: {}",
-                    info.size
-                )));
+                return Err(ApiError::new(
+                    S3ErrorCode::InvalidRange,
+                    format!(
+                        "Range specified is not valid for source object of size: {}",
+                        info.size
+                    ),
+                ));
             }
             (a, b - a + 1)
         }
@@ -372,14 +551,9 @@ pub async fn complete_multipart_upload(
     upload_id: &str,
 ) -> ApiResult<Response> {
     let precondition = write_precondition(&ctx.parts.headers)?;
-    let body = ctx.small_body().await?;
-    let requested = xml::parse_complete_multipart_upload(&body)?;
-    if requested
-        .windows(2)
-        .any(|w| w[0].part_number >= w[1].part_number)
-    {
-        return Err(S3ErrorCode::InvalidPartOrder.into());
-    }
+    // An x-amz-checksum-* header here is the object's checksum, checked below, not the body's.
+    let body = ctx.small_body_not_checksummed().await?;
+    let requested = dedup_parts(xml::parse_complete_multipart_upload(&body)?)?;
     if requested.len() > MAX_PARTS as usize {
         return Err(S3ErrorCode::MalformedXML.into());
     }
@@ -388,8 +562,9 @@ pub async fn complete_multipart_upload(
     let mut stored = Vec::new();
     let mut marker = 0;
     let mut algorithm;
+    let mut gone = false;
     loop {
-        let page = ctx
+        let page = match ctx
             .layer()
             .list_object_parts(
                 bucket,
@@ -400,7 +575,18 @@ pub async fn complete_multipart_upload(
                     max_parts: MAX_PARTS as usize,
                 },
             )
-            .await?;
+            .await
+        {
+            Ok(page) => page,
+            // Completed already (or never there): the object layer tells a retried complete,
+            // which it answers as the first, from an unknown upload.
+            Err(quarry_object::Error::NoSuchUpload) if marker == 0 => {
+                algorithm = None;
+                gone = true;
+                break;
+            }
+            Err(e) => return Err(e.into()),
+        };
         algorithm = page.upload.checksum_algorithm.clone();
         stored.extend(page.parts);
         match page.next_part_number_marker {
@@ -408,9 +594,13 @@ pub async fn complete_multipart_upload(
             _ => break,
         }
     }
-    let algorithm = algorithm.as_deref().map(algorithm_of).transpose()?;
+    let upload = algorithm.as_deref().map(upload_checksum_of).transpose()?;
+    let algorithm = upload.map(|u| u.algorithm);
+    let full_object = upload.is_some_and(|u| u.full_object);
     let mut parts = Vec::with_capacity(requested.len());
-    let mut composite = algorithm.map(Checksummer::new);
+    let mut composite = algorithm.filter(|_| !full_object).map(Checksummer::new);
+    // FULL_OBJECT: each part's raw CRC and size, combined below.
+    let mut crcs: Vec<(Vec<u8>, u64)> = Vec::new();
     for r in &requested {
         let found = stored.iter().find(|p| p.number == r.part_number);
         // A part checksum given for an upload without an algorithm has nothing to match and is
@@ -430,13 +620,14 @@ pub async fn complete_multipart_upload(
             }
         }
         let checksum = found.and_then(|p| p.checksum.clone());
-        if let (Some(c), Some(sum), Some(a)) = (composite.as_mut(), &checksum, algorithm) {
-            match a.decode_value(sum) {
-                Some(raw) => c.update(&raw),
-                None => {
-                    tracing::error!(part = r.part_number, "stored part checksum is malformed");
-                    return Err(S3ErrorCode::InternalError.into());
-                }
+        if let (Some(sum), Some(a), Some(p)) = (&checksum, algorithm, found) {
+            let Some(raw) = a.decode_value(sum) else {
+                tracing::error!(part = r.part_number, "stored part checksum is malformed");
+                return Err(S3ErrorCode::InternalError.into());
+            };
+            match composite.as_mut() {
+                Some(c) => c.update(&raw),
+                None => crcs.push((raw, p.size)),
             }
         }
         parts.push(CompletePart {
@@ -450,11 +641,23 @@ pub async fn complete_multipart_upload(
         precondition,
         ..Default::default()
     };
-    if let (Some(c), Some(a)) = (composite, algorithm) {
-        opts.checksums.insert(
-            a.name().to_ascii_lowercase(),
-            format!("{}-{}", BASE64.encode(c.finalize()), parts.len()),
-        );
+    let object_checksum = match upload {
+        Some(u) if u.full_object => u
+            .crc()
+            .map(|crc| (u.algorithm, BASE64.encode(combine_crcs(crc, &crcs)))),
+        _ => composite.zip(algorithm).map(|(c, a)| {
+            (
+                a,
+                format!("{}-{}", BASE64.encode(c.finalize()), parts.len()),
+            )
+        }),
+    };
+    // (A retry of a completed upload is answered by the object layer from what it stored.)
+    if !gone {
+        check_expected_checksum(&ctx.parts.headers, upload, object_checksum.as_ref())?;
+    }
+    if let Some((a, value)) = object_checksum {
+        opts.checksums.insert(a.name().to_ascii_lowercase(), value);
     }
     let info = ctx
         .layer()
@@ -466,7 +669,7 @@ pub async fn complete_multipart_upload(
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
         .unwrap_or("localhost");
-    let path = xml::url_encode(key).replace('+', "%20");
+    let path = xml::url_encode(key);
     // Virtual-host style names the bucket in the host already.
     let location = if host.starts_with(&format!("{bucket}.")) {
         format!("http://{host}/{path}")
@@ -481,10 +684,7 @@ pub async fn complete_multipart_upload(
         &info.etag,
         checksum.map(|(a, v)| (a.as_str(), v.as_str())),
     ));
-    if let Some((a, v)) = checksum {
-        set_header(response.headers_mut(), &format!("x-amz-checksum-{a}"), v);
-        set_header(response.headers_mut(), "x-amz-checksum-type", "COMPOSITE");
-    }
+    checksum_headers(response.headers_mut(), &info);
     Ok(response)
 }
 
@@ -573,6 +773,90 @@ mod tests {
         assert_eq!(parse_copy_range("bytes=5-5").unwrap(), (5, 5));
         for bad in ["bytes=5-", "bytes=-5", "bytes=9-0", "0-9", "bytes=a-b", ""] {
             assert!(parse_copy_range(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn full_object_crc_is_the_crc_of_the_whole() {
+        use crc_fast::CrcAlgorithm as C;
+        let parts: [&[u8]; 3] = [b"hello, ", b"multipart ", b"world"];
+        let whole: Vec<u8> = parts.concat();
+        for (crc, width) in [(C::Crc32IsoHdlc, 4), (C::Crc32Iscsi, 4), (C::Crc64Nvme, 8)] {
+            let raw = |d: &[u8]| crc_fast::checksum(crc, d).to_be_bytes()[8 - width..].to_vec();
+            let given: Vec<(Vec<u8>, u64)> =
+                parts.iter().map(|p| (raw(p), p.len() as u64)).collect();
+            assert_eq!(combine_crcs(crc, &given), raw(&whole), "{crc:?}");
+            assert_eq!(combine_crcs(crc, &given[..1]), raw(parts[0]));
+        }
+    }
+
+    #[test]
+    fn upload_checksum_types() {
+        let h = |pairs: &[(&str, &str)]| {
+            let mut m = http::HeaderMap::new();
+            for (k, v) in pairs {
+                m.insert(
+                    http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                    v.parse().unwrap(),
+                );
+            }
+            m
+        };
+        use ChecksumAlgorithm as A;
+        let ok = |alg, pairs: &[(&str, &str)]| upload_checksum_requested(&h(pairs), alg).unwrap();
+        assert_eq!(ok(None, &[]), None);
+        let composite = ok(Some(A::Crc32), &[]).unwrap();
+        assert!(!composite.full_object);
+        assert_eq!(
+            composite.recorded(),
+            "crc32",
+            "as uploads were recorded before"
+        );
+        let full = ok(Some(A::Crc32c), &[("x-amz-checksum-type", "FULL_OBJECT")]).unwrap();
+        assert!(full.full_object);
+        assert_eq!(UploadChecksum::parse(&full.recorded()), Some(full));
+        assert!(
+            ok(Some(A::Crc64Nvme), &[]).unwrap().full_object,
+            "CRC64NVME's default"
+        );
+        for (alg, kind) in [
+            (Some(A::Sha256), "FULL_OBJECT"),
+            (Some(A::Crc64Nvme), "COMPOSITE"),
+            (Some(A::Crc32), "BOTH"),
+            (None, "COMPOSITE"),
+        ] {
+            let err = upload_checksum_requested(&h(&[("x-amz-checksum-type", kind)]), alg);
+            assert_eq!(
+                err.unwrap_err().code(),
+                S3ErrorCode::InvalidRequest,
+                "{alg:?} {kind}"
+            );
+        }
+        assert_eq!(UploadChecksum::parse("md5"), None);
+    }
+
+    #[test]
+    fn repeated_part_numbers_count_once_by_their_last_entry() {
+        let part = |n: u32, etag: &str| xml::CompletedPartXml {
+            part_number: n,
+            etag: etag.into(),
+            checksum: None,
+        };
+        let got =
+            dedup_parts(vec![part(1, "a"), part(2, "b"), part(2, "c"), part(3, "d")]).unwrap();
+        let got: Vec<(u32, &str)> = got
+            .iter()
+            .map(|p| (p.part_number, p.etag.as_str()))
+            .collect();
+        assert_eq!(got, [(1, "a"), (2, "c"), (3, "d")]);
+        for bad in [
+            vec![part(2, "a"), part(1, "b")],
+            vec![part(1, "a"), part(2, "b"), part(1, "c")],
+        ] {
+            assert_eq!(
+                dedup_parts(bad).unwrap_err().code(),
+                S3ErrorCode::InvalidPartOrder
+            );
         }
     }
 

@@ -125,8 +125,13 @@ impl PostPolicy {
             .get("expiration")
             .and_then(Value::as_str)
             .ok_or_else(|| invalid_policy("Policy missing expiration."))?;
+        // ISO 8601 as AWS requires it: a `T` between date and time (RFC 3339 would also let a
+        // space through, which S3 refuses).
+        let iso = expiration.as_bytes().get(10).is_some_and(|b| *b == b'T');
         let expiration = OffsetDateTime::parse(expiration, &Rfc3339)
-            .map_err(|_| invalid_policy(format!("Invalid 'expiration' value: '{expiration}'")))?;
+            .ok()
+            .filter(|_| iso)
+            .ok_or_else(|| invalid_policy(format!("Invalid 'expiration' value: '{expiration}'")))?;
         let conditions = obj
             .get("conditions")
             .and_then(Value::as_array)
@@ -177,8 +182,10 @@ impl PostPolicy {
             }
         }
         for (name, _) in &form.fields {
-            let exempt = matches!(name.as_str(), "policy" | "x-amz-signature" | "file")
-                || name.starts_with("x-ignore-");
+            let exempt = matches!(
+                name.as_str(),
+                "policy" | "x-amz-signature" | "file" | "awsaccesskeyid" | "signature"
+            ) || name.starts_with("x-ignore-");
             let covered = self.conditions.iter().any(|c| match c {
                 Condition::Eq { field, .. } | Condition::StartsWith { field, .. } => field == name,
                 Condition::ContentLengthRange { .. } => false,
@@ -490,12 +497,13 @@ fn authenticate(state: &AppState, form: &Form) -> Result<PostPolicy, S3Error> {
             "Access Denied. Anonymous uploads are not supported; sign the form's policy with AWS Signature Version 4.",
         ));
     };
+    // SigV2 (`AWSAccessKeyId` + `signature`), what older forms and browsers' pages send.
     let sigv2 = form.get("awsaccesskeyid").is_some() || form.get("signature").is_some();
     if sigv2 && form.get("x-amz-signature").is_none() {
-        return Err(S3Error::new(
-            S3ErrorCode::InvalidArgument,
-            "Signature Version 2 POST policies are not supported; sign the policy with AWS Signature Version 4 (AWS4-HMAC-SHA256).",
-        ));
+        let access_key = form.require("awsaccesskeyid")?;
+        let signature = form.require("signature")?;
+        signature::verify_post_signature_v2(&state.auth, access_key, policy_b64, signature)?;
+        return PostPolicy::parse(policy_b64);
     }
     let algorithm = form.require("x-amz-algorithm")?;
     if algorithm != "AWS4-HMAC-SHA256" {
@@ -762,6 +770,7 @@ mod tests {
             &b64("not json"),
             &b64(r#"{"conditions": []}"#),
             &b64(r#"{"expiration": "tomorrow", "conditions": []}"#),
+            &b64(r#"{"expiration": "2030-01-01 00:00:00+00:00", "conditions": []}"#),
             &b64(r#"{"expiration": "2030-01-01T00:00:00Z"}"#),
             &b64(r#"{"expiration": "2030-01-01T00:00:00Z", "conditions": [["eq", "key", "x"]]}"#),
             &b64(r#"{"expiration": "2030-01-01T00:00:00Z", "conditions": [["in", "$key", "x"]]}"#),

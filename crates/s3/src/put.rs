@@ -30,9 +30,10 @@ pub async fn put_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Resp
     check_unsupported_headers(headers)?;
     check_acl_headers(headers)?;
     check_storage_class(headers)?;
-    let size = signature::declared_size(&ctx.parts)
-        .ok_or_else(|| ApiError::from(S3ErrorCode::MissingContentLength))?;
-    if size > MAX_PUT_SIZE {
+    // No length at all (`Transfer-Encoding: chunked`, or aws-chunked without a decoded length):
+    // accepted as S3 does, and cut off past the largest object a PUT may create.
+    let size = signature::declared_size(&ctx.parts);
+    if let Some(size) = size.filter(|&s| s > MAX_PUT_SIZE) {
         return Err(ApiError::new(
             S3ErrorCode::EntityTooLarge,
             format!(
@@ -41,6 +42,10 @@ pub async fn put_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Resp
         ));
     }
     let (body, verified) = ctx.body_stream_with_checksum()?;
+    let body = match size {
+        Some(_) => body,
+        None => bounded(body, MAX_PUT_SIZE),
+    };
     let (body, default) = if declares_checksum(headers) {
         (body, None)
     } else {
@@ -48,7 +53,7 @@ pub async fn put_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Resp
         (body, Some(sum))
     };
     let opts = PutOptions {
-        size: Some(size),
+        size,
         content_md5: content_md5(headers)?,
         headers: stored_headers(headers)?,
         user_meta: user_metadata(headers)?,
@@ -78,6 +83,23 @@ pub async fn put_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Resp
     Ok(response)
 }
 
+/// A body whose length nobody declared: at most `limit` bytes; one more fails the request with
+/// `EntityTooLarge` as it streams (nothing is buffered to find out).
+fn bounded(body: ByteStream, limit: u64) -> ByteStream {
+    let mut seen: u64 = 0;
+    Box::pin(body.map(move |chunk| {
+        let data = chunk?;
+        seen = seen.saturating_add(data.len() as u64);
+        if seen > limit {
+            return Err(std::io::Error::other(crate::error::S3Error::new(
+                S3ErrorCode::EntityTooLarge,
+                format!("A single PUT may upload at most {limit} bytes; this body is longer."),
+            )));
+        }
+        Ok(data)
+    }))
+}
+
 /// Whether the client sends a checksum of its own (a header or a trailer) for the verifier.
 fn declares_checksum(headers: &HeaderMap) -> bool {
     headers.contains_key("x-amz-trailer")
@@ -98,4 +120,38 @@ fn default_checksum(body: ByteStream) -> (ByteStream, Arc<Mutex<Checksummer>>) {
         chunk
     });
     (Box::pin(body), sum)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    async fn collect(body: ByteStream) -> Result<Vec<u8>, std::io::Error> {
+        let mut out = Vec::new();
+        let mut body = body;
+        while let Some(chunk) = body.next().await {
+            out.extend_from_slice(&chunk?);
+        }
+        Ok(out)
+    }
+
+    fn stream(pieces: &[&'static [u8]]) -> ByteStream {
+        let items: Vec<Result<Bytes, std::io::Error>> =
+            pieces.iter().map(|p| Ok(Bytes::from_static(p))).collect();
+        Box::pin(futures::stream::iter(items))
+    }
+
+    #[tokio::test]
+    async fn an_undeclared_body_is_bounded() {
+        assert_eq!(
+            collect(bounded(stream(&[b"abc", b"de"]), 5)).await.unwrap(),
+            b"abcde"
+        );
+        let err = collect(bounded(stream(&[b"abc", b"def"]), 5))
+            .await
+            .unwrap_err();
+        let e = signature::s3_error_of(&err).expect("an S3 error");
+        assert_eq!(e.code, S3ErrorCode::EntityTooLarge);
+    }
 }

@@ -79,6 +79,11 @@ pub enum Endpoint {
         key: String,
         read: ObjectRead,
     },
+    /// `GET /bucket/key?attributes`: what `x-amz-object-attributes` asks for.
+    GetObjectAttributes {
+        bucket: String,
+        key: String,
+    },
     DeleteObject {
         bucket: String,
         key: String,
@@ -212,6 +217,7 @@ impl Endpoint {
             | E::CopyObject { bucket, .. }
             | E::GetObject { bucket, .. }
             | E::HeadObject { bucket, .. }
+            | E::GetObjectAttributes { bucket, .. }
             | E::DeleteObject { bucket, .. }
             | E::DeleteObjects { bucket }
             | E::GetBucketCors { bucket }
@@ -250,6 +256,7 @@ impl Endpoint {
             Endpoint::CopyObject { .. } => "CopyObject",
             Endpoint::GetObject { .. } => "GetObject",
             Endpoint::HeadObject { .. } => "HeadObject",
+            Endpoint::GetObjectAttributes { .. } => "GetObjectAttributes",
             Endpoint::DeleteObject { .. } => "DeleteObject",
             Endpoint::DeleteObjects { .. } => "DeleteObjects",
             Endpoint::GetBucketCors { .. } => "GetBucketCors",
@@ -455,10 +462,10 @@ pub fn parse(
 
     let path = path.strip_prefix('/').ok_or_else(invalid_uri)?;
     let (bucket, key) = match host_bucket {
-        Some(bucket) => (bucket.to_owned(), decode_path(path)?),
+        Some(bucket) => (bucket.to_owned(), decode_key(path)?),
         None => {
             let (bucket, key) = path.split_once('/').unwrap_or((path, ""));
-            (decode_path(bucket)?, decode_path(key)?)
+            (decode_path(bucket)?, decode_key(key)?)
         }
     };
 
@@ -502,6 +509,17 @@ fn is_anonymous(headers: &HeaderMap, query: &Query) -> bool {
                 || k == "Signature"
                 || k == "AWSAccessKeyId"
         })
+}
+
+/// An object key from the path. A key holding a C1 control character (U+0080 to U+009F: what
+/// Latin-1 bytes read as UTF-8 by mistake become) is refused as S3 refuses it, with 400
+/// `InvalidURI` "Couldn't parse the specified URI.", rather than looked up or stored.
+fn decode_key(s: &str) -> Result<String, S3Error> {
+    let key = decode_path(s)?;
+    if key.chars().any(|c| ('\u{80}'..='\u{9f}').contains(&c)) {
+        return Err(S3Error::from_code(S3ErrorCode::InvalidURI));
+    }
+    Ok(key)
 }
 
 fn decode_path(s: &str) -> Result<String, S3Error> {
@@ -668,6 +686,9 @@ fn object_endpoint(
             return Ok(Endpoint::HeadObject { bucket, key, read });
         }
         (Method::DELETE, None) if !versioned => return Ok(Endpoint::DeleteObject { bucket, key }),
+        (Method::GET, Some("attributes")) if !versioned => {
+            return Ok(Endpoint::GetObjectAttributes { bucket, key })
+        }
         (Method::PUT, None) if copy => return Ok(Endpoint::CopyObject { bucket, key }),
         (Method::PUT, None) => return Ok(Endpoint::PutObject { bucket, key }),
         (Method::GET | Method::HEAD | Method::DELETE, None) => {

@@ -33,7 +33,7 @@ use crate::cors::{self, CorsCache};
 use crate::error::{error_xml, S3ErrorCode};
 use crate::router::{self, Endpoint, Query, RouteError};
 use crate::signature::{self, AuthConfig, Authenticated, Credentials};
-use crate::{acl, bucket, copy, delete, get, list, multipart, post_object, put};
+use crate::{acl, attributes, bucket, copy, delete, get, list, multipart, post_object, put};
 
 /// What the front end needs to know besides the object layer.
 #[derive(Debug, Clone)]
@@ -364,15 +364,7 @@ impl ReqCtx {
     /// [`ReqCtx::body_stream`], and the slot that holds the verified `x-amz-checksum-*` value
     /// (header or trailer) once the body has ended.
     pub fn body_stream_with_checksum(&self) -> ApiResult<(ByteStream, signature::ChecksumSlot)> {
-        let taken = self
-            .body
-            .lock()
-            .map(|mut b| b.take())
-            .unwrap_or_else(|poisoned| poisoned.into_inner().take());
-        let body = taken.ok_or_else(|| {
-            tracing::error!("request body taken twice");
-            ApiError::from(S3ErrorCode::InternalError)
-        })?;
+        let body = self.take_body()?;
         let stream = timed_stream(
             counted_stream(body, self.bytes_in.clone()),
             self.state.body_timeouts,
@@ -380,6 +372,41 @@ impl ReqCtx {
         let (verified, slot) =
             signature::verified_body_with_checksum(&self.parts, &self.auth, stream)?;
         Ok((Box::pin(verified), slot))
+    }
+
+    /// [`ReqCtx::small_body`] of a request whose `x-amz-checksum-*` header is not the body's
+    /// checksum but the result's (CompleteMultipartUpload: the object's). The body is verified
+    /// as any other (its signature, Content-MD5), only not against that header.
+    pub async fn small_body_not_checksummed(&self) -> ApiResult<Bytes> {
+        if signature::declared_size(&self.parts).is_some_and(|n| n > MAX_XML_BODY as u64) {
+            return Err(ApiError::new(
+                S3ErrorCode::MalformedXML,
+                format!("The XML body is larger than the {MAX_XML_BODY} bytes accepted."),
+            ));
+        }
+        let mut parts = self.parts.clone();
+        for a in signature::checksum::ChecksumAlgorithm::ALL {
+            parts.headers.remove(a.header_name());
+        }
+        let body = self.take_body()?;
+        let stream = timed_stream(
+            counted_stream(body, self.bytes_in.clone()),
+            self.state.body_timeouts,
+        );
+        let (verified, _) = signature::verified_body_with_checksum(&parts, &self.auth, stream)?;
+        read_small(Box::pin(verified), MAX_XML_BODY).await
+    }
+
+    fn take_body(&self) -> ApiResult<Body> {
+        let taken = self
+            .body
+            .lock()
+            .map(|mut b| b.take())
+            .unwrap_or_else(|poisoned| poisoned.into_inner().take());
+        taken.ok_or_else(|| {
+            tracing::error!("request body taken twice");
+            ApiError::from(S3ErrorCode::InternalError)
+        })
     }
 
     /// A small body (XML), read completely and verified; more than 1 MiB is refused.
@@ -567,6 +594,9 @@ async fn dispatch(
         E::CopyObject { bucket, key } => copy::copy_object(&ctx, &bucket, &key).await,
         E::GetObject { bucket, key, read } => {
             get::get_object(&ctx, &bucket, &key, read, false).await
+        }
+        E::GetObjectAttributes { bucket, key } => {
+            attributes::get_object_attributes(&ctx, &bucket, &key).await
         }
         E::HeadObject { bucket, key, read } => {
             get::get_object(&ctx, &bucket, &key, read, true).await

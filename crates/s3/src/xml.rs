@@ -323,7 +323,19 @@ pub fn parse_complete_multipart_upload(body: &[u8]) -> Result<Vec<CompletedPartX
 
 /// `ChecksumCRC32` and the like: the element of a checksum algorithm named as stored (`crc32`).
 pub fn checksum_element(algorithm: &str) -> String {
-    format!("Checksum{}", algorithm.to_ascii_uppercase())
+    format!(
+        "Checksum{}",
+        upload_algorithm(algorithm).0.to_ascii_uppercase()
+    )
+}
+
+/// An upload's recorded checksum algorithm as (algorithm name, checksum type), see
+/// [`crate::multipart::UploadChecksum`].
+fn upload_algorithm(recorded: &str) -> (&str, &'static str) {
+    match crate::multipart::UploadChecksum::parse(recorded) {
+        Some(u) => (u.algorithm.name(), u.type_name()),
+        None => (recorded, "COMPOSITE"),
+    }
 }
 
 /// The answer to CreateMultipartUpload.
@@ -349,8 +361,14 @@ pub fn complete_multipart_upload_result(
         .elem("Key", key)
         .elem("ETag", &format!("\"{etag}\""));
     if let Some((alg, value)) = checksum {
+        // A composite checksum carries its part count (`...-N`); a full-object one does not.
+        let kind = if value.contains('-') {
+            "COMPOSITE"
+        } else {
+            "FULL_OBJECT"
+        };
         w.elem(&checksum_element(alg), value)
-            .elem("ChecksumType", "COMPOSITE");
+            .elem("ChecksumType", kind);
     }
     w.finish("CompleteMultipartUploadResult")
 }
@@ -400,8 +418,8 @@ pub fn list_parts_result(
         .owner()
         .elem("StorageClass", "STANDARD");
     if let Some(alg) = &r.upload.checksum_algorithm {
-        w.elem("ChecksumAlgorithm", &alg.to_ascii_uppercase())
-            .elem("ChecksumType", "COMPOSITE");
+        let (name, kind) = upload_algorithm(alg);
+        w.elem("ChecksumAlgorithm", name).elem("ChecksumType", kind);
     }
     w.finish("ListPartsResult")
 }
@@ -459,8 +477,8 @@ pub fn list_multipart_uploads_result(
             .elem("StorageClass", "STANDARD")
             .elem("Initiated", &iso8601(u.initiated_ns));
         if let Some(alg) = &u.checksum_algorithm {
-            w.elem("ChecksumAlgorithm", &alg.to_ascii_uppercase())
-                .elem("ChecksumType", "COMPOSITE");
+            let (name, kind) = upload_algorithm(alg);
+            w.elem("ChecksumAlgorithm", name).elem("ChecksumType", kind);
         }
         w.close("Upload");
     }
@@ -501,9 +519,9 @@ pub fn system_time(ns: i64) -> std::time::SystemTime {
     std::time::UNIX_EPOCH + std::time::Duration::from_nanos(u64::try_from(ns).unwrap_or(0))
 }
 
-/// Encodes a key, prefix, marker or delimiter for `encoding-type=url` as S3 does: form-style
-/// query escaping (space as `+`, everything outside `A-Z a-z 0-9 - _ .` as `%XX`), except that
-/// `/` and `*` stay as they are.
+/// Encodes a key, prefix, marker or delimiter for `encoding-type=url` as S3 does: every byte
+/// outside `A-Z a-z 0-9 - _ . / *` as `%XX`, a space too (`%20`, never `+`, which a client could
+/// not tell from a `+` in the key: S3 sends `quux%20ab/` for `quux ab/`).
 pub fn url_encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for &b in s.as_bytes() {
@@ -511,7 +529,6 @@ pub fn url_encode(s: &str) -> String {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'/' | b'*' => {
                 out.push(b as char)
             }
-            b' ' => out.push('+'),
             _ => {
                 let _ = write!(out, "%{b:02X}");
             }
@@ -693,7 +710,7 @@ mod tests {
 
     #[test]
     fn url_encoding_matches_s3() {
-        assert_eq!(url_encode("a b/c*d~e+f%g"), "a+b/c*d%7Ee%2Bf%25g");
+        assert_eq!(url_encode("a b/c*d~e+f%g"), "a%20b/c*d%7Ee%2Bf%25g");
         assert_eq!(url_encode("é\u{1}"), "%C3%A9%01");
         assert_eq!(url_encode("Az09-_."), "Az09-_.");
     }

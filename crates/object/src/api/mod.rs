@@ -49,6 +49,13 @@ pub struct ObjectInfo {
     pub parts: usize,
 }
 
+/// One part of a stored object: its number and size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectPart {
+    pub number: u32,
+    pub size: u64,
+}
+
 /// A byte range as the client asked for it (HTTP `Range: bytes=...`), before it is resolved
 /// against the object's size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,6 +105,9 @@ impl HttpRange {
 pub enum WritePrecondition {
     /// Write only if no object exists under the key.
     IfNoneMatchAny,
+    /// Write only if no object exists under the key or its ETag matches none of these (the
+    /// header's value, as sent: a comma-separated list of ETags, or `*`).
+    IfNoneMatch(String),
     /// Write only if the current object's ETag matches (the header's value, as sent).
     IfMatch(String),
 }
@@ -311,6 +321,16 @@ pub trait ObjectLayer: Send + Sync + 'static {
         _opts: ListUploadsOptions,
     ) -> Result<ListUploadsResult> {
         Err(crate::Error::NotImplemented("multipart upload"))
+    }
+
+    /// An object's info and its parts, in order (one for an object not made by a multipart
+    /// upload), for GetObjectAttributes.
+    async fn object_parts(
+        &self,
+        _bucket: &str,
+        _key: &str,
+    ) -> Result<(ObjectInfo, Vec<ObjectPart>)> {
+        Err(crate::Error::NotImplemented("the parts of an object"))
     }
 
     /// GetObject of one part (`partNumber`, 1..=parts) of an object; `range` is the part's span.

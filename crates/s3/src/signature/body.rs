@@ -55,11 +55,17 @@ pub(crate) fn checksum_source(
                 "Expecting a single x-amz-checksum- header. Multiple checksum Types are not allowed.",
             ));
         }
+        // A value that is not a digest of this algorithm cannot match the body: BadDigest, as S3
+        // answers it (InvalidRequest is for the headers' combination).
         let digest = alg.decode_value(value).ok_or_else(|| {
-            invalid(format!(
-                "Value for {} header is invalid.",
-                alg.header_name()
-            ))
+            S3Error::new(
+                S3ErrorCode::BadDigest,
+                format!(
+                    "The {} you specified is not a {} checksum, so it did not match what we received.",
+                    alg.header_name(),
+                    alg.name()
+                ),
+            )
         })?;
         found = Some(ExpectedChecksum {
             algorithm: alg,
@@ -169,16 +175,16 @@ where
             content_length: header_str(parts, "content-length")?.and_then(|v| v.parse().ok()),
         },
         Some(mode) => {
-            let decoded = header_str(parts, "x-amz-decoded-content-length")?.ok_or_else(|| {
-                S3Error::new(
-                    S3ErrorCode::MissingContentLength,
-                    "You must provide the x-amz-decoded-content-length header with an aws-chunked body.",
-                )
-            })?;
-            let decoded: u64 = decoded.parse().map_err(|_| {
-                invalid("Value for x-amz-decoded-content-length header is invalid.")
-            })?;
-            Framing::Chunked(Box::new(AwsChunkedDecoder::new(mode, decoded)))
+            // Without x-amz-decoded-content-length the body is as long as its chunks say; the
+            // handler bounds it (a PUT by the largest object).
+            let decoded = header_str(parts, "x-amz-decoded-content-length")?
+                .map(|v| {
+                    v.parse::<u64>().map_err(|_| {
+                        invalid("Value for x-amz-decoded-content-length header is invalid.")
+                    })
+                })
+                .transpose()?;
+            Framing::Chunked(Box::new(AwsChunkedDecoder::with_length(mode, decoded)))
         }
     };
     let checksum = match &source {

@@ -28,7 +28,7 @@ mod streaming;
 mod v2;
 mod v4;
 
-pub(crate) use post::verify_post_signature;
+pub(crate) use post::{verify_post_signature, verify_post_signature_v2};
 pub use streaming::ChunkSigner;
 
 use bytes::Bytes;
@@ -259,8 +259,9 @@ impl ChecksumSlot {
     }
 }
 
-/// The object size the client declared: x-amz-decoded-content-length for aws-chunked bodies, else
-/// Content-Length.
+/// The object size the client declared: x-amz-decoded-content-length for aws-chunked bodies (a
+/// `STREAMING-*` x-amz-content-sha256, the one thing that makes the body chunk-framed), else
+/// Content-Length. `None` when the client did not say (`Transfer-Encoding: chunked`).
 pub fn declared_size(parts: &Parts) -> Option<u64> {
     let header = |name: &str| {
         parts
@@ -269,14 +270,7 @@ pub fn declared_size(parts: &Parts) -> Option<u64> {
             .and_then(|v| v.to_str().ok())
             .map(str::trim)
     };
-    let chunked = parts
-        .headers
-        .get_all(http::header::CONTENT_ENCODING)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|e| e.trim().eq_ignore_ascii_case("aws-chunked"))
-        || header("x-amz-content-sha256").is_some_and(|v| v.starts_with("STREAMING-"));
+    let chunked = header("x-amz-content-sha256").is_some_and(|v| v.starts_with("STREAMING-"));
     let name = if chunked {
         "x-amz-decoded-content-length"
     } else {

@@ -83,8 +83,12 @@ pub(crate) fn verify_presigned(
     let expires: i64 = expires
         .parse()
         .map_err(|_| query_error("X-Amz-Expires should be a number"))?;
+    // A negative lifetime ended before the URL was signed: expired (403), as S3 answers it.
     if expires < 0 {
-        return Err(query_error("X-Amz-Expires must be non-negative"));
+        return Err(S3Error::new(
+            S3ErrorCode::AccessDenied,
+            "Request has expired",
+        ));
     }
     if expires > MAX_EXPIRES_SECS {
         return Err(query_error(

@@ -150,7 +150,8 @@ pub(crate) struct AwsChunkedDecoder {
     chunk_remaining: u64,
     chunk_index: u64,
     decoded: u64,
-    expected_decoded: u64,
+    /// `x-amz-decoded-content-length`, when the client sent one.
+    expected_decoded: Option<u64>,
     trailers: Trailers,
     trailer_signature: Option<String>,
 }
@@ -168,7 +169,14 @@ fn incomplete(detail: impl std::fmt::Display) -> S3Error {
 
 impl AwsChunkedDecoder {
     /// `expected_decoded` is `x-amz-decoded-content-length`.
+    #[cfg(test)]
     pub(crate) fn new(mode: ChunkMode, expected_decoded: u64) -> Self {
+        Self::with_length(mode, Some(expected_decoded))
+    }
+
+    /// A decoder for a body of `expected_decoded` object bytes, or of any length when the client
+    /// did not say (the caller bounds it then).
+    pub(crate) fn with_length(mode: ChunkMode, expected_decoded: Option<u64>) -> Self {
         let (signing, trailer_allowed) = match mode {
             ChunkMode::Signed(signer) => (Some(signer), false),
             ChunkMode::SignedTrailer(signer) => (Some(signer), true),
@@ -292,8 +300,8 @@ impl AwsChunkedDecoder {
             }
             State::ChunkHeader | State::ChunkData | State::ChunkEnd => {
                 return Err(incomplete(format_args!(
-                    "The aws-chunked body ended inside chunk {} after {} of {} bytes.",
-                    self.chunk_index, self.decoded, self.expected_decoded
+                    "The aws-chunked body ended inside chunk {} after {} bytes.",
+                    self.chunk_index, self.decoded
                 )));
             }
         }
@@ -349,12 +357,11 @@ impl AwsChunkedDecoder {
                 self.chunk_index
             )));
         }
-        if self.decoded + size > self.expected_decoded {
+        if let Some(expected) = self.expected_decoded.filter(|&e| self.decoded + size > e) {
             return Err(S3Error::new(
                 S3ErrorCode::InvalidRequest,
                 format!(
-                    "The aws-chunked body holds more than the {} bytes given in x-amz-decoded-content-length.",
-                    self.expected_decoded
+                    "The aws-chunked body holds more than the {expected} bytes given in x-amz-decoded-content-length."
                 ),
             ));
         }
@@ -436,10 +443,10 @@ impl AwsChunkedDecoder {
 
     /// The body is complete: check the length and the trailer signature.
     fn complete(&mut self) -> Result<(), S3Error> {
-        if self.decoded != self.expected_decoded {
+        if let Some(expected) = self.expected_decoded.filter(|&e| e != self.decoded) {
             return Err(incomplete(format_args!(
-                "The aws-chunked body holds {} bytes, but x-amz-decoded-content-length is {}.",
-                self.decoded, self.expected_decoded
+                "The aws-chunked body holds {} bytes, but x-amz-decoded-content-length is {expected}.",
+                self.decoded
             )));
         }
         if let (Some(s), true) = (&self.signing, self.trailer_allowed) {

@@ -507,9 +507,10 @@ fn presigned_failures() {
         PRESIGNED.replace("X-Amz-Expires=86400", "X-Amz-Expires=soon"),
         S3ErrorCode::AuthorizationQueryParametersError,
     );
+    // A negative lifetime is an expired URL (403), not a malformed one.
     check(
         PRESIGNED.replace("X-Amz-Expires=86400", "X-Amz-Expires=-1"),
-        S3ErrorCode::AuthorizationQueryParametersError,
+        S3ErrorCode::AccessDenied,
     );
     check(
         PRESIGNED.replace("&X-Amz-SignedHeaders=host", ""),
@@ -606,14 +607,19 @@ fn aws_example_streaming_signed() {
     q.headers
         .insert("x-amz-trailer", "x-amz-checksum-crc32".parse().unwrap());
     assert!(verified_body(&q, &auth, stream_of(Vec::new(), 1)).is_err());
-    // The decoded length is required.
+    // Without the decoded length the chunks say how long the body is (the handler bounds it).
     let mut q = p.clone();
     q.headers.remove("x-amz-decoded-content-length");
+    assert_eq!(declared_size(&q), None);
     assert_eq!(
-        verified_body(&q, &auth, stream_of(Vec::new(), 1))
-            .err()
-            .map(|e| e.code),
-        Some(S3ErrorCode::MissingContentLength)
+        body_of(&q, &auth, body.clone(), 4096).unwrap(),
+        vec![b'a'; 66560]
+    );
+    assert_eq!(
+        body_of(&q, &auth, body[..body.len() - 90].to_vec(), 4096)
+            .unwrap_err()
+            .code,
+        S3ErrorCode::IncompleteBody
     );
 }
 
@@ -794,9 +800,14 @@ fn header_checksums() {
         ]),
         Some(S3ErrorCode::InvalidRequest)
     );
+    // A value that is no digest of its algorithm (4 bytes for a CRC64) cannot match: BadDigest.
     assert_eq!(
         err(&[("x-amz-checksum-crc64nvme", "DUoRhQ==")]),
-        Some(S3ErrorCode::InvalidRequest)
+        Some(S3ErrorCode::BadDigest)
+    );
+    assert_eq!(
+        err(&[("x-amz-checksum-sha256", "bad")]),
+        Some(S3ErrorCode::BadDigest)
     );
     assert_eq!(
         err(&[
@@ -859,10 +870,26 @@ fn declared_sizes() {
             &[
                 ("content-length", "100"),
                 ("content-encoding", "gzip, aws-chunked"),
+                ("x-amz-content-sha256", "STREAMING-UNSIGNED-PAYLOAD-TRAILER"),
                 ("x-amz-decoded-content-length", "7")
             ]
         )),
         Some(7)
+    );
+    // `aws-chunked` in Content-Encoding without a STREAMING payload is a label, not a framing:
+    // the body is plain and Content-Length is its size.
+    assert_eq!(
+        declared_size(&parts(
+            "PUT",
+            "/b/k",
+            &[
+                ("content-length", "100"),
+                ("content-encoding", "aws-chunked"),
+                ("x-amz-content-sha256", "UNSIGNED-PAYLOAD"),
+                ("x-amz-decoded-content-length", "7")
+            ]
+        )),
+        Some(100)
     );
     assert_eq!(
         declared_size(&parts(

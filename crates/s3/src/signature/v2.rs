@@ -356,6 +356,30 @@ fn payload_check(parts: &Parts) -> Result<PayloadCheck, S3Error> {
     }
 }
 
+/// Runs `check` over the CanonicalizedResource. A path-style request for a bucket itself
+/// (`/bucket`, no key) is also accepted signed over `/bucket/`, the form botocore signs (and
+/// virtual-host requests for the bucket have): both name the same resource. The first error is
+/// the answer.
+fn check_resource_forms(
+    raw_path: &str,
+    query: &[Param],
+    host_bucket: Option<&str>,
+    check: impl Fn(&[u8]) -> Result<(), S3Error>,
+) -> Result<(), S3Error> {
+    let first = check(&canonical_resource(raw_path, query, host_bucket));
+    let bare_bucket = host_bucket.is_none()
+        && raw_path.len() > 1
+        && !raw_path[1..].contains('/')
+        && raw_path.starts_with('/');
+    match first {
+        Err(e) if bare_bucket && e.code == S3ErrorCode::SignatureDoesNotMatch => {
+            let with_slash = format!("{raw_path}/");
+            check(&canonical_resource(&with_slash, query, None)).map_err(|_| e)
+        }
+        r => r,
+    }
+}
+
 /// Checks the signature over `sts`; the mismatch error carries the StringToSign, as AWS's
 /// `<StringToSign>` element does (it holds nothing the client did not send).
 fn check_signature(credentials: &Credentials, sts: &[u8], provided: &str) -> Result<(), S3Error> {
@@ -435,9 +459,10 @@ pub(crate) fn verify_header(
     }
 
     let query = parse_query(parts.uri.query().unwrap_or(""));
-    let resource = canonical_resource(parts.uri.path(), &query, host_bucket);
-    let sts = string_to_sign(parts, date_field, &resource, None);
-    check_signature(credentials, &sts, signature)?;
+    check_resource_forms(parts.uri.path(), &query, host_bucket, |resource| {
+        let sts = string_to_sign(parts, date_field, resource, None);
+        check_signature(credentials, &sts, signature)
+    })?;
     Ok(Authenticated {
         access_key: credentials.access_key.clone(),
         payload,
@@ -491,9 +516,10 @@ pub(crate) fn verify_presigned(
         ));
     }
 
-    let resource = canonical_resource(parts.uri.path(), &query, host_bucket);
-    let sts = string_to_sign(parts, expires_str.as_bytes(), &resource, Some(&query));
-    check_signature(credentials, &sts, signature)?;
+    check_resource_forms(parts.uri.path(), &query, host_bucket, |resource| {
+        let sts = string_to_sign(parts, expires_str.as_bytes(), resource, Some(&query));
+        check_signature(credentials, &sts, signature)
+    })?;
     Ok(Authenticated {
         access_key: credentials.access_key.clone(),
         payload,
@@ -796,6 +822,49 @@ mod tests {
         }
         assert!(!is_signed_subresource(b"prefix"));
         assert!(!is_signed_subresource(b"list-type"));
+    }
+
+    /// botocore signs a path-style request for a bucket (`PUT /bucket`) over `/bucket/`; the
+    /// bare path is accepted too. Neither form covers another resource.
+    #[test]
+    fn a_bucket_is_signed_with_or_without_its_slash() {
+        let c = cfg();
+        let date = "Wed, 02 Dec 2026 05:00:19 GMT";
+        let now = time_of(date);
+        for signed in ["/v2bucket/", "/v2bucket"] {
+            let auth = authz(&sign(&format!("PUT\n\n\n{date}\n{signed}")));
+            let p = parts(
+                "PUT",
+                "/v2bucket",
+                &[("date", date), ("authorization", &auth)],
+            );
+            verify_request(&p, &c, now).unwrap_or_else(|e| panic!("{signed}: {e}"));
+        }
+        // Refusals beside them: another bucket, an object of the bucket, the key signed as the
+        // bucket.
+        let auth = authz(&sign(&format!("PUT\n\n\n{date}\n/v2bucket/")));
+        for uri in ["/other", "/v2bucket/k", "/v2bucket/"] {
+            let p = parts("PUT", uri, &[("date", date), ("authorization", &auth)]);
+            if uri == "/v2bucket/" {
+                verify_request(&p, &c, now).expect("the exact path");
+                continue;
+            }
+            assert_eq!(
+                code(verify_request(&p, &c, now)),
+                S3ErrorCode::SignatureDoesNotMatch,
+                "{uri}"
+            );
+        }
+        let auth = authz(&sign(&format!("PUT\n\n\n{date}\n/v2bucket/k/")));
+        let p = parts(
+            "PUT",
+            "/v2bucket/k",
+            &[("date", date), ("authorization", &auth)],
+        );
+        assert_eq!(
+            code(verify_request(&p, &c, now)),
+            S3ErrorCode::SignatureDoesNotMatch
+        );
     }
 
     #[test]

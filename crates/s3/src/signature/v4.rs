@@ -621,10 +621,10 @@ fn request_time(parts: &Parts) -> Result<(String, OffsetDateTime), S3Error> {
         let t = parse_amz_date(s).ok_or_else(denied)?;
         return Ok((s.to_string(), t));
     }
+    // RFC 1123 with `GMT`, or with a numeric zone: botocore signs with `Date: ... -0000` when a
+    // caller set a Date header.
     let v = parts.headers.get(http::header::DATE).ok_or_else(denied)?;
-    let t = httpdate::parse_http_date(v.to_str().map_err(|_| denied())?.trim())
-        .map_err(|_| denied())?;
-    let t = OffsetDateTime::from(t);
+    let t = super::v2::parse_date(v.to_str().map_err(|_| denied())?).ok_or_else(denied)?;
     Ok((format_amz_date(t), t))
 }
 
@@ -708,6 +708,43 @@ pub(crate) fn verify_header_auth(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn with_headers(pairs: &[(&str, &str)]) -> Parts {
+        let mut b = http::Request::builder().method("PUT").uri("/b/k");
+        for (k, v) in pairs {
+            b = b.header(*k, *v);
+        }
+        b.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn request_time_from_x_amz_date_or_date() {
+        let want = "20261202T044036Z";
+        // botocore signs with `Date: ... -0000` (and no x-amz-date) when the caller set a Date.
+        for date in [
+            "Wed, 02 Dec 2026 04:40:36 GMT",
+            "Wed, 02 Dec 2026 04:40:36 -0000",
+            "Wed, 02 Dec 2026 04:40:36 +0000",
+        ] {
+            let (iso, _) = request_time(&with_headers(&[("date", date)])).unwrap();
+            assert_eq!(iso, want, "{date}");
+        }
+        // x-amz-date wins over Date.
+        let (iso, _) = request_time(&with_headers(&[
+            ("date", "Thu, 03 Dec 2026 00:00:00 GMT"),
+            ("x-amz-date", want),
+        ]))
+        .unwrap();
+        assert_eq!(iso, want);
+        for bad in [
+            vec![],
+            vec![("date", "yesterday")],
+            vec![("x-amz-date", "Wed, 02 Dec 2026 04:40:36 GMT")],
+        ] {
+            let e = request_time(&with_headers(&bad)).unwrap_err();
+            assert_eq!(e.code, S3ErrorCode::AccessDenied, "{bad:?}");
+        }
+    }
 
     #[test]
     fn uri_encoding() {

@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# The ceph/s3-tests conformance gate: runs the suite's `core` group (the everyday S3 API with one
+# user, ../shared/s3-tests/README.md) against one node on four drives and against a cluster of
+# four node processes on 127.0.0.1, then checks the results against the committed lists:
+#
+#   tests/s3-tests/expected-pass.txt   every test here must pass (the list only grows: a test
+#                                      that drops out of it is a regression)
+#   tests/s3-tests/known-failures.txt  the core tests that still fail, each with its reason
+#
+# Fails when an expected test does not pass, or when a core test is in neither list (a new test
+# in the suite, or a new failure nobody explained). A known failure that now passes is printed,
+# to be moved to expected-pass.txt. Per-test results: target/s3tests-results/{single,cluster}/
+# status.tsv (and junit.xml, pytest.log, the server logs).
+#
+#   scripts/s3-tests.sh [single|cluster|both]     (default both)
+#   scripts/s3-tests.sh check                      only check the last results against the lists
+#
+# Environment:
+#   QUARRY_BIN       the server binary (default target/debug/quarry; never built here)
+#   S3TESTS_HOME     the pinned suite and its harness (default ../shared/s3-tests)
+#   S3TESTS_FILTER   the run.sh group (default core; another group is run and counted, but only
+#                    core is checked against the lists)
+#   S3TESTS_JOBS     pytest-xdist workers per run (default 1: test_list_buckets_paginated counts
+#                    every bucket; the single-node and cluster runs go side by side instead)
+#   S3TESTS_TIMEOUT  seconds per test (default 180: a debug build on a loaded 2-core machine takes
+#                    over 60 s for the largest multipart tests; a hung test still ends)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+
+MODE=${1:-both}
+BIN=${QUARRY_BIN:-$ROOT/target/debug/quarry}
+SUITE=${S3TESTS_HOME:-$ROOT/../shared/s3-tests}
+FILTER=${S3TESTS_FILTER:-core}
+export S3TESTS_JOBS=${S3TESTS_JOBS:-1}
+export S3TESTS_TIMEOUT=${S3TESTS_TIMEOUT:-180}
+export S3TESTS_VENV=${S3TESTS_VENV:-$ROOT/target/s3tests-venv}
+RESULTS=$ROOT/target/s3tests-results
+EXPECTED=$ROOT/tests/s3-tests/expected-pass.txt
+KNOWN=$ROOT/tests/s3-tests/known-failures.txt
+AK=s3testsroot
+SK=s3tests-secret-key-0123456789
+
+case "$MODE" in single | cluster | both | check) ;; *)
+    echo "usage: $0 [single|cluster|both|check]" >&2
+    exit 2
+    ;;
+esac
+if [ "$MODE" != check ] && [ ! -x "$BIN" ]; then
+    echo "error: no server binary at $BIN (build it first: cargo build -p quarry)" >&2
+    exit 2
+fi
+if [ "$MODE" != check ] && [ ! -x "$SUITE/run.sh" ]; then
+    echo "error: the s3-tests harness is not at $SUITE (set S3TESTS_HOME)" >&2
+    exit 2
+fi
+
+DATA=$(mktemp -d "${TMPDIR:-/tmp}/quarry-s3tests.XXXXXX")
+# Every server started here writes its pid to $DATA/pids, so an interrupted run stops them all.
+cleanup() {
+    if [ -f "$DATA/pids" ]; then
+        while read -r pid; do kill "$pid" 2>/dev/null || true; done <"$DATA/pids"
+        sleep 0.5
+    fi
+    rm -rf "$DATA"
+}
+trap cleanup EXIT
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+wait_ready() {
+    # wait_ready PORT PID LOG
+    for _ in $(seq 1 120); do
+        if curl -fsS "http://127.0.0.1:$1/health/ready" >/dev/null 2>&1; then return 0; fi
+        if ! kill -0 "$2" 2>/dev/null; then
+            echo "error: the server on port $1 exited; its log ($3):" >&2
+            tail -n 30 "$3" >&2
+            return 1
+        fi
+        sleep 0.5
+    done
+    echo "error: the server on port $1 is not ready after 60 s" >&2
+    return 1
+}
+
+# Runs the suite against http://127.0.0.1:PORT into $RESULTS/NAME.
+run_suite() {
+    local name=$1 port=$2 out=$RESULTS/$1
+    rm -rf "$out"
+    mkdir -p "$out"
+    OUT_DIR=$out "$SUITE/run.sh" "http://127.0.0.1:$port" "$AK" "$SK" "$FILTER" | tee "$out/summary.txt"
+    if [ ! -s "$out/status.tsv" ]; then
+        echo "error: the $name run wrote no status.tsv (see $out/pytest.log)" >&2
+        return 1
+    fi
+}
+
+run_single() {
+    local port log=$RESULTS/single-server.log
+    port=$(free_port)
+    mkdir -p "$RESULTS"
+    QUARRY_ROOT_USER=$AK QUARRY_ROOT_PASSWORD=$SK "$BIN" server --address "127.0.0.1:$port" \
+        --scan-interval 0 "$DATA/single/d1" "$DATA/single/d2" "$DATA/single/d3" "$DATA/single/d4" \
+        >"$log" 2>&1 &
+    local pid=$!
+    echo "$pid" >>"$DATA/pids"
+    wait_ready "$port" "$pid" "$log"
+    run_suite single "$port"
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    mv "$log" "$RESULTS/single/server.log"
+}
+
+run_cluster() {
+    local n ports=() drives=() pids=()
+    for n in 1 2 3 4; do ports+=("$(free_port)"); done
+    # Four nodes of one drive each: one erasure set of 2 data + 2 parity spanning them all.
+    for n in 1 2 3 4; do drives+=("http://127.0.0.1:${ports[$((n - 1))]}$DATA/cluster/node$n/d1"); done
+    mkdir -p "$RESULTS"
+    for n in 1 2 3 4; do
+        QUARRY_ROOT_USER=$AK QUARRY_ROOT_PASSWORD=$SK \
+            QUARRY_CLUSTER_SECRET=s3tests-cluster-secret-0123456789 \
+            "$BIN" server --address "127.0.0.1:${ports[$((n - 1))]}" --set-size 4 --scan-interval 0 \
+            "${drives[@]}" >"$RESULTS/cluster-node$n.log" 2>&1 &
+        pids+=("$!")
+        echo "$!" >>"$DATA/pids"
+    done
+    for n in 1 2 3 4; do
+        wait_ready "${ports[$((n - 1))]}" "${pids[$((n - 1))]}" "$RESULTS/cluster-node$n.log"
+    done
+    # Through node 1; the objects' shards live on all four.
+    run_suite cluster "${ports[0]}"
+    for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+    for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+    for n in 1 2 3 4; do mv "$RESULTS/cluster-node$n.log" "$RESULTS/cluster/node$n.log"; done
+}
+
+# Checks NAME's status.tsv against the lists; prints what is wrong. Returns 1 on a regression.
+check() {
+    local name=$1
+    python3 - "$RESULTS/$name/status.tsv" "$EXPECTED" "$KNOWN" "$name" <<'PY'
+import sys
+status_path, expected_path, known_path, name = sys.argv[1:]
+def names(path):
+    # One test per line (`test_s3::test_x`), then optionally its reason; `#` starts a comment line.
+    out = {}
+    for line in open(path):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        test, _, reason = line.partition(" ")
+        out[test] = reason.strip()
+    return out
+expected = names(expected_path)
+known = names(known_path)
+# status.tsv names tests as s3tests.functional.test_s3::test_x; the lists as test_s3::test_x.
+status = {}
+for line in open(status_path):
+    st, _, test = line.strip().partition("\t")
+    if test:
+        status[test.rsplit(".", 1)[-1]] = st
+bad = False
+missing = sorted(t for t in expected if t not in status)
+regressed = sorted(t for t in expected if status.get(t) not in (None, "PASSED"))
+unexplained = sorted(t for t, s in status.items()
+                     if s in ("FAILED", "ERROR") and t not in expected and t not in known)
+fixed = sorted(t for t in known if status.get(t) == "PASSED")
+for t in regressed:
+    print(f"[{name}] REGRESSION: {t} is expected to pass and {status[t]}")
+for t in missing:
+    print(f"[{name}] MISSING: {t} is expected to pass and did not run")
+for t in unexplained:
+    print(f"[{name}] UNEXPLAINED: {t} {status[t]} and is in neither list")
+for t in fixed:
+    print(f"[{name}] now passes: {t} (move it from known-failures.txt to expected-pass.txt)")
+counts = {}
+for s in status.values():
+    counts[s] = counts.get(s, 0) + 1
+print(f"[{name}] " + " ".join(f"{k}={counts.get(k, 0)}" for k in ("PASSED", "FAILED", "ERROR", "SKIPPED"))
+      + f"; expected passes {len(expected) - len(regressed) - len(missing)}/{len(expected)}")
+sys.exit(1 if regressed or missing or unexplained else 0)
+PY
+}
+
+rc=0
+t0=$(date +%s)
+# The suite's venv, made once here: both runs would otherwise make it at the same time.
+if [ "$MODE" != check ] && [ ! -x "$S3TESTS_VENV/bin/pytest" ]; then
+    echo "making the s3-tests venv in $S3TESTS_VENV (PyPI: $SUITE/requirements.txt)"
+    rm -rf "$S3TESTS_VENV"
+    python3 -m venv "$S3TESTS_VENV"
+    "$S3TESTS_VENV/bin/pip" install --disable-pip-version-check -q -r "$SUITE/requirements.txt"
+fi
+# Side by side: each run is one client waiting on its server most of the time.
+jobs_=()
+if [ "$MODE" = single ] || [ "$MODE" = both ]; then
+    run_single >"$DATA/single.out" 2>&1 &
+    jobs_+=("single:$!")
+fi
+if [ "$MODE" = cluster ] || [ "$MODE" = both ]; then
+    run_cluster >"$DATA/cluster.out" 2>&1 &
+    jobs_+=("cluster:$!")
+fi
+for j in "${jobs_[@]}"; do
+    if ! wait "${j#*:}"; then
+        echo "error: the ${j%%:*} run failed" >&2
+        rc=1
+    fi
+    sed "s/^/[${j%%:*}] /" "$DATA/${j%%:*}.out"
+done
+if [ "$FILTER" = core ]; then
+    for name in single cluster; do
+        if [ "$MODE" = "$name" ] || [ "$MODE" = both ] || { [ "$MODE" = check ] && [ -s "$RESULTS/$name/status.tsv" ]; }; then
+            check "$name" || rc=1
+        fi
+    done
+fi
+echo "s3-tests $FILTER ($MODE): $(($(date +%s) - t0)) s; results in $RESULTS/"
+exit $rc
