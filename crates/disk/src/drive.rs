@@ -152,10 +152,27 @@ pub trait Drive: Send + Sync + fmt::Debug + 'static {
     /// object is in it.
     async fn delete_volume(&self, bucket: &str, force: bool) -> Result<()>;
 
-    /// Reads `<bucket>/<key>/quarry.meta`.
+    /// Reads the latest version of `<bucket>/<key>` (perhaps a delete marker) from its
+    /// `quarry.meta`, reading only that version's entry (see [`crate::journal`]).
     async fn read_meta(&self, bucket: &str, key: &str) -> Result<ObjectMeta>;
-    /// Replaces the metadata of an existing object atomically (temp file, fsync, rename).
+    /// Reads the version `version_id` (`None`: the `null` version) of `<bucket>/<key>`.
+    /// `FileNotFound` when the drive has no such version.
+    async fn read_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<Uuid>,
+    ) -> Result<ObjectMeta>;
+    /// Every version of `<bucket>/<key>` (delete markers too), newest first, without inline
+    /// data. `FileNotFound` when the key has none on this drive.
+    async fn read_versions(&self, bucket: &str, key: &str) -> Result<Vec<ObjectMeta>>;
+    /// Replaces one existing version (the one of `meta.version_id`) of the key's journal
+    /// atomically (temp file, fsync, rename); `FileNotFound` when there is no such version.
     async fn write_meta(&self, bucket: &str, key: &str, meta: &ObjectMeta) -> Result<()>;
+    /// Removes the version `version_id` from the key's journal, and its data dir; the key
+    /// itself when it was the last version. `FileNotFound` when there is no such version.
+    async fn delete_version(&self, bucket: &str, key: &str, version_id: Option<Uuid>)
+        -> Result<()>;
 
     /// Opens `tmp/<tmp_id>/<data_dir>/part.<part>` for writing (creating directories).
     async fn create_shard_writer(
@@ -209,10 +226,13 @@ pub trait Drive: Send + Sync + fmt::Debug + 'static {
     /// that a shard the read path did not need is still there and whole.
     async fn stat_shard(&self, bucket: &str, key: &str, data_dir: Uuid, part: u32) -> Result<u64>;
 
-    /// Commits a write: moves `tmp/<tmp_id>/<meta.data_dir>` (if the object is not inline) to
-    /// `<bucket>/<key>/<data_dir>`, then writes the metadata atomically, then removes the data dir
-    /// of the version it replaced and the tmp dir. Fails with `VolumeNotFound` if the bucket
-    /// does not exist. After it returns Ok the object survives a crash.
+    /// Commits a version: moves `tmp/<tmp_id>/<meta.data_dir>` (if the object is not inline) to
+    /// `<bucket>/<key>/<data_dir>`, then adds `meta` to the key's journal (in its place by
+    /// modification time, replacing the version of the same id, e.g. the `null` version) and
+    /// writes it atomically, then removes the data dir of the version it replaced and the tmp
+    /// dir. A delete marker has no data dir (its tmp dir need not exist). Fails with
+    /// `VolumeNotFound` if the bucket does not exist. After it returns Ok the version survives a
+    /// crash.
     async fn rename_data(
         &self,
         tmp_id: Uuid,
@@ -221,7 +241,8 @@ pub trait Drive: Send + Sync + fmt::Debug + 'static {
         meta: &ObjectMeta,
     ) -> Result<()>;
 
-    /// Removes the object's metadata and data dir, then empty parent directories up to the bucket.
+    /// Removes the key: its metadata and every version's data dir, then empty parent directories
+    /// up to the bucket.
     async fn delete_object(&self, bucket: &str, key: &str) -> Result<()>;
 
     /// Removes `tmp/<tmp_id>` and everything in it (an aborted write). Missing is not an error.

@@ -11,8 +11,9 @@
 //! <drive>/.quarry.sys/tmp/<uuid>/             in-flight writes; swept at start-up
 //! <drive>/.quarry.sys/buckets/<bucket>/<name>  bucket configuration blobs (cors, ...)
 //! <drive>/.quarry.sys/multipart/<hash>/<upload-id>/   multipart uploads (see [`multipart`])
-//! <drive>/<bucket>/<key>/quarry.meta          versioned JSON header, then inline shard bytes if small
-//! <drive>/<bucket>/<key>/<data-dir-uuid>/part.<N>   shard file: per block [blake3 (32 B) | chunk]
+//! <drive>/<bucket>/<key>/quarry.meta          the key's version journal, newest first (see [`journal`])
+//! <drive>/<bucket>/<key>/<data-dir-uuid>/part.<N>   shard file: per block [blake3 (32 B) | chunk];
+//!                                             one data dir per version that is not inline
 //! <drive>/<bucket>/<prefix>/.quarry.dir/      the object of a key ending in '/' ("folder marker")
 //! ```
 //!
@@ -25,6 +26,7 @@
 
 mod drive;
 pub mod format;
+pub mod journal;
 mod local;
 pub mod meta;
 pub mod multipart;
@@ -32,9 +34,10 @@ pub mod path;
 
 pub use drive::{DiskInfo, Drive, DriveError, ShardWriter, VolInfo, WalkEntry, WalkOptions};
 pub use format::FormatV1;
+pub use journal::{version_name, MetaJournal};
 pub use local::{
     validate_config_name, LocalDrive, SweepReport, DEFAULT_ORPHAN_MIN_AGE, MAX_BUCKET_CONFIG,
     ORPHAN_MIN_AGE_ENV,
 };
-pub use meta::{ErasureInfo, ObjectMeta, PartInfo, META_VERSION};
+pub use meta::{ErasureInfo, ObjectMeta, PartInfo, META_VERSION, META_VERSION_MIN};
 pub use multipart::{PartMeta, UploadMeta, UPLOAD_META_VERSION};

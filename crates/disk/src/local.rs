@@ -28,6 +28,7 @@ use crate::drive::{
     DiskInfo, Drive, DriveError, Result, ShardWriter, VolInfo, WalkEntry, WalkOptions,
 };
 use crate::format::FormatV1;
+use crate::journal::{version_name, MetaJournal};
 use crate::meta::ObjectMeta;
 use crate::multipart::{PartMeta, UploadMeta};
 use crate::path::{
@@ -243,22 +244,68 @@ impl LocalDrive {
 
     fn read_meta_sync(&self, bucket: &str, key: &str) -> Result<ObjectMeta> {
         let (bucket_dir, obj_dir) = self.object_dir(bucket, key)?;
+        match read_latest(&obj_dir.join(META_FILE)) {
+            Ok(r) => r,
+            Err(e) if is_not_found(&e) => Err(not_found(&bucket_dir)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// The whole journal of the key; `FileNotFound` (or `VolumeNotFound`) when it has none.
+    fn read_journal_sync(&self, bucket: &str, key: &str) -> Result<(PathBuf, MetaJournal)> {
+        let (bucket_dir, obj_dir) = self.object_dir(bucket, key)?;
         match fs::read(obj_dir.join(META_FILE)) {
-            Ok(b) => ObjectMeta::from_shared(b.into()),
+            Ok(b) => Ok((obj_dir, MetaJournal::from_shared(b.into())?)),
+            Err(e) if is_not_found(&e) => Err(not_found(&bucket_dir)),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn read_version_sync(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<Uuid>,
+    ) -> Result<ObjectMeta> {
+        let (_, journal) = self.read_journal_sync(bucket, key)?;
+        journal
+            .into_versions()
+            .into_iter()
+            .find(|v| v.version_id == version_id)
+            .ok_or(DriveError::FileNotFound)
+    }
+
+    fn read_versions_sync(&self, bucket: &str, key: &str) -> Result<Vec<ObjectMeta>> {
+        let (bucket_dir, obj_dir) = self.object_dir(bucket, key)?;
+        match read_journal_headers(&obj_dir.join(META_FILE), &mut Vec::new()) {
+            Ok(r) => Ok(r?.into_versions()),
             Err(e) if is_not_found(&e) => Err(not_found(&bucket_dir)),
             Err(e) => Err(e.into()),
         }
     }
 
     fn write_meta_sync(&self, bucket: &str, key: &str, meta: &ObjectMeta) -> Result<()> {
-        let (bucket_dir, obj_dir) = self.object_dir(bucket, key)?;
-        match fs::symlink_metadata(obj_dir.join(META_FILE)) {
-            Ok(md) if md.is_file() => {}
-            Ok(_) => return Err(DriveError::FileNotFound),
-            Err(e) if is_not_found(&e) => return Err(not_found(&bucket_dir)),
-            Err(e) => return Err(e.into()),
+        let (obj_dir, mut journal) = self.read_journal_sync(bucket, key)?;
+        if journal.get(meta.version_id).is_none() {
+            return Err(DriveError::FileNotFound);
         }
-        write_atomic(&obj_dir, META_FILE, &meta.to_bytes())?;
+        journal.insert(meta.clone());
+        write_atomic(&obj_dir, META_FILE, &journal.to_bytes())?;
+        Ok(())
+    }
+
+    fn delete_version_sync(&self, bucket: &str, key: &str, version_id: Option<Uuid>) -> Result<()> {
+        let (obj_dir, mut journal) = self.read_journal_sync(bucket, key)?;
+        let removed = journal.remove(version_id).ok_or(DriveError::FileNotFound)?;
+        if journal.is_empty() {
+            // The last version: the key goes, as a whole delete does.
+            return self.delete_object_sync(bucket, key);
+        }
+        write_atomic(&obj_dir, META_FILE, &journal.to_bytes())?;
+        if let Some(d) = removed.data_dir.filter(|d| !journal.uses_data_dir(*d)) {
+            remove_dir_all_logged(&obj_dir.join(d.to_string()));
+        }
+        debug!(bucket, key, version = %version_name(version_id), "version deleted");
         Ok(())
     }
 
@@ -380,17 +427,18 @@ impl LocalDrive {
             }
             None => None,
         };
-        let bytes = meta.to_bytes();
         // A concurrent delete of another key may prune the (still empty) directories this
         // commit just created; then create them again.
         let mut attempt = 0;
         // A data dir of the same name that was already in place (a heal rewriting the shards
         // of the version it repairs), moved aside into tmp.
         let mut replaced: Option<PathBuf> = None;
-        let old_data_dir = loop {
+        let (replaced_version, journal) = loop {
             check_bucket(&bucket_dir)?;
             create_dirs(&bucket_dir, &rel, &obj_dir)?;
-            let old = read_data_dir(&obj_dir);
+            let mut journal = read_journal_for_update(&obj_dir);
+            let old = journal.insert(meta.clone());
+            let bytes = journal.to_bytes();
             let r = (|| {
                 if let Some((d, src)) = &data {
                     // The data dir and the metadata are entries of the same directory, and
@@ -415,7 +463,7 @@ impl LocalDrive {
                 write_atomic(&obj_dir, META_FILE, &bytes)
             })();
             match r {
-                Ok(()) => break old,
+                Ok(()) => break (old, journal),
                 Err(e) if is_not_found(&e) && attempt < 3 && !obj_dir.is_dir() => {
                     debug!(error = %e, attempt, "object directory vanished during commit; retrying");
                     attempt += 1;
@@ -423,7 +471,12 @@ impl LocalDrive {
                 Err(e) => return Err(e.into()),
             }
         };
-        if let Some(old) = old_data_dir.filter(|old| Some(*old) != meta.data_dir) {
+        // The data dir of the version this write replaced (the same version id), unless a
+        // version still names it.
+        if let Some(old) = replaced_version
+            .and_then(|v| v.data_dir)
+            .filter(|old| !journal.uses_data_dir(*old))
+        {
             remove_dir_all_logged(&obj_dir.join(old.to_string()));
         }
         if let Some(aside) = replaced {
@@ -436,12 +489,12 @@ impl LocalDrive {
     fn delete_object_sync(&self, bucket: &str, key: &str) -> Result<()> {
         let (bucket_dir, obj_dir) = self.object_dir(bucket, key)?;
         let meta_path = obj_dir.join(META_FILE);
-        let data_dir = match read_meta_header(&meta_path, &mut Vec::new()) {
-            Ok(Ok(m)) => m.data_dir,
+        let data_dirs: Vec<Uuid> = match read_journal_headers(&meta_path, &mut Vec::new()) {
+            Ok(Ok(j)) => j.data_dirs().collect(),
             Ok(Err(e)) => {
                 warn!(path = %meta_path.display(), error = %e,
-                    "deleting an object whose metadata cannot be read; its data dir stays");
-                None
+                    "deleting an object whose metadata cannot be read; its data dirs stay");
+                Vec::new()
             }
             Err(e) if is_not_found(&e) => return Err(not_found(&bucket_dir)),
             Err(e) => return Err(e.into()),
@@ -452,7 +505,7 @@ impl LocalDrive {
             Err(e) => return Err(e.into()),
         }
         fsync_dir(&obj_dir)?;
-        if let Some(d) = data_dir {
+        for d in data_dirs {
             remove_dir_all_logged(&obj_dir.join(d.to_string()));
         }
         prune_empty_dirs(&bucket_dir, &obj_dir);
@@ -508,6 +561,31 @@ impl Drive for LocalDrive {
     async fn read_meta(&self, bucket: &str, key: &str) -> Result<ObjectMeta> {
         let (this, bucket, key) = (self.clone(), bucket.to_owned(), key.to_owned());
         blocking(move || this.read_meta_sync(&bucket, &key)).await
+    }
+
+    async fn read_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<Uuid>,
+    ) -> Result<ObjectMeta> {
+        let (this, bucket, key) = (self.clone(), bucket.to_owned(), key.to_owned());
+        blocking(move || this.read_version_sync(&bucket, &key, version_id)).await
+    }
+
+    async fn read_versions(&self, bucket: &str, key: &str) -> Result<Vec<ObjectMeta>> {
+        let (this, bucket, key) = (self.clone(), bucket.to_owned(), key.to_owned());
+        blocking(move || this.read_versions_sync(&bucket, &key)).await
+    }
+
+    async fn delete_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<Uuid>,
+    ) -> Result<()> {
+        let (this, bucket, key) = (self.clone(), bucket.to_owned(), key.to_owned());
+        blocking(move || this.delete_version_sync(&bucket, &key, version_id)).await
     }
 
     async fn write_meta(&self, bucket: &str, key: &str, meta: &ObjectMeta) -> Result<()> {
@@ -822,22 +900,67 @@ fn create_dirs(base: &Path, rel: &Path, full: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// The data dir named by the metadata in `obj_dir`, if there is readable metadata.
-fn read_data_dir(obj_dir: &Path) -> Option<Uuid> {
+/// The journal in `obj_dir` that a commit adds its version to: empty if there is none, or if it
+/// cannot be read (logged: the versions it held are lost on this drive, and their data dirs stay
+/// behind for the orphan sweep; heal brings the versions back from the other drives).
+fn read_journal_for_update(obj_dir: &Path) -> MetaJournal {
     let path = obj_dir.join(META_FILE);
-    match read_meta_header(&path, &mut Vec::new()) {
-        Ok(Ok(m)) => m.data_dir,
-        Ok(Err(e)) => {
-            warn!(path = %path.display(), error = %e,
-                "overwriting unreadable metadata; its data dir stays behind");
-            None
-        }
-        Err(e) if is_not_found(&e) => None,
+    match fs::read(&path) {
+        Ok(b) => match MetaJournal::from_shared(b.into()) {
+            Ok(j) => j,
+            Err(e) => {
+                warn!(path = %path.display(), error = %e,
+                    "overwriting unreadable metadata; its data dirs stay behind");
+                MetaJournal::new()
+            }
+        },
+        Err(e) if is_not_found(&e) => MetaJournal::new(),
         Err(e) => {
             warn!(path = %path.display(), error = %e, "cannot read the metadata being replaced");
-            None
+            MetaJournal::new()
         }
     }
+}
+
+/// Reads every version's header in the metadata file at `path` (the whole file; inline data
+/// are skipped). I/O errors (including a missing file) are the outer error, decoding errors the
+/// inner one.
+fn read_journal_headers(path: &Path, buf: &mut Vec<u8>) -> io::Result<Result<MetaJournal>> {
+    buf.clear();
+    File::open(path)?.read_to_end(buf)?;
+    Ok(MetaJournal::from_bytes_without_inline(buf))
+}
+
+/// Reads the latest version in the metadata file at `path`, with its inline data, reading only
+/// the first entry of the journal: the cost does not grow with the number of versions.
+fn read_latest(path: &Path) -> io::Result<Result<ObjectMeta>> {
+    let mut f = File::open(path)?;
+    let mut buf = Vec::new();
+    read_up_to(&mut f, &mut buf, META_HEAD)?;
+    let len = match ObjectMeta::entry_len(&buf) {
+        Ok(n) => n,
+        Err(_) if ObjectMeta::header_incomplete(&buf) => {
+            f.read_to_end(&mut buf)?;
+            match ObjectMeta::entry_len(&buf) {
+                Ok(n) => n,
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+        Err(e) => return Ok(Err(e)),
+    };
+    if len > buf.len() {
+        read_up_to(&mut f, &mut buf, len)?;
+    }
+    Ok(ObjectMeta::first_entry(Bytes::from(buf)))
+}
+
+/// Reads from `f` until `buf` holds `len` bytes or the file ends.
+fn read_up_to(f: &mut File, buf: &mut Vec<u8>, len: usize) -> io::Result<()> {
+    let have = buf.len();
+    if len > have {
+        f.take((len - have) as u64).read_to_end(buf)?;
+    }
+    Ok(())
 }
 
 /// How much of a metadata file is read first when only its header is wanted; headers are

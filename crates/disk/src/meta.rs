@@ -1,4 +1,5 @@
-//! `quarry.meta`: the per-drive, per-object metadata file. Versioned JSON.
+//! `quarry.meta`: the per-drive, per-key metadata file: the key's version journal, newest
+//! first. Versioned JSON.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -9,11 +10,15 @@ use uuid::Uuid;
 
 use crate::drive::DriveError;
 
-/// The metadata format version this build writes and reads.
-pub const META_VERSION: u32 = 1;
+/// The metadata format version this build writes. Version 1 (one object per file, no version
+/// id) is still read: such a file is a journal holding only the `null` version.
+pub const META_VERSION: u32 = 2;
+
+/// The oldest metadata format version this build reads.
+pub const META_VERSION_MIN: u32 = 1;
 
 /// How an object is erasure coded; identical on every drive of the object except `index`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErasureInfo {
     /// The codec, recorded so old data is never read with a new guess, e.g. "rs-vandermonde-gf8".
     pub codec: String,
@@ -37,11 +42,19 @@ pub struct PartInfo {
     pub etag: String,
 }
 
-/// Metadata of one object on one drive.
+/// Metadata of one version of an object on one drive.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ObjectMeta {
-    /// Always [`META_VERSION`] when written by this build.
+    /// The format version it was read from; [`ObjectMeta::to_bytes`] always writes
+    /// [`META_VERSION`].
     pub version: u32,
+    /// The S3 version id; `None` is the `null` version (unversioned and suspended writes, and
+    /// every object written before versioning existed).
+    #[serde(default)]
+    pub version_id: Option<Uuid>,
+    /// A delete marker: no data (`size` 0, no parts, no data dir, no inline data).
+    #[serde(default)]
+    pub delete_marker: bool,
     /// Object size in bytes.
     pub size: u64,
     /// Last-modified time, nanoseconds since the Unix epoch.
@@ -93,7 +106,7 @@ mod inline_b64 {
     }
 }
 
-/// Encoding of `quarry.meta` (version 1):
+/// Encoding of one version (an entry of the journal, see [`MetaJournal`]):
 ///
 /// ```text
 /// {JSON header: every field of ObjectMeta except `inline`, plus "inline_len": N if inline}
@@ -102,13 +115,23 @@ mod inline_b64 {
 ///
 /// The header is plain JSON and always comes first, so a listing reads only the first few KiB
 /// of a file whatever the size of its inline data, and inline data is stored raw (no base64).
+/// A version 1 file is exactly one such entry without `version_id` and `delete_marker`.
 /// (The serde derive of [`ObjectMeta`], with `inline` in base64, is for other encodings, e.g.
 /// RPC; it is not the file format.)
 impl ObjectMeta {
-    /// Encodes the metadata as written to `quarry.meta`.
+    /// Encodes the metadata as one entry (a journal of one version is this alone).
     pub fn to_bytes(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(512 + self.inline.as_ref().map_or(0, |b| b.len() + 1));
+        self.write_to(&mut out);
+        out
+    }
+
+    /// Appends the entry's encoding to `out`.
+    pub fn write_to(&self, out: &mut Vec<u8>) {
         let ObjectMeta {
-            version,
+            version: _,
+            version_id,
+            delete_marker,
             size,
             mod_time_ns,
             etag,
@@ -121,7 +144,9 @@ impl ObjectMeta {
             inline,
         } = self;
         let header = HeaderRef {
-            version: *version,
+            version: META_VERSION,
+            version_id: *version_id,
+            delete_marker: *delete_marker,
             size: *size,
             mod_time_ns: *mod_time_ns,
             etag,
@@ -133,15 +158,17 @@ impl ObjectMeta {
             parts,
             inline_len: inline.as_ref().map(|b| b.len() as u64),
         };
-        let tail = inline.as_ref().map_or(0, |b| b.len() + 1);
-        let mut out = Vec::with_capacity(512 + tail);
         // Strings, integers, maps with string keys and uuids: serializing cannot fail.
-        serde_json::to_writer(&mut out, &header).expect("ObjectMeta serializes to JSON");
+        serde_json::to_writer(&mut *out, &header).expect("ObjectMeta serializes to JSON");
         if let Some(b) = inline {
             out.push(b'\n');
             out.extend_from_slice(b);
         }
-        out
+    }
+
+    /// The `null` version (`version_id` is `None`)?
+    pub fn is_null_version(&self) -> bool {
+        self.version_id.is_none()
     }
 
     /// Decodes `quarry.meta`. The `version` field is read first and alone: a version other
@@ -158,25 +185,15 @@ impl ObjectMeta {
         Self::decode(&b, |r| b.slice(r))
     }
 
+    /// Decodes exactly one entry filling all of `b`.
     fn decode(
         b: &[u8],
         inline: impl FnOnce(Range<usize>) -> Bytes,
     ) -> Result<ObjectMeta, DriveError> {
-        let (mut meta, inline_len, end) = parse_header(b)?;
-        let rest = &b[end..];
-        meta.inline = match inline_len {
-            None if rest.is_empty() => None,
-            None => return Err(corrupt(format!("{} bytes after the header", rest.len()))),
-            Some(n) => match rest.split_first() {
-                Some((b'\n', data)) if data.len() as u64 == n => Some(inline(end + 1..b.len())),
-                _ => {
-                    return Err(corrupt(format!(
-                        "inline data should be {n} bytes, the file holds {} after the header",
-                        rest.len().saturating_sub(1)
-                    )))
-                }
-            },
-        };
+        let (meta, end) = decode_entry(b, 0, inline)?;
+        if end != b.len() {
+            return Err(corrupt(format!("{} bytes after the entry", b.len() - end)));
+        }
         Ok(meta)
     }
 
@@ -185,6 +202,24 @@ impl ObjectMeta {
     /// read nor checked.
     pub fn from_bytes_without_inline(b: &[u8]) -> Result<ObjectMeta, DriveError> {
         parse_header(b).map(|(meta, _, _)| meta)
+    }
+
+    /// The length of the first entry of `b` (header and inline data), read from its header
+    /// alone: how much of a journal must be read to decode its latest version.
+    pub fn entry_len(b: &[u8]) -> Result<usize, DriveError> {
+        let (_, inline_len, header_len) = parse_header(b)?;
+        Ok(match inline_len {
+            None => header_len,
+            Some(n) => header_len
+                .saturating_add(1)
+                .saturating_add(usize::try_from(n).unwrap_or(usize::MAX)),
+        })
+    }
+
+    /// Decodes the first entry of a journal (its latest version) from `b`, which may hold just
+    /// that entry or the whole file; inline data are slices of `b`.
+    pub fn first_entry(b: Bytes) -> Result<ObjectMeta, DriveError> {
+        decode_entry(&b, 0, |r| b.slice(r)).map(|(m, _)| m)
     }
 
     /// Whether decoding `b` failed only because it ends inside the header (so a longer prefix
@@ -197,6 +232,34 @@ impl ObjectMeta {
 
 fn corrupt(why: String) -> DriveError {
     DriveError::CorruptMeta(why)
+}
+
+/// Decodes the entry starting at `b[start..]`; returns it and where it ends (the next entry's
+/// start). Its inline data, if any, is `inline(range of b)`.
+pub(crate) fn decode_entry(
+    b: &[u8],
+    start: usize,
+    inline: impl FnOnce(Range<usize>) -> Bytes,
+) -> Result<(ObjectMeta, usize), DriveError> {
+    let (mut meta, inline_len, len) = parse_header(&b[start..])?;
+    let end = start + len;
+    match inline_len {
+        None => Ok((meta, end)),
+        Some(n) => {
+            let rest = &b[end..];
+            let n_usize = usize::try_from(n).unwrap_or(usize::MAX);
+            match rest.split_first() {
+                Some((b'\n', data)) if data.len() >= n_usize => {
+                    meta.inline = Some(inline(end + 1..end + 1 + n_usize));
+                    Ok((meta, end + 1 + n_usize))
+                }
+                _ => Err(corrupt(format!(
+                    "inline data should be {n} bytes, the file holds {} after the header",
+                    rest.len().saturating_sub(1)
+                ))),
+            }
+        }
+    }
 }
 
 /// Parses the JSON header at the start of `b`: the version alone first, then the whole header.
@@ -213,7 +276,7 @@ fn parse_header(b: &[u8]) -> Result<(ObjectMeta, Option<u64>, usize), DriveError
         Some(Err(e)) => return Err(corrupt(e.to_string())),
         None => return Err(corrupt("empty file".into())),
     };
-    if version != META_VERSION {
+    if !(META_VERSION_MIN..=META_VERSION).contains(&version) {
         return Err(DriveError::UnsupportedVersion {
             found: version,
             supported: META_VERSION,
@@ -226,8 +289,18 @@ fn parse_header(b: &[u8]) -> Result<(ObjectMeta, Option<u64>, usize), DriveError
         None => return Err(corrupt("empty file".into())),
     };
     let end = it.byte_offset();
+    if h.version == 1 && (h.version_id.is_some() || h.delete_marker) {
+        return Err(corrupt(
+            "a version 1 entry cannot carry a version id or be a delete marker".into(),
+        ));
+    }
+    if h.delete_marker && (h.data_dir.is_some() || h.inline_len.is_some()) {
+        return Err(corrupt("a delete marker with data".into()));
+    }
     let meta = ObjectMeta {
         version: h.version,
+        version_id: h.version_id,
+        delete_marker: h.delete_marker,
         size: h.size,
         mod_time_ns: h.mod_time_ns,
         etag: h.etag,
@@ -247,6 +320,10 @@ fn parse_header(b: &[u8]) -> Result<(ObjectMeta, Option<u64>, usize), DriveError
 #[derive(Serialize)]
 struct HeaderRef<'a> {
     version: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    version_id: Option<Uuid>,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    delete_marker: bool,
     size: u64,
     mod_time_ns: i64,
     etag: &'a str,
@@ -264,6 +341,10 @@ struct HeaderRef<'a> {
 #[derive(Deserialize)]
 struct Header {
     version: u32,
+    #[serde(default)]
+    version_id: Option<Uuid>,
+    #[serde(default)]
+    delete_marker: bool,
     size: u64,
     mod_time_ns: i64,
     etag: String,
@@ -288,6 +369,8 @@ mod tests {
         let inline = inline.map(Bytes::from);
         ObjectMeta {
             version: META_VERSION,
+            version_id: Some(Uuid::new_v4()),
+            delete_marker: false,
             size: 12345,
             mod_time_ns: 1_700_000_000_123_456_789,
             etag: "9e107d9d372bb6826bd81d3542a419d6".into(),
@@ -347,7 +430,7 @@ mod tests {
             // The header is plain JSON; the inline bytes follow it raw.
             let header_len = b.iter().position(|&c| c == b'\n').unwrap_or(b.len());
             let v: serde_json::Value = serde_json::from_slice(&b[..header_len]).unwrap();
-            assert_eq!(v["version"], 1);
+            assert_eq!(v["version"], META_VERSION);
             assert!(v.get("inline").is_none());
             assert_eq!(
                 v.get("inline_len").and_then(|n| n.as_u64()),
@@ -373,18 +456,16 @@ mod tests {
     #[test]
     fn unknown_version_is_refused_before_the_rest_is_parsed() {
         let mut v: serde_json::Value = serde_json::from_slice(&sample(None).to_bytes()).unwrap();
-        v["version"] = 2.into();
-        v["erasure"] = "a shape version 1 does not know".into();
+        v["version"] = (META_VERSION + 1).into();
+        v["erasure"] = "a shape this version does not know".into();
         let b = serde_json::to_vec(&v).unwrap();
         for r in [
             ObjectMeta::from_bytes(&b),
             ObjectMeta::from_bytes_without_inline(&b),
         ] {
             match r {
-                Err(DriveError::UnsupportedVersion {
-                    found: 2,
-                    supported: 1,
-                }) => {}
+                Err(DriveError::UnsupportedVersion { found, supported })
+                    if found == META_VERSION + 1 && supported == META_VERSION => {}
                 other => panic!("{other:?}"),
             }
         }

@@ -68,6 +68,8 @@ fn assert_alloc_bounded(what: &str) {
 fn sample(inline: Option<Vec<u8>>) -> ObjectMeta {
     ObjectMeta {
         version: META_VERSION,
+        version_id: None,
+        delete_marker: false,
         size: 12345,
         mod_time_ns: 1_700_000_000_123_456_789,
         etag: "9e107d9d372bb6826bd81d3542a419d6".into(),

@@ -576,6 +576,8 @@ mod tests {
     fn meta() -> ObjectMeta {
         ObjectMeta {
             version: 1,
+            version_id: None,
+            delete_marker: false,
             size: 0,
             mod_time_ns: 0,
             etag: String::new(),

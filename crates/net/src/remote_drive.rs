@@ -363,6 +363,48 @@ impl Drive for RemoteDrive {
         }
     }
 
+    async fn read_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<Uuid>,
+    ) -> Result<ObjectMeta> {
+        let req = Request::ReadVersion {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            version_id,
+        };
+        match self.call(req).await? {
+            Response::Meta(m) => Ok(m),
+            other => Err(self.inner.unexpected(&other)),
+        }
+    }
+
+    async fn read_versions(&self, bucket: &str, key: &str) -> Result<Vec<ObjectMeta>> {
+        let req = Request::ReadVersions {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+        };
+        match self.call(req).await? {
+            Response::Metas(m) => Ok(m),
+            other => Err(self.inner.unexpected(&other)),
+        }
+    }
+
+    async fn delete_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<Uuid>,
+    ) -> Result<()> {
+        self.unit(Request::DeleteVersion {
+            bucket: bucket.to_owned(),
+            key: key.to_owned(),
+            version_id,
+        })
+        .await
+    }
+
     async fn write_meta(&self, bucket: &str, key: &str, meta: &ObjectMeta) -> Result<()> {
         self.unit(Request::WriteMeta {
             bucket: bucket.to_owned(),

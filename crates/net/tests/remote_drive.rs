@@ -131,6 +131,8 @@ async fn t<F: std::future::Future>(f: F) -> F::Output {
 fn meta(key: &str, size: u64, data_dir: Option<Uuid>, inline: Option<Vec<u8>>) -> ObjectMeta {
     ObjectMeta {
         version: META_VERSION,
+        version_id: None,
+        delete_marker: false,
         size,
         mod_time_ns: 1_700_000_000_000_000_000,
         etag: key.to_owned(),
@@ -289,8 +291,62 @@ async fn meta_round_trip_and_not_found_errors() {
         t(r.read_meta("b", "c")).await,
         Err(DriveError::UnsupportedVersion {
             found: 9,
-            supported: 1
+            supported: quarry_disk::META_VERSION
         })
+    ));
+}
+
+#[tokio::test]
+async fn versions_over_the_wire() {
+    let f = Fixture::new().await;
+    let r = f.remote();
+    t(r.make_volume("b")).await.unwrap();
+    let mut older = meta("k", 3, None, Some(vec![1, 2, 3]));
+    older.version_id = Some(Uuid::new_v4());
+    older.mod_time_ns -= 10;
+    let null = meta("k", 2, None, Some(vec![4, 5]));
+    let mut marker = meta("k", 0, None, None);
+    marker.version_id = Some(Uuid::new_v4());
+    marker.mod_time_ns += 10;
+    marker.delete_marker = true;
+    marker.parts.clear();
+    for m in [&older, &null, &marker] {
+        t(r.rename_data(Uuid::new_v4(), "b", "k", m)).await.unwrap();
+    }
+    assert_eq!(t(r.read_meta("b", "k")).await.unwrap(), marker);
+    assert_eq!(
+        t(r.read_version("b", "k", older.version_id)).await.unwrap(),
+        older
+    );
+    assert_eq!(t(r.read_version("b", "k", None)).await.unwrap(), null);
+    assert!(matches!(
+        t(r.read_version("b", "k", Some(Uuid::new_v4()))).await,
+        Err(DriveError::FileNotFound)
+    ));
+    let headers: Vec<_> = [&marker, &null, &older]
+        .into_iter()
+        .map(|m| ObjectMeta {
+            inline: None,
+            ..m.clone()
+        })
+        .collect();
+    assert_eq!(t(r.read_versions("b", "k")).await.unwrap(), headers);
+    t(r.delete_version("b", "k", marker.version_id))
+        .await
+        .unwrap();
+    assert_eq!(t(r.read_meta("b", "k")).await.unwrap(), null);
+    assert!(matches!(
+        t(r.delete_version("b", "k", marker.version_id)).await,
+        Err(DriveError::FileNotFound)
+    ));
+    assert!(matches!(
+        t(r.read_versions("b", "nokey")).await,
+        Err(DriveError::FileNotFound)
+    ));
+    // Names are checked on the serving side for the new methods too.
+    assert!(matches!(
+        t(r.read_versions("b", "../x")).await,
+        Err(DriveError::InvalidName(_))
     ));
 }
 

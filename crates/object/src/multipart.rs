@@ -575,6 +575,8 @@ impl ErasureSet {
         .await;
         let base = ObjectMeta {
             version: META_VERSION,
+            version_id: None,
+            delete_marker: false,
             size,
             mod_time_ns: self.now_ns(),
             etag,

@@ -536,6 +536,8 @@ impl ErasureSet {
             .any(|o| matches!(o, ShardOutcome::Inline(_)));
         let base = ObjectMeta {
             version: META_VERSION,
+            version_id: None,
+            delete_marker: false,
             size,
             mod_time_ns: self.now_ns(),
             etag: hex::encode(digest),

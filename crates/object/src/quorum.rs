@@ -166,6 +166,8 @@ mod tests {
     fn meta(t: i64) -> ObjectMeta {
         ObjectMeta {
             version: META_VERSION,
+            version_id: None,
+            delete_marker: false,
             size: 10,
             mod_time_ns: t,
             etag: format!("e{t}"),

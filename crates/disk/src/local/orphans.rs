@@ -38,7 +38,7 @@ use rustix::fs::{AtFlags, Dir, Mode, OFlags};
 use tracing::{debug, info, warn};
 use uuid::Uuid;
 
-use super::{is_not_found, read_meta_header, LocalDrive};
+use super::{is_not_found, read_journal_headers, LocalDrive};
 use crate::path::{part_file_name, validate_bucket, META_FILE, SYS_DIR, TMP_FILE_PREFIX};
 
 /// The default minimum age of an orphan before the sweep removes it.
@@ -173,12 +173,22 @@ pub(super) fn orphan_min_age_from_env() -> Duration {
 }
 
 /// What the metadata of an object directory lets the sweep remove.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Allowed {
     /// Nothing: a bucket directory, or metadata that cannot be read.
     Nothing,
-    /// Every orphan except this data dir (`None`: no metadata, or inline data).
-    AllBut(Option<Uuid>),
+    /// Every orphan except the data dirs of the key's versions (none: no metadata, or every
+    /// version inline).
+    AllBut(Vec<Uuid>),
+}
+
+impl Allowed {
+    fn keeps(&self, id: Uuid) -> bool {
+        match self {
+            Allowed::Nothing => true,
+            Allowed::AllBut(named) => named.contains(&id),
+        }
+    }
 }
 
 /// A directory that has the shape of a data dir, open, with what it holds.
@@ -215,15 +225,15 @@ impl Sweep {
     /// What the metadata in `dir` allows removing there, read now.
     fn allowed(&mut self, dir: &Path) -> Allowed {
         let path = dir.join(META_FILE);
-        match read_meta_header(&path, &mut self.buf) {
-            Ok(Ok(m)) => Allowed::AllBut(m.data_dir),
+        match read_journal_headers(&path, &mut self.buf) {
+            Ok(Ok(j)) => Allowed::AllBut(j.data_dirs().collect()),
             Ok(Err(e)) => {
                 warn!(path = %path.display(), error = %e,
                     "orphan sweep keeps everything beside metadata it cannot parse");
                 self.report.unreadable_meta += 1;
                 Allowed::Nothing
             }
-            Err(e) if is_not_found(&e) => Allowed::AllBut(None),
+            Err(e) if is_not_found(&e) => Allowed::AllBut(Vec::new()),
             Err(e) => {
                 self.error(&path, &e);
                 Allowed::Nothing
@@ -280,8 +290,8 @@ impl Sweep {
                 continue; // symlinks and the like are never followed
             }
             if let Some(id) = data_dir_id(&name) {
-                if allowed == Allowed::AllBut(Some(id)) {
-                    continue; // the object's own data
+                if allowed != Allowed::Nothing && allowed.keeps(id) {
+                    continue; // the data of one of the key's versions
                 }
                 match self.inspect(&path) {
                     Ok(Some(data)) => {
@@ -394,9 +404,8 @@ impl Sweep {
             self.report.young += 1;
             return false;
         }
-        match self.allowed(obj_dir) {
-            Allowed::AllBut(named) if named != Some(id) => {}
-            _ => return false,
+        if self.allowed(obj_dir).keeps(id) {
+            return false;
         }
         for part in &data.parts {
             match rustix::fs::unlinkat(&data.fd, part.as_c_str(), AtFlags::empty()) {

@@ -306,6 +306,8 @@ mod tests {
     fn meta(key: &str) -> ObjectMeta {
         ObjectMeta {
             version: META_VERSION,
+            version_id: None,
+            delete_marker: false,
             size: 1,
             mod_time_ns: 0,
             etag: key.to_owned(),

@@ -19,6 +19,8 @@ pub async fn drive() -> (tempfile::TempDir, LocalDrive) {
 pub fn meta(key: &str, size: u64, data_dir: Option<Uuid>, inline: Option<Vec<u8>>) -> ObjectMeta {
     ObjectMeta {
         version: META_VERSION,
+        version_id: None,
+        delete_marker: false,
         size,
         mod_time_ns: 1_700_000_000_000_000_000,
         etag: key.to_owned(),

@@ -262,6 +262,17 @@ drive_protocol! {
         bucket: String, key: String, data_dir: Uuid, part: u32, offset: u64, len: u64,
     } -> Bytes,
         check names_bk(bucket, key);
+    /// One version of a key (`version_id` `None`: the `null` version).
+    ReadVersion = 30 { bucket: String, key: String, version_id: Option<Uuid> } -> ObjectMeta,
+        check names_bk(bucket, key),
+        call |d| d.read_version(&bucket, &key, version_id).await;
+    /// Every version of a key, newest first, without inline data.
+    ReadVersions = 31 { bucket: String, key: String } -> Vec<ObjectMeta>,
+        check names_bk(bucket, key),
+        call |d| d.read_versions(&bucket, &key).await;
+    DeleteVersion = 32 { bucket: String, key: String, version_id: Option<Uuid> } -> (),
+        check names_bk(bucket, key),
+        call |d| d.delete_version(&bucket, &key, version_id).await;
 }
 
 /// A successful answer. Each method has exactly one kind of answer (its table entry's type).
@@ -284,6 +295,8 @@ pub enum Response {
     Uploads(Vec<UploadMeta>),
     /// A drive's `format.json`, if it has one.
     Format(Option<FormatV1>),
+    /// The versions of a key, newest first.
+    Metas(Vec<ObjectMeta>),
 }
 
 impl From<()> for Response {
@@ -315,6 +328,7 @@ response_from! {
     Vec<PartMeta> => Parts,
     Vec<UploadMeta> => Uploads,
     Option<FormatV1> => Format,
+    Vec<ObjectMeta> => Metas,
 }
 
 impl Codec for Response {
@@ -333,6 +347,7 @@ impl Codec for Response {
             Response::Parts(p) => tagged(b, 10, p),
             Response::Uploads(u) => tagged(b, 11, u),
             Response::Format(f) => tagged(b, 12, f),
+            Response::Metas(m) => tagged(b, 13, m),
         }
     }
 
@@ -351,6 +366,7 @@ impl Codec for Response {
             10 => Response::Parts(b.get_value()?),
             11 => Response::Uploads(b.get_value()?),
             12 => Response::Format(b.get_value()?),
+            13 => Response::Metas(b.get_value()?),
             kind => {
                 return Err(CodecError::Unknown {
                     what: "drive response kind",

@@ -7,6 +7,8 @@ use quarry_disk::{ErasureInfo, PartInfo, META_VERSION, UPLOAD_META_VERSION};
 fn meta(inline: Option<Vec<u8>>) -> ObjectMeta {
     ObjectMeta {
         version: META_VERSION,
+        version_id: None,
+        delete_marker: false,
         size: 77,
         mod_time_ns: -5,
         etag: "e\"t".into(),
@@ -73,6 +75,30 @@ fn all_requests() -> Vec<Request> {
         Request::ReadMeta {
             bucket: b.clone(),
             key: k.clone(),
+        },
+        Request::ReadVersion {
+            bucket: b.clone(),
+            key: k.clone(),
+            version_id: Some(u),
+        },
+        Request::ReadVersion {
+            bucket: b.clone(),
+            key: k.clone(),
+            version_id: None,
+        },
+        Request::ReadVersions {
+            bucket: b.clone(),
+            key: k.clone(),
+        },
+        Request::DeleteVersion {
+            bucket: b.clone(),
+            key: k.clone(),
+            version_id: Some(u),
+        },
+        Request::DeleteVersion {
+            bucket: b.clone(),
+            key: k.clone(),
+            version_id: None,
         },
         Request::WriteMeta {
             bucket: b.clone(),
@@ -224,6 +250,14 @@ fn all_responses() -> Vec<Response> {
         }),
         Response::Meta(meta(Some((0..=255).collect()))),
         Response::Meta(meta(None)),
+        Response::Metas(vec![meta(None), {
+            let mut m = meta(None);
+            m.version_id = Some(Uuid::new_v4());
+            m.delete_marker = true;
+            m.data_dir = None;
+            m
+        }]),
+        Response::Metas(vec![]),
         Response::Writer(Uuid::new_v4()),
         Response::Format(None),
         Response::Format(Some(FormatV1::new(

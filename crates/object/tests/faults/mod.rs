@@ -521,6 +521,41 @@ impl Drive for FaultyDrive {
         Ok(m)
     }
 
+    async fn read_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<Uuid>,
+    ) -> Result<ObjectMeta, DriveError> {
+        let d = self
+            .before(Kind::Read, &format!("read_version {} {}", bucket, key))
+            .await?;
+        let mut m = self.inner.read_version(bucket, key, version_id).await?;
+        if let Some(inline) = m.inline.take() {
+            m.inline = Some(self.flip(&d, inline));
+        }
+        Ok(m)
+    }
+
+    async fn read_versions(&self, bucket: &str, key: &str) -> Result<Vec<ObjectMeta>, DriveError> {
+        self.before(Kind::Read, &format!("read_versions {} {}", bucket, key))
+            .await?;
+        self.inner.read_versions(bucket, key).await
+    }
+
+    async fn delete_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version_id: Option<Uuid>,
+    ) -> Result<(), DriveError> {
+        let d = self
+            .before(Kind::Delete, &format!("delete_version {} {}", bucket, key))
+            .await?;
+        let r = self.inner.delete_version(bucket, key, version_id).await;
+        self.after(&d, r)
+    }
+
     async fn write_meta(
         &self,
         bucket: &str,
