@@ -28,7 +28,9 @@ pub(crate) async fn stream_copy<L: ObjectLayer + ?Sized>(
     dst_key: &str,
     opts: CopyOptions,
 ) -> Result<ObjectInfo> {
-    let reader = layer.get_object(src_bucket, src_key, None).await?;
+    let reader = layer
+        .get_object_version(src_bucket, src_key, opts.source_version_id, None)
+        .await?;
     let info = reader.info;
     check_source_version(&info, opts.source_version.as_ref())?;
 
@@ -188,6 +190,7 @@ mod tests {
             user_meta: BTreeMap::new(),
             checksums: BTreeMap::new(),
             parts: 1,
+            ..Default::default()
         };
         assert!(check_source_version(&info, None).is_ok());
         assert!(check_source_version(&info, Some(&("e".into(), 5))).is_ok());

@@ -13,6 +13,19 @@ pub enum Error {
     InvalidBucketName(String),
     #[error("the specified key does not exist")]
     ObjectNotFound,
+    /// A version id that names no version of the key.
+    #[error("the specified version does not exist")]
+    NoSuchVersion,
+    /// A version id that is neither `null` nor one this store issues.
+    #[error("invalid version id specified: {0:?}")]
+    InvalidVersionId(String),
+    /// The key's latest version is a delete marker (a GET or HEAD without version id): the key
+    /// reads as absent, and the marker's id is shown.
+    #[error("the specified key does not exist (its latest version is a delete marker)")]
+    LatestIsDeleteMarker(crate::api::VersionId),
+    /// The version named is a delete marker, which has no data to GET or HEAD.
+    #[error("the specified version is a delete marker")]
+    VersionIsDeleteMarker(crate::api::VersionId),
     #[error("invalid object key: {0}")]
     InvalidKey(String),
     #[error("object key is longer than 1024 bytes")]

@@ -409,7 +409,18 @@ impl ErasureSet {
         key: &str,
         range: Option<HttpRange>,
     ) -> Result<GetObjectReader> {
-        let (meta, metas, _) = self.read_meta_quorum(bucket, key).await?;
+        self.get_object_version(bucket, key, None, range).await
+    }
+
+    /// GET of one version (`None`: the latest); see [`ErasureSet::resolve_version`].
+    pub async fn get_object_version(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        version: Option<crate::api::VersionId>,
+        range: Option<HttpRange>,
+    ) -> Result<GetObjectReader> {
+        let (meta, metas) = self.resolve_version(bucket, key, version).await?;
         let info = object_info(bucket, key, &meta);
         let (offset, len) = match range {
             Some(r) => r.resolve(meta.size)?,

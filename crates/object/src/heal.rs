@@ -1,5 +1,9 @@
-//! Healing one object: find the drives whose copy is missing, outdated or corrupt, rebuild their
-//! shards from the others, and commit them the same way a PUT does.
+//! Healing one object: every version of it (and every delete marker) that a read quorum of
+//! drives agrees on is healed on its own: find the drives whose copy is missing, outdated or
+//! corrupt, rebuild their shards from the others, and commit them the same way a PUT does.
+//! A version that some drives still hold but that cannot exist (too many drives lack it for any
+//! write quorum to have held it: deleted while they were away, or debris of a failed write) is
+//! removed from them, so no deleted version comes back.
 
 use std::sync::Arc;
 
@@ -12,16 +16,119 @@ use crate::error::{Error, Result};
 use crate::get::ShardReader;
 use crate::quorum::{pick_meta, MetaQuorum};
 use crate::set::ErasureSet;
+use crate::versions::agreed_versions;
 
 impl ErasureSet {
-    /// Heals `bucket/key` in place. An object that no longer exists is nothing to heal.
+    /// Heals `bucket/key` in place, every version of it. An object that no longer exists is
+    /// nothing to heal.
     pub async fn heal_object(self: &Arc<Self>, bucket: &str, key: &str) -> Result<HealResult> {
         let _guard = self.locks.lock(&format!("{bucket}/{key}")).await?;
-        let answers = crate::quorum::on_all(&self.drives, |d| {
+        let journals = crate::quorum::on_all(&self.drives, |d| {
             let (b, k) = (bucket.to_string(), key.to_string());
-            async move { d.read_meta(&b, &k).await }
+            async move { d.read_versions(&b, &k).await }
         })
         .await;
+        let agreed = agreed_versions(&journals, self.set_read_quorum());
+        let absent = journals
+            .iter()
+            .filter(|j| {
+                matches!(
+                    j,
+                    Err(DriveError::FileNotFound) | Err(DriveError::VolumeNotFound)
+                )
+            })
+            .count();
+        let answered = absent + journals.iter().filter(|j| j.is_ok()).count();
+        let need = self.set_read_quorum();
+        // Gone: so many drives lack the key that no write quorum can hold any version of it.
+        let gone = absent + self.set_write_quorum() > self.drives.len();
+        if agreed.is_empty() && gone {
+            return Ok(HealResult::default());
+        }
+        if answered < need || agreed.is_empty() {
+            return Err(Error::ReadQuorum {
+                have: journals.iter().filter(|j| j.is_ok()).count(),
+                need,
+            });
+        }
+        let mut result = HealResult::default();
+        self.remove_lost_versions(bucket, key, &journals, &agreed, &mut result)
+            .await;
+        // Oldest first: each commit lands in its place in the journal either way.
+        for v in agreed.iter().rev() {
+            let answers = crate::quorum::on_all(&self.drives, |d| {
+                let (b, k) = (bucket.to_string(), key.to_string());
+                async move { d.read_version(&b, &k, v.version_id).await }
+            })
+            .await;
+            let one = self.heal_version(bucket, key, answers).await?;
+            result.failed.extend(one.failed);
+            for e in one.healed {
+                if !result.healed.contains(&e) {
+                    result.healed.push(e);
+                }
+            }
+        }
+        if !result.healed.is_empty() {
+            info!(bucket, key, healed = ?result.healed, versions = agreed.len(), "healed object");
+        }
+        Ok(result)
+    }
+
+    /// Removes from each drive the versions it holds that no write quorum can hold: more drives
+    /// answered without them than a write quorum leaves room for.
+    async fn remove_lost_versions(
+        &self,
+        bucket: &str,
+        key: &str,
+        journals: &[std::result::Result<Vec<ObjectMeta>, DriveError>],
+        agreed: &[ObjectMeta],
+        result: &mut HealResult,
+    ) {
+        let n = self.drives.len();
+        let wq = self.set_write_quorum();
+        for (pos, journal) in journals.iter().enumerate() {
+            let Ok(journal) = journal else { continue };
+            for v in journal {
+                if agreed.iter().any(|a| a.version_id == v.version_id) {
+                    continue;
+                }
+                let absent = journals
+                    .iter()
+                    .filter(|j| match j {
+                        Ok(j) => !j.iter().any(|o| o.version_id == v.version_id),
+                        Err(DriveError::FileNotFound) => true,
+                        Err(_) => false,
+                    })
+                    .count();
+                if absent + wq <= n {
+                    continue; // the drives that did not answer may hold it: not decided
+                }
+                let drive = &self.drives[pos];
+                match drive.delete_version(bucket, key, v.version_id).await {
+                    Ok(()) | Err(DriveError::FileNotFound) => {
+                        info!(drive = drive.endpoint(), bucket, key,
+                            version = %quarry_disk::version_name(v.version_id),
+                            "removed a version no quorum holds");
+                        if !result.healed.contains(&drive.endpoint().to_string()) {
+                            result.healed.push(drive.endpoint().to_string());
+                        }
+                    }
+                    Err(e) => result
+                        .failed
+                        .push((drive.endpoint().to_string(), e.to_string())),
+                }
+            }
+        }
+    }
+
+    /// Heals one version, given every drive's copy of it (`read_version` answers).
+    async fn heal_version(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        answers: Vec<std::result::Result<ObjectMeta, DriveError>>,
+    ) -> Result<HealResult> {
         let (meta, metas) = match pick_meta(&answers, self.set_write_quorum()) {
             MetaQuorum::Found { meta, metas } => (*meta, metas),
             MetaQuorum::NotFound => return Ok(HealResult::default()),
@@ -192,7 +299,7 @@ impl ErasureSet {
             }
             let mut m: ObjectMeta = meta.clone();
             m.erasure.index = meta.erasure.distribution[pos];
-            m.inline = if inline {
+            m.inline = if inline && !meta.delete_marker {
                 Some(std::mem::take(&mut new_inline[t]).into())
             } else {
                 None
@@ -210,9 +317,6 @@ impl ErasureSet {
         }
         for &pos in &targets {
             let _ = self.drives[pos].delete_tmp(tmp_id).await;
-        }
-        if !result.healed.is_empty() {
-            info!(bucket, key, healed = ?result.healed, "healed object");
         }
         Ok(result)
     }

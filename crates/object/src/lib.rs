@@ -27,6 +27,7 @@ mod server;
 mod set;
 mod stats;
 pub mod topology;
+mod versions;
 
 pub use api::*;
 pub use bucket_config::{ConfigEnvelope, CONFIG_FORMAT_VERSION};

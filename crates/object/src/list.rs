@@ -24,6 +24,17 @@ impl ErasureSet {
         bucket: &str,
         opts: ListOptions,
     ) -> Result<ListResult> {
+        self.list_objects_with(bucket, opts, false).await
+    }
+
+    /// Lists keys whose latest version has a read quorum; with `with_deleted`, keys whose latest
+    /// version is a delete marker too (ListObjectVersions lists those), else not (ListObjects).
+    pub(crate) async fn list_objects_with(
+        self: &Arc<Self>,
+        bucket: &str,
+        opts: ListOptions,
+        with_deleted: bool,
+    ) -> Result<ListResult> {
         self.require_bucket(bucket).await?;
         let mut result = ListResult::default();
         if opts.max_keys == 0 {
@@ -99,7 +110,7 @@ impl ErasureSet {
                     metas.into_iter().map(Ok).collect();
                 answers.resize_with(ok.len(), || Err(DriveError::FileNotFound));
                 let picked = pick_meta(&answers, self.set_write_quorum());
-                if let MetaQuorum::Found { meta, .. } = picked {
+                if let MetaQuorum::Found { meta, .. } = picked.filter_deleted(with_deleted) {
                     match delimiter.as_deref().filter(|_| !delimited) {
                         Some(d) => {
                             let rest = &name[opts.prefix.len()..];

@@ -451,6 +451,8 @@ impl ErasureSet {
     /// CompleteMultipartUpload: checks the list, stages the chosen parts as the parts of a new
     /// data dir on every drive that holds them all, and commits it like a PUT. The upload is
     /// removed once the object is committed.
+    /// Completes an upload as a new version of the object (`version_id` as in
+    /// [`ErasureSet::put_object`]).
     pub async fn complete_multipart_upload(
         self: &Arc<Self>,
         bucket: &str,
@@ -458,6 +460,7 @@ impl ErasureSet {
         upload_id: &str,
         parts: Vec<CompletePart>,
         opts: CompleteOptions,
+        version_id: Option<uuid::Uuid>,
     ) -> Result<ObjectInfo> {
         if parts.is_empty() {
             return Err(Error::InvalidPart("no part was given".into()));
@@ -575,7 +578,7 @@ impl ErasureSet {
         .await;
         let base = ObjectMeta {
             version: META_VERSION,
-            version_id: None,
+            version_id,
             delete_marker: false,
             size,
             mod_time_ns: self.now_ns(),
@@ -798,7 +801,7 @@ impl ErasureSet {
         // The object may be replaced between reading its parts and reading the bytes: the
         // reader's ETag says which version was read, and a mismatch is read again.
         for _ in 0..3 {
-            let (meta, _, _) = self.read_meta_quorum(bucket, key).await?;
+            let (meta, _) = self.resolve_version(bucket, key, None).await?;
             let idx = part_number as usize;
             if idx == 0 || idx > meta.parts.len() {
                 return Err(Error::InvalidPartNumber {
@@ -809,7 +812,10 @@ impl ErasureSet {
             let offset: u64 = meta.parts[..idx - 1].iter().map(|p| p.size).sum();
             let len = meta.parts[idx - 1].size;
             let range = (len > 0).then(|| HttpRange::FromTo(offset, offset + len - 1));
-            let reader = self.get_object(bucket, key, range).await?;
+            // The same version, by id, when the bucket is versioned: a newer version
+            // committed in between does not change what is read.
+            let version = meta.version_id.map(crate::api::VersionId::Id);
+            let reader = self.get_object_version(bucket, key, version, range).await?;
             if reader.info.etag == meta.etag {
                 return Ok(GetObjectReader {
                     range: (offset, len),

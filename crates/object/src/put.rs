@@ -477,12 +477,15 @@ impl Drop for TmpGuard {
 }
 
 impl ErasureSet {
+    /// Writes a new version of the object: `version_id` `None` is the null version (it
+    /// replaces the null version, the only one of an unversioned bucket).
     pub async fn put_object(
         self: &Arc<Self>,
         bucket: &str,
         key: &str,
         body: ByteStream,
         opts: PutOptions,
+        version_id: Option<Uuid>,
     ) -> Result<ObjectInfo> {
         self.require_bucket_for_write(bucket).await?;
         if let Some(p) = &opts.precondition {
@@ -536,7 +539,7 @@ impl ErasureSet {
             .any(|o| matches!(o, ShardOutcome::Inline(_)));
         let base = ObjectMeta {
             version: META_VERSION,
-            version_id: None,
+            version_id,
             delete_marker: false,
             size,
             mod_time_ns: self.now_ns(),
@@ -665,6 +668,8 @@ impl ErasureSet {
         p: &WritePrecondition,
     ) -> Result<()> {
         let current = match self.read_meta_quorum(bucket, key).await {
+            // A key whose latest version is a delete marker has no current object.
+            Ok((meta, _, _)) if meta.delete_marker => None,
             Ok((meta, _, _)) => Some(meta),
             Err(Error::ObjectNotFound) => None,
             Err(e) => return Err(e),

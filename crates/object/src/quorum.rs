@@ -35,7 +35,9 @@ where
 /// Two metadata copies describe the same version of an object when these agree. The data dir
 /// and the inline bytes differ per drive by design (each drive holds its own shard).
 pub fn same_version(a: &ObjectMeta, b: &ObjectMeta) -> bool {
-    a.mod_time_ns == b.mod_time_ns
+    a.version_id == b.version_id
+        && a.delete_marker == b.delete_marker
+        && a.mod_time_ns == b.mod_time_ns
         && a.etag == b.etag
         && a.size == b.size
         && a.erasure.data == b.erasure.data
@@ -59,6 +61,17 @@ pub enum MetaQuorum {
         have: usize,
         need: usize,
     },
+}
+
+impl MetaQuorum {
+    /// `NotFound` in place of a found delete marker, unless `keep` (a listing of names shows a
+    /// key whose latest version is a delete marker only when it lists versions).
+    pub fn filter_deleted(self, keep: bool) -> MetaQuorum {
+        match self {
+            MetaQuorum::Found { meta, .. } if meta.delete_marker && !keep => MetaQuorum::NotFound,
+            other => other,
+        }
+    }
 }
 
 /// Picks the version of an object that a read quorum of drives agrees on. Among versions with

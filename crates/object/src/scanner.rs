@@ -137,7 +137,8 @@ impl Cursor {
                 delimiter: None,
                 max_keys: PAGE,
             };
-            match set.list_objects(bucket, opts).await {
+            // Keys whose latest version is a delete marker have versions to heal too.
+            match set.list_objects_with(bucket, opts, true).await {
                 Ok(page) => {
                     keys.extend(page.objects.into_iter().map(|o| o.key));
                     *marker = match (page.is_truncated, page.next_marker) {

@@ -385,7 +385,33 @@ impl ErasureServer {
     fn only_set(&self) -> &Arc<ErasureSet> {
         &self.sets[0]
     }
+
+    /// The bucket's versioning state, from its `versioning` configuration (on the first set,
+    /// as every bucket configuration). Read at every write, so a change made through any node
+    /// applies to the next write everywhere.
+    async fn versioning(&self, bucket: &str) -> Result<VersioningState> {
+        match self
+            .only_set()
+            .read_bucket_config(bucket, VERSIONING_CONFIG)
+            .await?
+        {
+            None => Ok(VersioningState::Unversioned),
+            Some(b) => VersioningState::from_stored(&b),
+        }
+    }
+
+    /// The version id a new write gets in a bucket: a fresh one when versioning is enabled,
+    /// else the null version.
+    async fn new_version_id(&self, bucket: &str) -> Result<Option<Uuid>> {
+        Ok(match self.versioning(bucket).await? {
+            VersioningState::Enabled => Some(Uuid::new_v4()),
+            VersioningState::Unversioned | VersioningState::Suspended => None,
+        })
+    }
 }
+
+/// The bucket configuration blob holding its versioning state.
+const VERSIONING_CONFIG: &str = "versioning";
 
 /// Removes stale multipart uploads at start-up and then every `multipart_cleanup_interval`.
 /// Holds the set weakly: the task ends when the server is dropped.
@@ -504,16 +530,17 @@ impl ObjectLayer for ErasureServer {
 
     async fn delete_bucket(&self, bucket: &str) -> Result<()> {
         named_bucket(bucket)?;
+        // Any version, a delete marker or an old version too, keeps a bucket (as in S3).
         let page = self
-            .list_objects(
+            .list_object_versions(
                 bucket,
-                ListOptions {
+                ListVersionsOptions {
                     max_keys: 1,
                     ..Default::default()
                 },
             )
             .await?;
-        if !page.objects.is_empty() || !page.common_prefixes.is_empty() {
+        if !page.versions.is_empty() || !page.common_prefixes.is_empty() {
             return Err(Error::BucketNotEmpty);
         }
         for s in &self.sets {
@@ -533,9 +560,9 @@ impl ObjectLayer for ErasureServer {
         body: ByteStream,
         opts: PutOptions,
     ) -> Result<ObjectInfo> {
-        self.object_set(bucket, key)?
-            .put_object(bucket, key, body, opts)
-            .await
+        let set = self.object_set(bucket, key)?;
+        let version_id = self.new_version_id(bucket).await?;
+        set.put_object(bucket, key, body, opts, version_id).await
     }
 
     async fn get_object(
@@ -554,9 +581,94 @@ impl ObjectLayer for ErasureServer {
     }
 
     async fn delete_object(&self, bucket: &str, key: &str) -> Result<()> {
-        self.object_set(bucket, key)?
-            .delete_object(bucket, key)
+        self.delete_object_version(bucket, key, None)
             .await
+            .map(|_| ())
+    }
+
+    async fn get_bucket_versioning(&self, bucket: &str) -> Result<VersioningState> {
+        named_bucket(bucket)?;
+        self.versioning(bucket).await
+    }
+
+    async fn put_bucket_versioning(&self, bucket: &str, state: VersioningState) -> Result<()> {
+        named_bucket(bucket)?;
+        if state == VersioningState::Unversioned {
+            return Err(Error::Internal(
+                "a bucket cannot return to unversioned; suspend versioning instead".into(),
+            ));
+        }
+        self.only_set()
+            .write_bucket_config(bucket, VERSIONING_CONFIG, Bytes::from(state.as_str()))
+            .await
+    }
+
+    async fn get_object_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+        range: Option<HttpRange>,
+    ) -> Result<GetObjectReader> {
+        self.object_set(bucket, key)?
+            .get_object_version(bucket, key, version, range)
+            .await
+    }
+
+    async fn object_version_info(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+    ) -> Result<ObjectInfo> {
+        self.object_set(bucket, key)?
+            .object_version_info(bucket, key, version)
+            .await
+    }
+
+    async fn delete_object_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+    ) -> Result<DeleteResult> {
+        let set = self.object_set(bucket, key)?;
+        if let Some(v) = version {
+            return set.delete_version(bucket, key, v).await;
+        }
+        match self.versioning(bucket).await? {
+            VersioningState::Unversioned => set
+                .delete_object(bucket, key)
+                .await
+                .map(|()| DeleteResult::default()),
+            VersioningState::Enabled => {
+                set.add_delete_marker(bucket, key, Some(Uuid::new_v4()))
+                    .await
+            }
+            // A null delete marker replaces the null version; other versions stay.
+            VersioningState::Suspended => set.add_delete_marker(bucket, key, None).await,
+        }
+    }
+
+    async fn list_object_versions(
+        &self,
+        bucket: &str,
+        opts: ListVersionsOptions,
+    ) -> Result<ListVersionsResult> {
+        named_bucket(bucket)?;
+        if self.sets.len() == 1 {
+            return self.only_set().list_object_versions(bucket, opts).await;
+        }
+        let max = opts.max_keys;
+        let pages = futures::future::join_all(
+            self.sets
+                .iter()
+                .map(|s| s.list_object_versions(bucket, opts.clone())),
+        )
+        .await
+        .into_iter()
+        .collect::<Result<Vec<_>>>()?;
+        Ok(crate::versions::merge_versions_pages(pages, max))
     }
 
     async fn copy_object(
@@ -571,7 +683,12 @@ impl ObjectLayer for ErasureServer {
         check_key(dst_key)?;
         named_bucket(src_bucket)?;
         named_bucket(dst_bucket)?;
-        let onto_itself = src_bucket == dst_bucket && src_key == dst_key;
+        // In place only in a bucket without versioning: a versioned copy onto itself is a new
+        // version (with its own data), and a copy of an older version is a new latest.
+        let onto_itself = src_bucket == dst_bucket
+            && src_key == dst_key
+            && opts.source_version_id.is_none()
+            && self.versioning(dst_bucket).await? == VersioningState::Unversioned;
         if let (true, Some(metadata)) = (onto_itself, &opts.metadata) {
             let set = self.set_of(dst_bucket, dst_key);
             let replaced = set
@@ -646,8 +763,9 @@ impl ObjectLayer for ErasureServer {
         parts: Vec<CompletePart>,
         opts: CompleteOptions,
     ) -> Result<ObjectInfo> {
-        self.object_set(bucket, key)?
-            .complete_multipart_upload(bucket, key, upload_id, parts, opts)
+        let set = self.object_set(bucket, key)?;
+        let version_id = self.new_version_id(bucket).await?;
+        set.complete_multipart_upload(bucket, key, upload_id, parts, opts, version_id)
             .await
     }
 

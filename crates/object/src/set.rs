@@ -405,7 +405,17 @@ impl ErasureSet {
     }
 
     pub async fn object_info(&self, bucket: &str, key: &str) -> Result<ObjectInfo> {
-        let (meta, metas, _) = self.read_meta_quorum(bucket, key).await?;
+        self.object_version_info(bucket, key, None).await
+    }
+
+    /// HEAD of one version (`None`: the latest); see [`ErasureSet::resolve_version`].
+    pub async fn object_version_info(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<crate::api::VersionId>,
+    ) -> Result<ObjectInfo> {
+        let (meta, metas) = self.resolve_version(bucket, key, version).await?;
         if metas.iter().any(|m| m.is_none()) {
             // Some drive is missing this version: heal it in the background.
             self.queue_heal(bucket, key);
@@ -460,5 +470,8 @@ pub(crate) fn object_info(bucket: &str, key: &str, meta: &ObjectMeta) -> ObjectI
         user_meta: meta.user_meta.clone(),
         checksums: meta.checksums.clone(),
         parts: meta.parts.len(),
+        version_id: crate::api::VersionId::from_stored(meta.version_id),
+        delete_marker: meta.delete_marker,
+        is_latest: true,
     }
 }

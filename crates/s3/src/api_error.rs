@@ -64,6 +64,20 @@ impl From<ObjectError> for ApiError {
     }
 }
 
+/// `code` with `x-amz-delete-marker: true` and the marker's `x-amz-version-id`.
+fn delete_marker_error(code: S3ErrorCode, version: quarry_object::VersionId) -> ApiError {
+    let mut err = ApiError::from(code);
+    err.headers.push((
+        HeaderName::from_static("x-amz-delete-marker"),
+        HeaderValue::from_static("true"),
+    ));
+    if let Ok(v) = HeaderValue::from_str(&version.to_string()) {
+        err.headers
+            .push((HeaderName::from_static("x-amz-version-id"), v));
+    }
+    err
+}
+
 /// Maps an object-layer error to the S3 error a client sees. Errors that are the server's fault
 /// are logged here, once, with their cause; the client gets the generic message.
 ///
@@ -80,6 +94,13 @@ pub fn object_error(e: ObjectError) -> ApiError {
             format!("{} ({why})", C::InvalidBucketName.default_message()),
         ),
         ObjectError::ObjectNotFound => C::NoSuchKey.into(),
+        ObjectError::NoSuchVersion => C::NoSuchVersion.into(),
+        ObjectError::InvalidVersionId(_) => {
+            ApiError::new(C::InvalidArgument, "Invalid version id specified")
+        }
+        // S3 answers both with the marker's headers: what is there is a delete marker.
+        ObjectError::LatestIsDeleteMarker(v) => delete_marker_error(C::NoSuchKey, v),
+        ObjectError::VersionIsDeleteMarker(v) => delete_marker_error(C::MethodNotAllowed, v),
         ObjectError::InvalidKey(why) => ApiError::new(
             C::InvalidArgument,
             format!("The object key is not valid: {why}."),

@@ -188,6 +188,7 @@ mod tests {
             user_meta: Default::default(),
             checksums: [("crc32".to_string(), "AAAAAA==-3".to_string())].into(),
             parts,
+            ..Default::default()
         }
     }
 

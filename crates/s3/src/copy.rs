@@ -288,6 +288,7 @@ pub async fn copy_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Res
         source_version: Some((info.etag.clone(), info.mod_time_ns)),
         precondition,
         checksums: compute.map(computed_checksum),
+        source_version_id: None,
     };
     let copied = ctx
         .layer()
@@ -420,6 +421,7 @@ mod tests {
             user_meta: BTreeMap::new(),
             checksums: BTreeMap::new(),
             parts: 1,
+            ..Default::default()
         }
     }
 

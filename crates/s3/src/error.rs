@@ -51,6 +51,7 @@ pub enum S3ErrorCode {
     NoSuchCORSConfiguration,
     NoSuchKey,
     NoSuchUpload,
+    NoSuchVersion,
     NotImplemented,
     NotModified,
     PreconditionFailed,
@@ -110,6 +111,7 @@ impl S3ErrorCode {
             NoSuchCORSConfiguration => "NoSuchCORSConfiguration",
             NoSuchKey => "NoSuchKey",
             NoSuchUpload => "NoSuchUpload",
+            NoSuchVersion => "NoSuchVersion",
             NotImplemented => "NotImplemented",
             NotModified => "NotModified",
             PreconditionFailed => "PreconditionFailed",
@@ -133,7 +135,7 @@ impl S3ErrorCode {
             | RequestTimeTooSkewed => StatusCode::FORBIDDEN,
             ExpiredToken => StatusCode::BAD_REQUEST,
             BucketAlreadyExists | BucketAlreadyOwnedByYou | BucketNotEmpty => StatusCode::CONFLICT,
-            NoSuchBucket | NoSuchCORSConfiguration | NoSuchKey | NoSuchUpload => {
+            NoSuchBucket | NoSuchCORSConfiguration | NoSuchKey | NoSuchUpload | NoSuchVersion => {
                 StatusCode::NOT_FOUND
             }
             InvalidRange | InvalidPartNumber => StatusCode::RANGE_NOT_SATISFIABLE,
@@ -199,6 +201,7 @@ impl S3ErrorCode {
             NoSuchCORSConfiguration => "The CORS configuration does not exist",
             NoSuchKey => "The specified key does not exist.",
             NoSuchUpload => "The specified multipart upload does not exist. The upload ID might not be valid, or the multipart upload might have been aborted or completed.",
+            NoSuchVersion => "The specified version does not exist.",
             NotImplemented => "A header or query you provided implies functionality that is not implemented.",
             NotModified => "Not Modified.",
             PreconditionFailed => "At least one of the preconditions you specified did not hold.",

@@ -501,6 +501,7 @@ mod tests {
             user_meta: Default::default(),
             checksums: Default::default(),
             parts: 1,
+            ..Default::default()
         };
         info.user_meta.insert("color".into(), "blue".into());
         info.checksums.insert("crc32".into(), "AAAAAA==".into());

@@ -348,6 +348,7 @@ mod tests {
             user_meta: BTreeMap::new(),
             checksums: BTreeMap::new(),
             parts: 1,
+            ..Default::default()
         };
         let mut out = HeaderMap::new();
         checksum_headers(&mut out, &info);

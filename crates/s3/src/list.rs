@@ -255,6 +255,7 @@ mod tests {
             user_meta: Default::default(),
             checksums: Default::default(),
             parts: 1,
+            ..Default::default()
         }
     }
 

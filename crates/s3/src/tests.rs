@@ -151,6 +151,7 @@ impl ObjectLayer for MemLayer {
             user_meta: opts.user_meta,
             checksums,
             parts: 1,
+            ..Default::default()
         };
         let mut buckets = self.buckets.lock().unwrap();
         let objects = buckets.get_mut(bucket).ok_or(Error::BucketNotFound)?;

@@ -13,10 +13,12 @@ use crate::error::Result;
 mod cluster;
 mod heal;
 mod multipart;
+mod versioning;
 
 pub use cluster::*;
 pub use heal::*;
 pub use multipart::*;
+pub use versioning::*;
 
 /// A request body as it arrives: chunks of bytes, or an I/O error from the front end's decoder
 /// (signature checks, checksum trailers). An error aborts the write; nothing is committed.
@@ -47,6 +49,12 @@ pub struct ObjectInfo {
     pub user_meta: BTreeMap<String, String>,
     pub checksums: BTreeMap<String, String>,
     pub parts: usize,
+    /// The version this is (`Null` in a bucket that never had versioning).
+    pub version_id: VersionId,
+    /// A delete marker (only ListObjectVersions and DELETE report these).
+    pub delete_marker: bool,
+    /// The key's latest version (set by ListObjectVersions; true elsewhere).
+    pub is_latest: bool,
 }
 
 /// One part of a stored object: its number and size.
@@ -161,6 +169,8 @@ pub struct CopyOptions {
     pub source_version: Option<(String, i64)>,
     /// A condition on the destination key, as for a PUT.
     pub precondition: Option<WritePrecondition>,
+    /// The source version to copy (`x-amz-copy-source` with `?versionId=`); `None`: the latest.
+    pub source_version_id: Option<VersionId>,
     /// New checksums for the copy, computed from its bytes as they stream by; they replace the
     /// source's. `None` keeps the source's full-object checksums.
     pub checksums: Option<CopyChecksums>,
@@ -357,6 +367,77 @@ pub trait ObjectLayer: Send + Sync + 'static {
         opts: CopyOptions,
     ) -> Result<ObjectInfo> {
         crate::copy::stream_copy(self, src_bucket, src_key, dst_bucket, dst_key, opts).await
+    }
+
+    // ---- versioning (types in `api/versioning.rs`) ----
+    // Defaults: a layer without versioning, whose buckets are all unversioned.
+
+    /// The bucket's versioning state. `BucketNotFound` when the bucket does not exist.
+    async fn get_bucket_versioning(&self, bucket: &str) -> Result<VersioningState> {
+        self.bucket_info(bucket).await?;
+        Ok(VersioningState::Unversioned)
+    }
+
+    /// Sets the bucket's versioning to `Enabled` or `Suspended` (`Unversioned` is refused: a
+    /// bucket never returns to it).
+    async fn put_bucket_versioning(&self, _bucket: &str, _state: VersioningState) -> Result<()> {
+        Err(crate::Error::NotImplemented("bucket versioning"))
+    }
+
+    /// GET of one version (`None`: the latest). The latest being a delete marker is
+    /// `LatestIsDeleteMarker`; a version id naming a marker is `VersionIsDeleteMarker`; an id
+    /// naming nothing is `NoSuchVersion`.
+    async fn get_object_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+        range: Option<HttpRange>,
+    ) -> Result<GetObjectReader> {
+        match version {
+            None => self.get_object(bucket, key, range).await,
+            Some(_) => Err(crate::Error::NotImplemented("versions")),
+        }
+    }
+
+    /// HEAD of one version; errors as [`ObjectLayer::get_object_version`].
+    async fn object_version_info(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+    ) -> Result<ObjectInfo> {
+        match version {
+            None => self.object_info(bucket, key).await,
+            Some(_) => Err(crate::Error::NotImplemented("versions")),
+        }
+    }
+
+    /// DELETE of one version (`Some`), or of the key (`None`): in a versioned bucket that adds a
+    /// delete marker (a `null` one when suspended, replacing the null version). Deleting a
+    /// version that does not exist succeeds (as in S3).
+    async fn delete_object_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+    ) -> Result<DeleteResult> {
+        match version {
+            None => self
+                .delete_object(bucket, key)
+                .await
+                .map(|()| DeleteResult::default()),
+            Some(_) => Err(crate::Error::NotImplemented("versions")),
+        }
+    }
+
+    /// ListObjectVersions.
+    async fn list_object_versions(
+        &self,
+        _bucket: &str,
+        _opts: ListVersionsOptions,
+    ) -> Result<ListVersionsResult> {
+        Err(crate::Error::NotImplemented("ListObjectVersions"))
     }
 
     /// The bucket configuration document `name` (e.g. `cors`), as stored; `None` when not set.

@@ -1,0 +1,351 @@
+//! S3 versioning in one erasure set: reading a version by id with a quorum of its own, delete
+//! markers, deleting one version, and ListObjectVersions.
+//!
+//! Every drive keeps a key's versions in its journal (`quarry_disk::journal`); quorum is decided
+//! per version: a version exists when a read quorum of drives hold the same copy of it.
+
+use std::sync::Arc;
+
+use quarry_disk::{DriveError, ObjectMeta, META_VERSION};
+use uuid::Uuid;
+
+use crate::api::{
+    DeleteResult, ListOptions, ListVersionsOptions, ListVersionsResult, ObjectInfo, VersionId,
+};
+use crate::error::{Error, Result};
+use crate::put::erasure_info;
+use crate::quorum::{count_full, count_ok, on_all, pick_meta, write_failed, MetaQuorum};
+use crate::set::{now_ns, object_info, ErasureSet};
+
+/// One entry of a ListObjectVersions page.
+enum Entry {
+    Version(ObjectInfo),
+    Prefix(String),
+}
+
+impl ErasureSet {
+    /// Reads one version from every drive and picks the copy a read quorum agrees on.
+    /// `NoSuchVersion` when the key has no such version (`BucketNotFound` without the bucket).
+    pub(crate) async fn read_version_quorum(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: VersionId,
+    ) -> Result<(ObjectMeta, Vec<Option<ObjectMeta>>)> {
+        let answers = on_all(&self.drives, |d| {
+            let (b, k) = (bucket.to_string(), key.to_string());
+            async move { d.read_version(&b, &k, version.stored()).await }
+        })
+        .await;
+        match pick_meta(&answers, self.set_write_quorum()) {
+            MetaQuorum::Found { meta, metas } => Ok((*meta, metas)),
+            MetaQuorum::NotFound => {
+                self.require_bucket(bucket).await?;
+                Err(Error::NoSuchVersion)
+            }
+            MetaQuorum::NoQuorum { have, need } => Err(Error::ReadQuorum { have, need }),
+        }
+    }
+
+    /// The version a GET or HEAD reads: the latest (`None`) or the one named. A delete marker
+    /// has nothing to read: `LatestIsDeleteMarker` when it is the latest, `VersionIsDeleteMarker`
+    /// when named.
+    pub(crate) async fn resolve_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+    ) -> Result<(ObjectMeta, Vec<Option<ObjectMeta>>)> {
+        match version {
+            None => {
+                let (meta, metas, _) = self.read_meta_quorum(bucket, key).await?;
+                if meta.delete_marker {
+                    return Err(Error::LatestIsDeleteMarker(VersionId::from_stored(
+                        meta.version_id,
+                    )));
+                }
+                Ok((meta, metas))
+            }
+            Some(v) => {
+                let (meta, metas) = self.read_version_quorum(bucket, key, v).await?;
+                if meta.delete_marker {
+                    return Err(Error::VersionIsDeleteMarker(v));
+                }
+                Ok((meta, metas))
+            }
+        }
+    }
+
+    /// Adds a delete marker as the key's latest version: `id` `None` is the null marker of a
+    /// suspended bucket (it replaces the null version, and that version's data goes).
+    pub(crate) async fn add_delete_marker(
+        &self,
+        bucket: &str,
+        key: &str,
+        id: Option<Uuid>,
+    ) -> Result<DeleteResult> {
+        self.require_bucket_for_write(bucket).await?;
+        let erasure = self.new_erasure()?;
+        let distribution = self.distribution(bucket, key);
+        let base = ObjectMeta {
+            version: META_VERSION,
+            version_id: id,
+            delete_marker: true,
+            size: 0,
+            mod_time_ns: now_ns(),
+            etag: String::new(),
+            headers: Default::default(),
+            user_meta: Default::default(),
+            checksums: Default::default(),
+            erasure: erasure_info(&erasure, &distribution),
+            data_dir: None,
+            parts: Vec::new(),
+            inline: None,
+        };
+        let metas: Vec<Option<ObjectMeta>> = distribution
+            .iter()
+            .map(|&index| {
+                let mut m = base.clone();
+                m.erasure.index = index;
+                Some(m)
+            })
+            .collect();
+        let need = self.set_write_quorum();
+        let committed = self
+            .commit(Uuid::new_v4(), bucket, key, &metas, None)
+            .await?;
+        let ok = count_ok(&committed);
+        if ok < need {
+            return Err(write_failed(ok, need, count_full(&committed)));
+        }
+        if ok < self.drives.len() {
+            self.queue_heal(bucket, key);
+        }
+        Ok(DeleteResult {
+            version_id: Some(VersionId::from_stored(id)),
+            delete_marker: true,
+        })
+    }
+
+    /// Removes one version (a delete marker too) from every drive. A version that does not exist
+    /// is not an error, as in S3.
+    pub(crate) async fn delete_version(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: VersionId,
+    ) -> Result<DeleteResult> {
+        let _guard = self.locks.lock(&format!("{bucket}/{key}")).await?;
+        let delete_marker = match self.read_version_quorum(bucket, key, version).await {
+            Ok((meta, _)) => meta.delete_marker,
+            Err(Error::NoSuchVersion) | Err(Error::ReadQuorum { .. }) => false,
+            Err(e) => return Err(e),
+        };
+        let answers = on_all(&self.drives, |d| {
+            let (b, k) = (bucket.to_string(), key.to_string());
+            async move { d.delete_version(&b, &k, version.stored()).await }
+        })
+        .await;
+        if answers
+            .iter()
+            .all(|a| matches!(a, Err(DriveError::VolumeNotFound)))
+        {
+            return Err(Error::BucketNotFound);
+        }
+        let done = answers
+            .iter()
+            .filter(|a| matches!(a, Ok(()) | Err(DriveError::FileNotFound)))
+            .count();
+        let need = self.set_write_quorum();
+        if done < need {
+            return Err(Error::WriteQuorum { have: done, need });
+        }
+        if done < self.drives.len() {
+            // A drive that still holds the version gets it removed by heal.
+            self.queue_heal(bucket, key);
+        }
+        Ok(DeleteResult {
+            version_id: Some(version),
+            delete_marker,
+        })
+    }
+
+    /// Every version of a key that a read quorum of drives agrees on, newest first, with
+    /// `is_latest` set on the first. Empty when the key has none.
+    pub(crate) async fn versions_of(&self, bucket: &str, key: &str) -> Result<Vec<ObjectMeta>> {
+        let answers = on_all(&self.drives, |d| {
+            let (b, k) = (bucket.to_string(), key.to_string());
+            async move { d.read_versions(&b, &k).await }
+        })
+        .await;
+        Ok(agreed_versions(&answers, self.set_read_quorum()))
+    }
+
+    /// ListObjectVersions over this set's keys.
+    pub async fn list_object_versions(
+        self: &Arc<Self>,
+        bucket: &str,
+        opts: ListVersionsOptions,
+    ) -> Result<ListVersionsResult> {
+        self.require_bucket(bucket).await?;
+        let max = opts.max_keys;
+        if max == 0 {
+            return Ok(ListVersionsResult::default());
+        }
+        let mut entries: Vec<Entry> = Vec::new();
+        // The rest of the marker key's versions, after the marker version.
+        if let (Some(km), Some(vm)) = (&opts.key_marker, opts.version_id_marker) {
+            if km.starts_with(&opts.prefix) {
+                let versions = self.versions_of(bucket, km).await?;
+                if let Some(i) = versions
+                    .iter()
+                    .position(|v| VersionId::from_stored(v.version_id) == vm)
+                {
+                    for (j, v) in versions.iter().enumerate().skip(i + 1) {
+                        entries.push(Entry::Version(version_info(bucket, km, v, j == 0)));
+                    }
+                }
+            }
+        }
+        // Then the keys (and common prefixes) after the marker key, each with all its versions.
+        let mut after = opts.key_marker.clone();
+        let mut more = true;
+        while entries.len() <= max && more {
+            let page = self
+                .list_objects_with(
+                    bucket,
+                    ListOptions {
+                        prefix: opts.prefix.clone(),
+                        marker: after.clone(),
+                        delimiter: opts.delimiter.clone(),
+                        max_keys: max + 1 - entries.len(),
+                    },
+                    true,
+                )
+                .await?;
+            more = page.is_truncated;
+            after = page.next_marker.clone();
+            // Objects and prefixes, back in name order.
+            let mut names: Vec<(String, bool)> = page
+                .objects
+                .into_iter()
+                .map(|o| (o.key, true))
+                .chain(page.common_prefixes.into_iter().map(|p| (p, false)))
+                .collect();
+            names.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
+            for (name, is_key) in names {
+                if entries.len() > max {
+                    break;
+                }
+                if !is_key {
+                    entries.push(Entry::Prefix(name));
+                    continue;
+                }
+                let versions = self.versions_of(bucket, &name).await?;
+                for (j, v) in versions.iter().enumerate() {
+                    entries.push(Entry::Version(version_info(bucket, &name, v, j == 0)));
+                }
+            }
+            if after.is_none() {
+                break;
+            }
+        }
+        Ok(versions_page(entries, max))
+    }
+}
+
+/// The info of one listed version.
+fn version_info(bucket: &str, key: &str, meta: &ObjectMeta, is_latest: bool) -> ObjectInfo {
+    let mut info = object_info(bucket, key, meta);
+    info.is_latest = is_latest;
+    info
+}
+
+/// Cuts the entries to a page of `max` and sets the next markers from its last entry.
+fn versions_page(mut entries: Vec<Entry>, max: usize) -> ListVersionsResult {
+    let mut out = ListVersionsResult {
+        is_truncated: entries.len() > max,
+        ..Default::default()
+    };
+    entries.truncate(max);
+    if out.is_truncated {
+        match entries.last() {
+            Some(Entry::Version(v)) => {
+                out.next_key_marker = Some(v.key.clone());
+                out.next_version_id_marker = Some(v.version_id);
+            }
+            Some(Entry::Prefix(p)) => out.next_key_marker = Some(p.clone()),
+            None => {}
+        }
+    }
+    for e in entries {
+        match e {
+            Entry::Version(v) => out.versions.push(v),
+            Entry::Prefix(p) => out.common_prefixes.push(p),
+        }
+    }
+    out
+}
+
+/// Merges the ListObjectVersions pages of several sets: a key lives in one set, so its versions
+/// come from one page in order; common prefixes may come from several and appear once.
+pub(crate) fn merge_versions_pages(
+    pages: Vec<ListVersionsResult>,
+    max: usize,
+) -> ListVersionsResult {
+    let any_truncated = pages.iter().any(|p| p.is_truncated);
+    let mut all: Vec<Entry> = Vec::new();
+    for p in pages {
+        all.extend(p.versions.into_iter().map(Entry::Version));
+        all.extend(p.common_prefixes.into_iter().map(Entry::Prefix));
+    }
+    let name = |e: &Entry| match e {
+        Entry::Version(v) => v.key.clone(),
+        Entry::Prefix(p) => p.clone(),
+    };
+    // Stable: the versions of one key keep their newest-first order.
+    all.sort_by(|a, b| name(a).as_bytes().cmp(name(b).as_bytes()));
+    all.dedup_by(|b, a| matches!((&*a, &*b), (Entry::Prefix(x), Entry::Prefix(y)) if x == y));
+    let mut out = versions_page(all, max);
+    out.is_truncated |= any_truncated;
+    if any_truncated && out.next_key_marker.is_none() {
+        if let Some(v) = out.versions.last() {
+            out.next_key_marker = Some(v.key.clone());
+            out.next_version_id_marker = Some(v.version_id);
+        }
+    }
+    out
+}
+
+/// The versions a read quorum of drives agree on, newest first, from each drive's journal.
+pub(crate) fn agreed_versions(
+    answers: &[std::result::Result<Vec<ObjectMeta>, DriveError>],
+    read_quorum: usize,
+) -> Vec<ObjectMeta> {
+    let mut groups: Vec<(&ObjectMeta, usize)> = Vec::new();
+    for journal in answers.iter().filter_map(|a| a.as_ref().ok()) {
+        for m in journal {
+            match groups
+                .iter_mut()
+                .find(|(rep, _)| crate::quorum::same_version(rep, m))
+            {
+                Some(g) => g.1 += 1,
+                None => groups.push((m, 1)),
+            }
+        }
+    }
+    // Two copies of one version id that differ (say, an overwrite of the null version that
+    // some drives missed): the one with more holders, then the newer, wins.
+    groups.sort_by_key(|g| std::cmp::Reverse((g.1, g.0.mod_time_ns)));
+    let mut out: Vec<ObjectMeta> = Vec::new();
+    for (m, count) in groups {
+        let need = crate::quorum::read_quorum(m.erasure.data as usize, m.erasure.parity as usize)
+            .max(read_quorum)
+            .max(1);
+        if count >= need && !out.iter().any(|o| o.version_id == m.version_id) {
+            out.push(m.clone());
+        }
+    }
+    out.sort_by_key(|m| std::cmp::Reverse(m.mod_time_ns));
+    out
+}
