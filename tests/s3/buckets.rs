@@ -264,11 +264,11 @@ async fn unimplemented_subresources_and_bad_requests() {
         "NotImplemented",
     );
     assert_s3_error(
-        c.get_bucket_versioning().bucket("sub").send().await,
+        c.get_bucket_website().bucket("sub").send().await,
         501,
         "NotImplemented",
     );
-    let resp = s.signed("GET", "/sub?versioning", &[], Vec::new()).await;
+    let resp = s.signed("GET", "/sub?website", &[], Vec::new()).await;
     expect_raw_error(resp, 501, "NotImplemented").await;
 
     // A CreateBucketConfiguration that is not XML.

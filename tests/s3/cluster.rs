@@ -354,3 +354,99 @@ impl OutputWithTimeout for Command {
         (code, std::fs::read(&path).unwrap_or_default())
     }
 }
+
+/// A node that was down while a versioned key got a new version and a delete marker gets both
+/// back from heal, and then serves the old and the new version with two other nodes down.
+#[tokio::test]
+async fn a_node_that_missed_versions_and_a_marker_gets_them_back() {
+    use aws_sdk_s3::types::{BucketVersioningStatus, VersioningConfiguration};
+    let mut s = TestServer::start_cluster(4, 1, 4).await;
+    let c = client_for(&s, 0);
+    c.create_bucket().bucket("vheal").send().await.unwrap();
+    c.put_bucket_versioning()
+        .bucket("vheal")
+        .versioning_configuration(
+            VersioningConfiguration::builder()
+                .status(BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let old = random_bytes(300 << 10);
+    let v1 = c
+        .put_object()
+        .bucket("vheal")
+        .key("k")
+        .body(ByteStream::from(old.clone()))
+        .send()
+        .await
+        .unwrap()
+        .version_id
+        .unwrap();
+
+    s.kill_node(3);
+    let new = random_bytes(200 << 10);
+    let v2 = client_for(&s, 1)
+        .put_object()
+        .bucket("vheal")
+        .key("k")
+        .body(ByteStream::from(new.clone()))
+        .send()
+        .await
+        .unwrap()
+        .version_id
+        .unwrap();
+    let marker = client_for(&s, 2)
+        .delete_object()
+        .bucket("vheal")
+        .key("k")
+        .send()
+        .await
+        .unwrap()
+        .version_id
+        .unwrap();
+    let meta = s.drive_path(3).join("vheal/k/quarry.meta");
+    let holds = |id: &str| {
+        std::fs::read(&meta)
+            .map(|b| String::from_utf8_lossy(&b).contains(id))
+            .unwrap_or(false)
+    };
+    assert!(holds(&v1) && !holds(&v2) && !holds(&marker));
+
+    s.start_node(3).await;
+    wait_for(Duration::from_secs(90), || holds(&v2) && holds(&marker))
+        .await
+        .unwrap_or_else(|| {
+            panic!(
+                "the returned node did not get the missed version and marker; node 1 log:\n{}",
+                s.node_log_tail(0, 40)
+            )
+        });
+    // Its drive is needed now: two of the four are gone.
+    s.kill_node(1);
+    s.kill_node(2);
+    let c = client_for(&s, 0);
+    let get = |v: String| {
+        let c = c.clone();
+        async move {
+            c.get_object()
+                .bucket("vheal")
+                .key("k")
+                .version_id(v)
+                .send()
+                .await
+                .unwrap()
+                .body
+                .collect()
+                .await
+                .unwrap()
+                .into_bytes()
+                .to_vec()
+        }
+    };
+    assert_eq!(get(v1).await, old);
+    assert_eq!(get(v2).await, new);
+    let r = c.get_object().bucket("vheal").key("k").send().await;
+    assert_eq!(error_status(&r.unwrap_err()), Some(404));
+}

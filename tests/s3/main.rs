@@ -30,3 +30,4 @@ mod restart;
 mod secrets;
 mod sigv2;
 mod topology;
+mod versioning;

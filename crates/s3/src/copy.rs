@@ -8,8 +8,8 @@
 //! for another one, computed from the bytes as they are copied (an object may be copied onto
 //! itself to change it); a source without a full-object checksum gets S3's default, CRC64NVME.
 //!
-//! Not here: copying a specific source version (only `versionId=null`, the one version of an
-//! unversioned object, is accepted), server-side encryption and tagging.
+//! A source `?versionId=` copies that version (a copy of an old version onto its own key restores
+//! it as a new latest version). Not here: server-side encryption and tagging.
 
 use axum::response::Response;
 use http::HeaderMap;
@@ -17,7 +17,9 @@ use percent_encoding::percent_decode_str;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use quarry_object::{CopyChecksums, CopyOptions, LateChecksums, ObjectInfo, ReplaceMetadata};
+use quarry_object::{
+    CopyChecksums, CopyOptions, LateChecksums, ObjectInfo, ReplaceMetadata, VersionId,
+};
 
 use crate::api_error::{ApiError, ApiResult};
 use crate::error::S3ErrorCode;
@@ -38,6 +40,8 @@ pub const MAX_COPY_SOURCE_SIZE: u64 = 5 * 1024 * 1024 * 1024;
 pub struct CopySource {
     pub bucket: String,
     pub key: String,
+    /// `?versionId=`: that version of the source; `None`: the latest.
+    pub version: Option<VersionId>,
 }
 
 /// `x-amz-metadata-directive`.
@@ -60,16 +64,11 @@ pub fn parse_copy_source(value: &str) -> ApiResult<CopySource> {
         Some((p, q)) => (p, Some(q)),
         None => (value, None),
     };
+    let mut version = None;
     if let Some(query) = query {
         for param in query.split('&').filter(|p| !p.is_empty()) {
             match param.split_once('=') {
-                Some(("versionId", "null")) => {}
-                Some(("versionId", "")) | Some(("versionId", _)) => {
-                    return Err(ApiError::new(
-                        S3ErrorCode::NotImplemented,
-                        "Copying a specific object version is not implemented by Quarry (objects are not versioned).",
-                    ))
-                }
+                Some(("versionId", v)) => version = Some(v.parse::<VersionId>()?),
                 _ => return Err(bad()),
             }
         }
@@ -85,6 +84,7 @@ pub fn parse_copy_source(value: &str) -> ApiResult<CopySource> {
     Ok(CopySource {
         bucket: bucket.to_owned(),
         key: key.to_owned(),
+        version,
     })
 }
 
@@ -157,13 +157,10 @@ pub fn check_copy_conditions(
 }
 
 /// Headers that CopyObject refuses beyond those PutObject refuses.
-const UNSUPPORTED_COPY_HEADERS: &[(&str, &str)] = &[
-    (
-        "x-amz-copy-source-server-side-encryption",
-        "Server-side encryption",
-    ),
-    ("x-amz-copy-source-version-id", "Copying object versions"),
-];
+const UNSUPPORTED_COPY_HEADERS: &[(&str, &str)] = &[(
+    "x-amz-copy-source-server-side-encryption",
+    "Server-side encryption",
+)];
 
 fn check_copy_headers(headers: &HeaderMap) -> ApiResult<()> {
     // `x-amz-tagging-directive: COPY` copies the (absent) tags: nothing to refuse.
@@ -257,7 +254,10 @@ pub async fn copy_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Res
     };
     let precondition = write_precondition(headers)?;
 
-    let info = ctx.layer().object_info(&source.bucket, &source.key).await?;
+    let info = ctx
+        .layer()
+        .object_version_info(&source.bucket, &source.key, source.version)
+        .await?;
     check_copy_conditions(headers, &info, std::time::SystemTime::now())?;
     if info.size > MAX_COPY_SOURCE_SIZE {
         return Err(ApiError::new(
@@ -270,7 +270,8 @@ pub async fn copy_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Res
     }
     let compute = checksum_to_compute(requested, &info);
     // Onto itself, something must change: the metadata, or the checksum algorithm.
-    let onto_itself = source.bucket == bucket && source.key == key;
+    // A copy of a named version onto its key restores it: that changes the key.
+    let onto_itself = source.bucket == bucket && source.key == key && source.version.is_none();
     if onto_itself
         && directive == MetadataDirective::Copy
         && !(requested.is_some() && compute.is_some())
@@ -288,13 +289,21 @@ pub async fn copy_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Res
         source_version: Some((info.etag.clone(), info.mod_time_ns)),
         precondition,
         checksums: compute.map(computed_checksum),
-        source_version_id: None,
+        source_version_id: source.version,
     };
     let copied = ctx
         .layer()
         .copy_object(&source.bucket, &source.key, bucket, key, opts)
         .await?;
-    Ok(xml_response(copy_result_xml(&copied)))
+    let mut response = xml_response(copy_result_xml(&copied));
+    let out = response.headers_mut();
+    crate::versioning::version_header(ctx, bucket, out, &copied).await?;
+    let mut source_header = http::HeaderMap::new();
+    crate::versioning::version_header(ctx, &source.bucket, &mut source_header, &info).await?;
+    if let Some(v) = source_header.remove("x-amz-version-id") {
+        out.insert("x-amz-copy-source-version-id", v);
+    }
+    Ok(response)
 }
 
 /// The `CopyObjectResult` document.
@@ -330,6 +339,7 @@ mod tests {
         CopySource {
             bucket: bucket.into(),
             key: key.into(),
+            version: None,
         }
     }
 
@@ -343,12 +353,23 @@ mod tests {
         );
         assert_eq!(
             parse_copy_source("bkt/k?versionId=null").unwrap(),
-            src("bkt", "k")
+            CopySource {
+                version: Some(VersionId::Null),
+                ..src("bkt", "k")
+            }
+        );
+        let id = "0b8c3d9e-1f2a-4b3c-8d4e-5f6a7b8c9d0e";
+        assert_eq!(
+            parse_copy_source(&format!("bkt/k?versionId={id}")).unwrap(),
+            CopySource {
+                version: Some(id.parse().unwrap()),
+                ..src("bkt", "k")
+            }
         );
         assert_eq!(parse_copy_source("bkt/k%3Fx").unwrap(), src("bkt", "k?x"));
         assert_eq!(
             parse_copy_source("bkt/k?versionId=abc").unwrap_err().code(),
-            S3ErrorCode::NotImplemented
+            S3ErrorCode::InvalidArgument
         );
         for bad in [
             "bkt",

@@ -1,11 +1,10 @@
 //! DeleteObject and DeleteObjects. Deleting a key that does not exist succeeds, as in S3; a
 //! missing bucket does not.
 
-use axum::body::Body;
 use axum::response::Response;
 use futures::StreamExt;
-use http::StatusCode;
 use md5::{Digest, Md5};
+use quarry_object::{DeleteResult, VersionId};
 
 use crate::api_error::{object_error, ApiError, ApiResult};
 use crate::error::S3ErrorCode;
@@ -19,11 +18,18 @@ pub const MAX_DELETE_KEYS: usize = 1000;
 /// How many deletes of one DeleteObjects request run at a time.
 const DELETE_CONCURRENCY: usize = 16;
 
-pub async fn delete_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Response> {
-    ctx.layer().delete_object(bucket, key).await?;
-    let mut response = Response::new(Body::empty());
-    *response.status_mut() = StatusCode::NO_CONTENT;
-    Ok(response)
+/// `DELETE /bucket/key[?versionId=]`: in a versioned bucket without a version, a delete marker.
+pub async fn delete_object(
+    ctx: &ReqCtx,
+    bucket: &str,
+    key: &str,
+    version: Option<VersionId>,
+) -> ApiResult<Response> {
+    let result = ctx
+        .layer()
+        .delete_object_version(bucket, key, version)
+        .await?;
+    Ok(crate::versioning::delete_response(&result))
 }
 
 /// One object named in a `<Delete>` document.
@@ -44,7 +50,8 @@ pub struct DeleteRequest {
 /// What happened to one object of a DeleteObjects request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum DeleteOutcome {
-    Deleted(DeleteTarget),
+    /// Deleted, with what the delete did (a marker created or removed).
+    Deleted(DeleteTarget, DeleteResult),
     Failed {
         target: DeleteTarget,
         code: S3ErrorCode,
@@ -98,12 +105,18 @@ pub fn render_delete_result(quiet: bool, outcomes: &[DeleteOutcome]) -> String {
     let mut w = XmlWriter::new(root);
     for outcome in outcomes {
         match outcome {
-            DeleteOutcome::Deleted(target) => {
+            DeleteOutcome::Deleted(target, result) => {
                 if !quiet {
                     w.open("Deleted")
                         .elem("Key", &target.key)
-                        .elem_opt("VersionId", target.version_id.as_deref())
-                        .close("Deleted");
+                        .elem_opt("VersionId", target.version_id.as_deref());
+                    if result.delete_marker {
+                        w.elem("DeleteMarker", "true");
+                        if let Some(v) = result.version_id {
+                            w.elem("DeleteMarkerVersionId", &v.to_string());
+                        }
+                    }
+                    w.close("Deleted");
                 }
             }
             DeleteOutcome::Failed {
@@ -142,15 +155,24 @@ pub async fn delete_objects(ctx: &ReqCtx, bucket: &str) -> ApiResult<Response> {
 }
 
 async fn delete_one(ctx: &ReqCtx, bucket: &str, target: DeleteTarget) -> DeleteOutcome {
-    if target.version_id.as_deref().is_some_and(|v| v != "null") {
-        return DeleteOutcome::Failed {
-            target,
-            code: S3ErrorCode::NotImplemented,
-            message: "Deleting a specific object version is not implemented by Quarry.".into(),
-        };
-    }
-    match ctx.layer().delete_object(bucket, &target.key).await {
-        Ok(()) => DeleteOutcome::Deleted(target),
+    let version = match target.version_id.as_deref().map(str::parse::<VersionId>) {
+        None => None,
+        Some(Ok(v)) => Some(v),
+        Some(Err(e)) => {
+            let err = object_error(e);
+            return DeleteOutcome::Failed {
+                target,
+                code: err.error.code,
+                message: err.error.message,
+            };
+        }
+    };
+    match ctx
+        .layer()
+        .delete_object_version(bucket, &target.key, version)
+        .await
+    {
+        Ok(result) => DeleteOutcome::Deleted(target, result),
         Err(e) => {
             let err = object_error(e);
             DeleteOutcome::Failed {
@@ -227,7 +249,7 @@ mod tests {
     #[test]
     fn delete_result_document() {
         let outcomes = vec![
-            DeleteOutcome::Deleted(target("a")),
+            DeleteOutcome::Deleted(target("a"), DeleteResult::default()),
             DeleteOutcome::Failed {
                 target: target("b<"),
                 code: S3ErrorCode::InternalError,

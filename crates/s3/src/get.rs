@@ -10,7 +10,7 @@ use axum::response::Response;
 use futures::TryStreamExt;
 use http::header::{self, HeaderName, HeaderValue};
 use http::{HeaderMap, StatusCode};
-use quarry_object::{HttpRange, ObjectInfo};
+use quarry_object::{HttpRange, ObjectInfo, VersionId};
 
 use crate::api_error::{ApiError, ApiResult};
 use crate::error::S3ErrorCode;
@@ -18,6 +18,7 @@ use crate::headers::{checksum_headers, set_header, STORED_HEADERS};
 use crate::multipart::part_number;
 use crate::router::Query;
 use crate::server::ReqCtx;
+use crate::versioning::version_header;
 use crate::xml::{http_date, system_time};
 
 /// What S3 sends as `Content-Type` for an object stored without one.
@@ -158,6 +159,7 @@ pub async fn get_object(
     bucket: &str,
     key: &str,
     read: ObjectRead,
+    version: Option<VersionId>,
     head: bool,
 ) -> ApiResult<Response> {
     let overrides = match read {
@@ -184,38 +186,51 @@ pub async fn get_object(
         .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"ENABLED"));
 
     if head {
-        let info = ctx.layer().object_info(bucket, key).await?;
+        let info = ctx
+            .layer()
+            .object_version_info(bucket, key, version)
+            .await?;
         check_preconditions(headers, &info)?;
         let span = match range {
             Some(r) => r.resolve(info.size)?,
             None => (0, info.size),
         };
-        return Ok(object_response(
+        let mut response = object_response(
             Body::empty(),
             &info,
             span,
             range.is_some(),
             checksum_mode,
             overrides,
-        ));
+        );
+        version_header(ctx, bucket, response.headers_mut(), &info).await?;
+        return Ok(response);
     }
     // A conditional GET checks the metadata before it opens the body.
     if conditional {
-        let info = ctx.layer().object_info(bucket, key).await?;
+        let info = ctx
+            .layer()
+            .object_version_info(bucket, key, version)
+            .await?;
         check_preconditions(headers, &info)?;
     }
-    let reader = ctx.layer().get_object(bucket, key, range).await?;
+    let reader = ctx
+        .layer()
+        .get_object_version(bucket, key, version, range)
+        .await?;
     let stream = reader
         .body
         .inspect_err(|e| tracing::error!(error = %e, "object body stream failed"));
-    Ok(object_response(
+    let mut response = object_response(
         Body::from_stream(stream),
         &reader.info,
         reader.range,
         range.is_some(),
         checksum_mode,
         overrides,
-    ))
+    );
+    version_header(ctx, bucket, response.headers_mut(), &reader.info).await?;
+    Ok(response)
 }
 
 /// GetObject and HeadObject with `partNumber`: that part's bytes of a completed object, as a 206
@@ -256,6 +271,7 @@ async fn get_object_part(
             &reader.info.parts.to_string(),
         );
     }
+    version_header(ctx, bucket, response.headers_mut(), &reader.info).await?;
     Ok(response)
 }
 

@@ -37,6 +37,7 @@ mod put;
 pub mod router;
 pub mod server;
 pub mod signature;
+mod versioning;
 pub mod xml;
 
 #[cfg(test)]

@@ -477,13 +477,17 @@ pub async fn upload_part_copy(
     let CopySource {
         bucket: src_bucket,
         key: src_key,
+        version: src_version,
     } = copy_source(headers)?;
     let range = headers
         .get("x-amz-copy-source-range")
         .map(|v| parse_copy_range(v.to_str().unwrap_or("")))
         .transpose()?;
 
-    let info = ctx.layer().object_info(&src_bucket, &src_key).await?;
+    let info = ctx
+        .layer()
+        .object_version_info(&src_bucket, &src_key, src_version)
+        .await?;
     let (offset, len) = match range {
         None => (0, info.size),
         Some((a, b)) => {
@@ -511,7 +515,7 @@ pub async fn upload_part_copy(
         .then(|| HttpRange::FromTo(offset, offset + len - 1));
     let reader = ctx
         .layer()
-        .get_object(&src_bucket, &src_key, http_range)
+        .get_object_version(&src_bucket, &src_key, src_version, http_range)
         .await?;
     // The conditions are evaluated on the version being read (it may have changed since the
     // size was looked up; then its size must still cover the range).
@@ -685,6 +689,7 @@ pub async fn complete_multipart_upload(
         checksum.map(|(a, v)| (a.as_str(), v.as_str())),
     ));
     checksum_headers(response.headers_mut(), &info);
+    crate::versioning::version_header(ctx, bucket, response.headers_mut(), &info).await?;
     Ok(response)
 }
 

@@ -80,6 +80,7 @@ pub async fn put_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Resp
         response.headers_mut().insert(ETAG, etag);
     }
     checksum_headers(response.headers_mut(), &info);
+    crate::versioning::version_header(ctx, bucket, response.headers_mut(), &info).await?;
     Ok(response)
 }
 

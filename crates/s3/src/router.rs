@@ -26,6 +26,8 @@ use crate::error::{S3Error, S3ErrorCode};
 use crate::get::ObjectRead;
 use crate::list::ListParams;
 use crate::multipart::{self, ListPartsParams, ListUploadsParams};
+use crate::versioning::{version_param, ListVersionsParams};
+use quarry_object::VersionId;
 
 /// The S3 operations, with the bucket and key they act on and their parsed query parameters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -68,25 +70,41 @@ pub enum Endpoint {
         bucket: String,
         key: String,
     },
-    /// `GET /bucket/key`, or with `?partNumber=N` that part of a completed multipart object.
+    /// `GET /bucket/key`, or with `?partNumber=N` that part of a completed multipart object;
+    /// with `?versionId=` that version.
     GetObject {
         bucket: String,
         key: String,
         read: ObjectRead,
+        version: Option<VersionId>,
     },
     HeadObject {
         bucket: String,
         key: String,
         read: ObjectRead,
+        version: Option<VersionId>,
     },
     /// `GET /bucket/key?attributes`: what `x-amz-object-attributes` asks for.
     GetObjectAttributes {
         bucket: String,
         key: String,
     },
+    /// With `?versionId=` that version; without, in a versioned bucket, a delete marker.
     DeleteObject {
         bucket: String,
         key: String,
+        version: Option<VersionId>,
+    },
+    GetBucketVersioning {
+        bucket: String,
+    },
+    PutBucketVersioning {
+        bucket: String,
+    },
+    /// `GET /bucket?versions`.
+    ListObjectVersions {
+        bucket: String,
+        params: ListVersionsParams,
     },
     /// `POST /bucket?delete`: several keys in one request.
     DeleteObjects {
@@ -220,6 +238,9 @@ impl Endpoint {
             | E::GetObjectAttributes { bucket, .. }
             | E::DeleteObject { bucket, .. }
             | E::DeleteObjects { bucket }
+            | E::GetBucketVersioning { bucket }
+            | E::PutBucketVersioning { bucket }
+            | E::ListObjectVersions { bucket, .. }
             | E::GetBucketCors { bucket }
             | E::PutBucketCors { bucket }
             | E::DeleteBucketCors { bucket }
@@ -259,6 +280,9 @@ impl Endpoint {
             Endpoint::GetObjectAttributes { .. } => "GetObjectAttributes",
             Endpoint::DeleteObject { .. } => "DeleteObject",
             Endpoint::DeleteObjects { .. } => "DeleteObjects",
+            Endpoint::GetBucketVersioning { .. } => "GetBucketVersioning",
+            Endpoint::PutBucketVersioning { .. } => "PutBucketVersioning",
+            Endpoint::ListObjectVersions { .. } => "ListObjectVersions",
             Endpoint::GetBucketCors { .. } => "GetBucketCors",
             Endpoint::PutBucketCors { .. } => "PutBucketCors",
             Endpoint::DeleteBucketCors { .. } => "DeleteBucketCors",
@@ -618,6 +642,12 @@ fn bucket_endpoint(method: &Method, query: &Query, bucket: String) -> Result<End
             bucket,
             params: param("ListMultipartUploads", ListUploadsParams::from_query(query))?,
         }),
+        (Method::GET, Some("versioning")) => Ok(Endpoint::GetBucketVersioning { bucket }),
+        (Method::PUT, Some("versioning")) => Ok(Endpoint::PutBucketVersioning { bucket }),
+        (Method::GET, Some("versions")) => Ok(Endpoint::ListObjectVersions {
+            bucket,
+            params: param("ListObjectVersions", ListVersionsParams::from_query(query))?,
+        }),
         (Method::GET, Some("acl")) => Ok(Endpoint::GetBucketAcl { bucket }),
         (Method::PUT, Some("acl")) => Ok(Endpoint::PutBucketAcl { bucket }),
         (Method::GET | Method::PUT | Method::DELETE | Method::POST | Method::HEAD, Some(sub)) => {
@@ -676,24 +706,44 @@ fn object_endpoint(
     let versioned = query.get("versionId").is_some_and(|v| v != "null");
     let read = |op| param(op, ObjectRead::from_query(query));
     let upload_id = |op| param(op, multipart::upload_id(query));
+    let version = |op| param(op, version_param(query));
     let op = match (method.clone(), sub) {
-        (Method::GET, None | Some("partNumber")) if !versioned => {
+        // A part of a specific version is not served (the part read follows the latest).
+        (Method::GET, None) | (Method::GET, Some("partNumber")) if sub.is_none() || !versioned => {
             let read = read("GetObject")?;
-            return Ok(Endpoint::GetObject { bucket, key, read });
+            let version = version("GetObject")?;
+            return Ok(Endpoint::GetObject {
+                bucket,
+                key,
+                read,
+                version,
+            });
         }
-        (Method::HEAD, None | Some("partNumber")) if !versioned => {
+        (Method::HEAD, None) | (Method::HEAD, Some("partNumber"))
+            if sub.is_none() || !versioned =>
+        {
             let read = read("HeadObject")?;
-            return Ok(Endpoint::HeadObject { bucket, key, read });
+            let version = version("HeadObject")?;
+            return Ok(Endpoint::HeadObject {
+                bucket,
+                key,
+                read,
+                version,
+            });
         }
-        (Method::DELETE, None) if !versioned => return Ok(Endpoint::DeleteObject { bucket, key }),
+        (Method::DELETE, None) => {
+            let version = version("DeleteObject")?;
+            return Ok(Endpoint::DeleteObject {
+                bucket,
+                key,
+                version,
+            });
+        }
         (Method::GET, Some("attributes")) if !versioned => {
             return Ok(Endpoint::GetObjectAttributes { bucket, key })
         }
         (Method::PUT, None) if copy => return Ok(Endpoint::CopyObject { bucket, key }),
         (Method::PUT, None) => return Ok(Endpoint::PutObject { bucket, key }),
-        (Method::GET | Method::HEAD | Method::DELETE, None) => {
-            format!("{} of a specific object version", verb(method))
-        }
         (Method::POST, Some("uploads")) => {
             return Ok(Endpoint::CreateMultipartUpload { bucket, key })
         }
@@ -948,6 +998,7 @@ mod tests {
                     bucket: b("bkt"),
                     key: b("a b+c+d"),
                     read: whole(),
+                    version: None,
                 },
             ),
             (
@@ -963,6 +1014,7 @@ mod tests {
                             HeaderValue::from_static("x"),
                         )],
                     },
+                    version: Some(VersionId::Null),
                 },
             ),
             (
@@ -973,6 +1025,7 @@ mod tests {
                     bucket: b("bkt"),
                     key: b("k"),
                     read: whole(),
+                    version: None,
                 },
             ),
             (
@@ -982,6 +1035,7 @@ mod tests {
                 DeleteObject {
                     bucket: b("bkt"),
                     key: b("k"),
+                    version: None,
                 },
             ),
             (
@@ -1004,6 +1058,7 @@ mod tests {
                     bucket: b("bkt"),
                     key: b("dir/"),
                     read: whole(),
+                    version: None,
                 },
             ),
             // Health: anonymous only; with credentials it is an ordinary object.
@@ -1027,6 +1082,7 @@ mod tests {
                     bucket: b("health"),
                     key: b("live"),
                     read: whole(),
+                    version: None,
                 },
             ),
             (
@@ -1037,6 +1093,7 @@ mod tests {
                     bucket: b("health"),
                     key: b("live"),
                     read: whole(),
+                    version: None,
                 },
             ),
             (
@@ -1158,6 +1215,7 @@ mod tests {
                     bucket: bk(),
                     key: k(),
                     read: ObjectRead::Part { number: 2 },
+                    version: None,
                 },
             ),
             (
@@ -1168,6 +1226,7 @@ mod tests {
                     bucket: bk(),
                     key: k(),
                     read: ObjectRead::Part { number: 2 },
+                    version: None,
                 },
             ),
         ];
@@ -1183,12 +1242,9 @@ mod tests {
         let auth = [("authorization", "x")];
         let cases: Vec<Case<&str>> = vec![
             ("DELETE", "/bkt?acl", &auth, "DeleteBucketAcl"),
-            ("PUT", "/bkt?versioning", &auth, "PutBucketVersioning"),
-            ("GET", "/bkt?versioning", &auth, "GetBucketVersioning"),
             ("PUT", "/bkt?tagging", &auth, "PutBucketTagging"),
             ("DELETE", "/bkt?policy", &auth, "DeleteBucketPolicy"),
             ("PUT", "/bkt?object-lock", &auth, "PutBucketObjectLock"),
-            ("GET", "/bkt?versions", &auth, "ListObjectVersions"),
             (
                 "GET",
                 "/bkt?list-type=2&analytics",
@@ -1198,18 +1254,6 @@ mod tests {
             ("GET", "/bkt?somethingnew", &auth, "GetBucketSomethingnew"),
             ("GET", "/bkt/k?acl&versionId=v1", &auth, "GetObjectAcl"),
             ("PUT", "/bkt/k?tagging", &auth, "PutObjectTagging"),
-            (
-                "GET",
-                "/bkt/k?versionId=abc",
-                &auth,
-                "Get of a specific object version",
-            ),
-            (
-                "DELETE",
-                "/bkt/k?versionId=abc",
-                &auth,
-                "Delete of a specific object version",
-            ),
             ("POST", "/bkt/k?restore", &auth, "RestoreObject"),
         ];
         for (method, uri, headers, want) in cases {
@@ -1402,6 +1446,7 @@ mod tests {
                 bucket: b("bkt"),
                 key: b("a/b"),
                 read: whole(),
+                version: None,
             }
         );
         assert_eq!(
@@ -1475,5 +1520,56 @@ mod tests {
                 key: b("k x"),
             }
         );
+    }
+
+    #[test]
+    fn versioning_routes() {
+        let auth = [("authorization", "AWS4-HMAC-SHA256 x")];
+        let id = "0b8c3d9e-1f2a-4b3c-8d4e-5f6a7b8c9d0e";
+        let v = Some(VersionId::Id(id.parse().unwrap()));
+        assert_eq!(
+            route("PUT", "/bkt?versioning", &auth).unwrap(),
+            Endpoint::PutBucketVersioning {
+                bucket: "bkt".into()
+            }
+        );
+        assert_eq!(
+            route("GET", "/bkt?versioning", &auth).unwrap(),
+            Endpoint::GetBucketVersioning {
+                bucket: "bkt".into()
+            }
+        );
+        assert!(matches!(
+            route("GET", &format!("/bkt?versions&key-marker=k&version-id-marker={id}"), &auth).unwrap(),
+            Endpoint::ListObjectVersions { params, .. } if params.key_marker.as_deref() == Some("k")
+        ));
+        assert!(matches!(
+            route("GET", &format!("/bkt/k?versionId={id}"), &auth).unwrap(),
+            Endpoint::GetObject { version, .. } if version == v
+        ));
+        assert!(matches!(
+            route("HEAD", &format!("/bkt/k?versionId={id}"), &auth).unwrap(),
+            Endpoint::HeadObject { version, .. } if version == v
+        ));
+        assert!(matches!(
+            route("DELETE", "/bkt/k?versionId=null", &auth).unwrap(),
+            Endpoint::DeleteObject {
+                version: Some(VersionId::Null),
+                ..
+            }
+        ));
+        // A malformed id, or a version marker without a key marker, is InvalidArgument.
+        for uri in [
+            "/bkt/k?versionId=abc",
+            "/bkt/k?versionId=",
+            "/bkt?versions&version-id-marker=null",
+            "/bkt?versions&key-marker=k&version-id-marker=zz",
+        ] {
+            assert_eq!(
+                route("GET", uri, &auth).unwrap_err().code,
+                S3ErrorCode::InvalidArgument,
+                "{uri}"
+            );
+        }
     }
 }

@@ -33,7 +33,9 @@ use crate::cors::{self, CorsCache};
 use crate::error::{error_xml, S3ErrorCode};
 use crate::router::{self, Endpoint, Query, RouteError};
 use crate::signature::{self, AuthConfig, Authenticated, Credentials};
-use crate::{acl, attributes, bucket, copy, delete, get, list, multipart, post_object, put};
+use crate::{
+    acl, attributes, bucket, copy, delete, get, list, multipart, post_object, put, versioning,
+};
 
 /// What the front end needs to know besides the object layer.
 #[derive(Debug, Clone)]
@@ -592,16 +594,31 @@ async fn dispatch(
         E::ListObjectsV2 { bucket, params } => list::list_objects_v2(&ctx, &bucket, &params).await,
         E::PutObject { bucket, key } => put::put_object(&ctx, &bucket, &key).await,
         E::CopyObject { bucket, key } => copy::copy_object(&ctx, &bucket, &key).await,
-        E::GetObject { bucket, key, read } => {
-            get::get_object(&ctx, &bucket, &key, read, false).await
+        E::GetObject {
+            bucket,
+            key,
+            read,
+            version,
+        } => get::get_object(&ctx, &bucket, &key, read, version, false).await,
+        E::HeadObject {
+            bucket,
+            key,
+            read,
+            version,
+        } => get::get_object(&ctx, &bucket, &key, read, version, true).await,
+        E::DeleteObject {
+            bucket,
+            key,
+            version,
+        } => delete::delete_object(&ctx, &bucket, &key, version).await,
+        E::GetBucketVersioning { bucket } => versioning::get_bucket_versioning(&ctx, &bucket).await,
+        E::PutBucketVersioning { bucket } => versioning::put_bucket_versioning(&ctx, &bucket).await,
+        E::ListObjectVersions { bucket, params } => {
+            versioning::list_object_versions(&ctx, &bucket, &params).await
         }
         E::GetObjectAttributes { bucket, key } => {
             attributes::get_object_attributes(&ctx, &bucket, &key).await
         }
-        E::HeadObject { bucket, key, read } => {
-            get::get_object(&ctx, &bucket, &key, read, true).await
-        }
-        E::DeleteObject { bucket, key } => delete::delete_object(&ctx, &bucket, &key).await,
         E::DeleteObjects { bucket } => delete::delete_objects(&ctx, &bucket).await,
         E::GetBucketCors { bucket } => cors::get_bucket_cors(&ctx, &bucket).await,
         E::PutBucketCors { bucket } => cors::put_bucket_cors(&ctx, &bucket).await,

@@ -423,13 +423,13 @@ async fn authentication_comes_before_routing_errors() {
                 ))
         );
     }
-    let r = h.signed("GET", "/bkt?versioning", &[], b"").await;
+    let r = h.signed("GET", "/bkt?website", &[], b"").await;
     assert_eq!(
         (r.status, r.code()),
         (StatusCode::NOT_IMPLEMENTED, "NotImplemented")
     );
     assert!(
-        r.body.contains("GetBucketVersioning is not implemented"),
+        r.body.contains("GetBucketWebsite is not implemented"),
         "{}",
         r.body
     );
@@ -731,7 +731,7 @@ async fn delete_objects_reports_each_key() {
     );
     assert!(
         r.body
-            .contains("<Error><Key>b</Key><VersionId>v1</VersionId><Code>NotImplemented</Code>"),
+            .contains("<Error><Key>b</Key><VersionId>v1</VersionId><Code>InvalidArgument</Code>"),
         "{}",
         r.body
     );
