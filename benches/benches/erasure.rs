@@ -12,6 +12,8 @@
 //!   data chunks lost, as it used to be done (copy the k chunks read into owned buffers,
 //!   `reconstruct_data`, join into a new block) and as it is now (`reconstruct_into` from the
 //!   chunks where they landed into one buffer for the lost chunks).
+//! - `erasure/encode|decode|degraded-in-place/k+m/KERNEL`: with each Galois-field kernel this
+//!   CPU runs (`Table`: reed-solomon-erasure's, the fallback; `GfniAvx2`; `GfniAvx512`).
 //! - `erasure/memcpy`: copying the 1 MiB block once, the floor any of the above is compared to.
 //! - `erasure/bitrot-blake3`: framing a 1 MiB chunk as `[blake3 | chunk]` (hash plus copy).
 //! - `erasure/blake3-hash`: the hash alone.
@@ -22,7 +24,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use quarry_erasure::{bitrot, Erasure, DEFAULT_BLOCK_SIZE};
+use quarry_erasure::{bitrot, Erasure, GfKernel, DEFAULT_BLOCK_SIZE};
 
 const LAYOUTS: [(usize, usize); 4] = [(2, 2), (4, 2), (8, 4), (12, 4)];
 
@@ -56,12 +58,19 @@ fn erasure(c: &mut Criterion) {
         })
     });
 
-    for (k, m) in LAYOUTS {
-        let er = match Erasure::new(k, m, DEFAULT_BLOCK_SIZE) {
+    let kernels: Vec<GfKernel> = [GfKernel::Table, GfKernel::GfniAvx2, GfKernel::GfniAvx512]
+        .into_iter()
+        .filter(|k| k.is_supported())
+        .collect();
+    for (k, m, kernel) in LAYOUTS
+        .iter()
+        .flat_map(|&(k, m)| kernels.iter().map(move |&kernel| (k, m, kernel)))
+    {
+        let er = match Erasure::with_kernel(k, m, DEFAULT_BLOCK_SIZE, kernel) {
             Ok(er) => er,
             Err(e) => panic!("{k}+{m}: {e}"),
         };
-        let id = format!("{k}+{m}");
+        let id = format!("{k}+{m}/{kernel:?}");
 
         group.bench_with_input(BenchmarkId::new("encode", &id), &er, |b, er| {
             let mut shards = Vec::new();
@@ -96,6 +105,31 @@ fn erasure(c: &mut Criterion) {
                     Some(shard),
                     "{k}+{m}: shard {i} rebuilt wrong"
                 );
+            }
+        });
+
+        let mut shards = Vec::new();
+        if let Err(e) = er.encode(&block, &mut shards) {
+            panic!("encode: {e}");
+        }
+        let chunk_len = shards[0].len();
+        // The chunks a degraded read has: every data chunk but the first m, then m parity.
+        let read: Vec<usize> = (m..k + m).collect();
+        group.bench_with_input(BenchmarkId::new("degraded-in-place", &id), &er, |b, er| {
+            let present: Vec<Option<&[u8]>> = (0..k + m)
+                .map(|i| read.contains(&i).then(|| &shards[i][..]))
+                .collect();
+            let mut lost = vec![0u8; m * chunk_len];
+            b.iter(|| {
+                let mut out: Vec<(usize, &mut [u8])> =
+                    lost.chunks_mut(chunk_len).enumerate().collect();
+                if let Err(e) = er.reconstruct_into(black_box(&present), &mut out) {
+                    panic!("reconstruct_into: {e}");
+                }
+                black_box(&out);
+            });
+            for (i, c) in lost.chunks(chunk_len).enumerate() {
+                assert_eq!(c, &shards[i][..], "{k}+{m}: chunk {i} rebuilt wrong");
             }
         });
     }
@@ -141,7 +175,6 @@ fn erasure(c: &mut Criterion) {
         if let Err(e) = er.encode(&block, &mut shards) {
             panic!("encode: {e}");
         }
-        let chunk_len = shards[0].len();
         // The chunks a degraded read has: every data chunk but the first m, then m parity.
         let read: Vec<usize> = (m..k + m).collect();
 
@@ -159,24 +192,6 @@ fn erasure(c: &mut Criterion) {
                 }
                 black_box(out);
             })
-        });
-
-        group.bench_with_input(BenchmarkId::new("degraded-in-place", &id), &er, |b, er| {
-            let present: Vec<Option<&[u8]>> = (0..k + m)
-                .map(|i| read.contains(&i).then(|| &shards[i][..]))
-                .collect();
-            let mut lost = vec![0u8; m * chunk_len];
-            b.iter(|| {
-                let mut out: Vec<(usize, &mut [u8])> =
-                    lost.chunks_mut(chunk_len).enumerate().collect();
-                if let Err(e) = er.reconstruct_into(black_box(&present), &mut out) {
-                    panic!("reconstruct_into: {e}");
-                }
-                black_box(&out);
-            });
-            for (i, c) in lost.chunks(chunk_len).enumerate() {
-                assert_eq!(c, &shards[i][..], "{k}+{m}: chunk {i} rebuilt wrong");
-            }
         });
     }
 

@@ -12,31 +12,88 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use reed_solomon_erasure::galois_8::ReedSolomon;
 
-/// The codec for `data` + `parity` shards, built once per process and shared.
+use crate::gfni;
+
+/// The Galois-field kernel a codec runs. All of them compute the same bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GfKernel {
+    /// `vgf2p8affineqb` on 512-bit registers (AVX-512F and GFNI).
+    GfniAvx512,
+    /// `vgf2p8affineqb` on 256-bit registers (AVX2 and GFNI).
+    GfniAvx2,
+    /// reed-solomon-erasure's kernel (lookup tables; its AVX2 C code with `simd-accel`).
+    Table,
+}
+
+impl GfKernel {
+    /// The fastest kernel this CPU runs (detected once). `QUARRY_RS_KERNEL=table|gfni-avx2`
+    /// caps it, to compare kernels on one machine or to step around one.
+    pub fn detect() -> GfKernel {
+        static KERNEL: OnceLock<GfKernel> = OnceLock::new();
+        *KERNEL.get_or_init(|| {
+            let best = match gfni::Width::detect() {
+                Some(gfni::Width::Zmm) => GfKernel::GfniAvx512,
+                Some(gfni::Width::Ymm) => GfKernel::GfniAvx2,
+                None => GfKernel::Table,
+            };
+            match std::env::var("QUARRY_RS_KERNEL").as_deref() {
+                Ok("table") => GfKernel::Table,
+                Ok("gfni-avx2") if GfKernel::GfniAvx2.is_supported() => GfKernel::GfniAvx2,
+                _ => best,
+            }
+        })
+    }
+
+    /// Whether this CPU runs the kernel.
+    pub fn is_supported(self) -> bool {
+        self.width().is_none_or(gfni::Width::is_supported)
+    }
+
+    fn width(self) -> Option<gfni::Width> {
+        match self {
+            GfKernel::GfniAvx512 => Some(gfni::Width::Zmm),
+            GfKernel::GfniAvx2 => Some(gfni::Width::Ymm),
+            GfKernel::Table => None,
+        }
+    }
+}
+
+/// The codec for `data` + `parity` shards on `kernel`, built once per process and shared.
 ///
 /// Building a Reed–Solomon codec inverts a k×k matrix (about 0.2 ms for 8+4, seconds near
 /// k = 255), and the object layer builds an [`crate::Erasure`] from metadata on every read, so
-/// codecs are memoised per (k, m). Sharing also shares reed-solomon-erasure's cache of decode
-/// matrices. At most a few distinct layouts exist in one deployment.
-pub(crate) fn shared(data: usize, parity: usize) -> Result<Arc<dyn Codec>, CodecError> {
+/// codecs are memoised per (k, m, kernel). Sharing also shares reed-solomon-erasure's cache of
+/// decode matrices. At most a few distinct layouts exist in one deployment.
+pub(crate) fn shared(
+    data: usize,
+    parity: usize,
+    kernel: GfKernel,
+) -> Result<Arc<dyn Codec>, CodecError> {
     if parity == 0 {
         return Ok(Arc::new(IdentityCodec));
     }
-    type Codecs = HashMap<(usize, usize), Arc<dyn Codec>>;
+    let kernel = if kernel.is_supported() {
+        kernel
+    } else {
+        GfKernel::Table
+    };
+    type Codecs = HashMap<(usize, usize, GfKernel), Arc<dyn Codec>>;
     static CODECS: OnceLock<Mutex<Codecs>> = OnceLock::new();
     let codecs = CODECS.get_or_init(Default::default);
     // The map is only ever inserted into, so a panic elsewhere cannot leave it inconsistent.
     if let Some(codec) = codecs
         .lock()
         .unwrap_or_else(PoisonError::into_inner)
-        .get(&(data, parity))
+        .get(&(data, parity, kernel))
     {
         return Ok(Arc::clone(codec));
     }
     // Build without holding the lock: other layouts need not wait for this one.
-    let built: Arc<dyn Codec> = Arc::new(ReedSolomonCodec::new(data, parity)?);
+    let built: Arc<dyn Codec> = Arc::new(ReedSolomonCodec::new(data, parity, kernel)?);
     let mut map = codecs.lock().unwrap_or_else(PoisonError::into_inner);
-    Ok(Arc::clone(map.entry((data, parity)).or_insert(built)))
+    Ok(Arc::clone(
+        map.entry((data, parity, kernel)).or_insert(built),
+    ))
 }
 
 /// An error a codec reports. Arguments are checked before a codec is called, so this only
@@ -146,11 +203,19 @@ impl Codec for IdentityCodec {
 /// code its decoder runs) over the library's own encoding matrix: the parity rows are read off
 /// the library by encoding unit vectors, so both decoders invert the same code by construction
 /// (and the tests check them against each other on every erasure pattern).
+///
+/// With a GFNI kernel ([`GfKernel::GfniAvx512`] / [`GfKernel::GfniAvx2`], chosen at run time),
+/// every product goes through `vgf2p8affineqb` instead, over the same parity rows and decode
+/// matrices (see `crate::gfni`): the bytes are the same, the tests compare the two on every
+/// layout from 2+2 to 12+4 and every loss pattern.
 pub(crate) struct ReedSolomonCodec {
     inner: ReedSolomon,
     data: usize,
     /// Row `i` holds the coefficients of parity chunk `i` over the `k` data chunks.
     parity_rows: Vec<Vec<u8>>,
+    /// With a GFNI kernel: its width, and the bit matrices of `parity_rows`. Every product
+    /// then goes through it; without, through the library's tables.
+    gfni: Option<(gfni::Width, Vec<Vec<u64>>)>,
     /// Decode matrices by the set of chunks used as inputs (a bit mask over the k + m slots).
     decode: Mutex<HashMap<Vec<u64>, Arc<Matrix>>>,
 }
@@ -163,8 +228,9 @@ type Matrix = Vec<Vec<u8>>;
 const DECODE_CACHE: usize = 1024;
 
 impl ReedSolomonCodec {
-    /// Requires `data >= 1`, `parity >= 1`, `data + parity <= 256`.
-    pub(crate) fn new(data: usize, parity: usize) -> Result<Self, CodecError> {
+    /// Requires `data >= 1`, `parity >= 1`, `data + parity <= 256`, and a `kernel` the CPU
+    /// runs.
+    pub(crate) fn new(data: usize, parity: usize, kernel: GfKernel) -> Result<Self, CodecError> {
         let inner = ReedSolomon::new(data, parity).map_err(|e| CodecError(e.to_string()))?;
         // Column j of the parity rows is the parity of the unit vector e_j.
         let mut parity_rows = vec![vec![0u8; data]; parity];
@@ -178,12 +244,31 @@ impl ReedSolomonCodec {
                 row[j] = o[0];
             }
         }
+        let gfni = kernel.width().map(|width| (width, matrices(&parity_rows)));
         Ok(ReedSolomonCodec {
             inner,
             data,
             parity_rows,
+            gfni,
             decode: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// The combination of the inputs (those `inv`, their decode matrix, was built for) that
+    /// gives chunk `index`.
+    fn coefficients(&self, index: usize, inv: &Matrix) -> Result<Vec<u8>, CodecError> {
+        use reed_solomon_erasure::galois_8::mul;
+        let k = self.data;
+        if index < k {
+            return Ok(inv[index].clone());
+        }
+        let row = self
+            .parity_rows
+            .get(index - k)
+            .ok_or_else(|| CodecError(format!("no shard {index}")))?;
+        Ok((0..k)
+            .map(|j| (0..k).fold(0u8, |acc, c| acc ^ mul(row[c], inv[c][j])))
+            .collect())
     }
 
     /// The inverse of the k x k matrix whose rows generate the chunks `inputs` (sorted slot
@@ -220,6 +305,13 @@ impl ReedSolomonCodec {
         cache.insert(mask, Arc::clone(&inv));
         Ok(inv)
     }
+}
+
+/// The GFNI bit matrix of every coefficient.
+fn matrices(rows: &[Vec<u8>]) -> Vec<Vec<u64>> {
+    rows.iter()
+        .map(|row| row.iter().map(|&c| gfni::matrix(c)).collect())
+        .collect()
 }
 
 /// Gauss–Jordan inversion over GF(2^8) (addition is XOR).
@@ -263,12 +355,18 @@ impl fmt::Debug for ReedSolomonCodec {
         f.debug_struct("ReedSolomonCodec")
             .field("data", &self.inner.data_shard_count())
             .field("parity", &self.inner.parity_shard_count())
+            .field("gfni", &self.gfni.as_ref().map(|(width, _)| width))
             .finish()
     }
 }
 
 impl Codec for ReedSolomonCodec {
     fn encode(&self, data: &[Vec<u8>], parity: &mut [Vec<u8>]) -> Result<(), CodecError> {
+        if self.gfni.is_some() {
+            let data: Vec<&[u8]> = data.iter().map(|d| &d[..]).collect();
+            let mut parity: Vec<&mut [u8]> = parity.iter_mut().map(|p| &mut p[..]).collect();
+            return self.encode_slices(&data, &mut parity);
+        }
         self.inner
             .encode_sep(data, parity)
             .map_err(|e| CodecError(e.to_string()))
@@ -279,6 +377,26 @@ impl Codec for ReedSolomonCodec {
         shards: &mut [Option<Vec<u8>>],
         data_only: bool,
     ) -> Result<(), CodecError> {
+        if self.gfni.is_some() {
+            // Rebuild into new chunks from the ones present, then put them in their slots.
+            let len = shards.iter().flatten().map(Vec::len).next().unwrap_or(0);
+            let end = if data_only { self.data } else { shards.len() };
+            let missing: Vec<usize> = (0..end).filter(|&i| shards[i].is_none()).collect();
+            let mut rebuilt = vec![vec![0u8; len]; missing.len()];
+            {
+                let present: Vec<Option<&[u8]>> = shards.iter().map(|s| s.as_deref()).collect();
+                let mut out: Vec<(usize, &mut [u8])> = missing
+                    .iter()
+                    .copied()
+                    .zip(rebuilt.iter_mut().map(|r| &mut r[..]))
+                    .collect();
+                self.reconstruct_slices(&present, &mut out)?;
+            }
+            for (i, chunk) in missing.into_iter().zip(rebuilt) {
+                shards[i] = Some(chunk);
+            }
+            return Ok(());
+        }
         let result = if data_only {
             self.inner.reconstruct_data(shards)
         } else {
@@ -288,6 +406,19 @@ impl Codec for ReedSolomonCodec {
     }
 
     fn encode_slices(&self, data: &[&[u8]], parity: &mut [&mut [u8]]) -> Result<(), CodecError> {
+        if let Some((width, parity_matrices)) = &self.gfni {
+            if data.len() != self.data || parity.len() != self.parity_rows.len() {
+                return Err(CodecError(format!(
+                    "{} data and {} parity chunks given for a {}+{} code",
+                    data.len(),
+                    parity.len(),
+                    self.data,
+                    self.parity_rows.len()
+                )));
+            }
+            gfni::mul_rows(*width, &self.parity_rows, parity_matrices, data, parity);
+            return Ok(());
+        }
         self.inner
             .encode_sep(data, parity)
             .map_err(|e| CodecError(e.to_string()))
@@ -298,7 +429,7 @@ impl Codec for ReedSolomonCodec {
         shards: &[Option<&[u8]>],
         out: &mut [(usize, &mut [u8])],
     ) -> Result<(), CodecError> {
-        use reed_solomon_erasure::galois_8::{mul, mul_slice, mul_slice_xor};
+        use reed_solomon_erasure::galois_8::{mul_slice, mul_slice_xor};
         if out.is_empty() {
             return Ok(());
         }
@@ -316,19 +447,18 @@ impl Codec for ReedSolomonCodec {
         }
         let inv = self.decode_matrix(&inputs)?;
         let sources: Vec<&[u8]> = inputs.iter().filter_map(|&i| shards[i]).collect();
+        if let Some((width, _)) = &self.gfni {
+            let mut rows = Vec::with_capacity(out.len());
+            for (index, _) in out.iter() {
+                rows.push(self.coefficients(*index, &inv)?);
+            }
+            let mats = matrices(&rows);
+            let mut dsts: Vec<&mut [u8]> = out.iter_mut().map(|(_, d)| &mut **d).collect();
+            gfni::mul_rows(*width, &rows, &mats, &sources, &mut dsts);
+            return Ok(());
+        }
         for (index, dst) in out.iter_mut() {
-            // The combination of the inputs that gives chunk `index`.
-            let coefficients: Vec<u8> = if *index < k {
-                inv[*index].clone()
-            } else {
-                let row = self
-                    .parity_rows
-                    .get(*index - k)
-                    .ok_or_else(|| CodecError(format!("no shard {index}")))?;
-                (0..k)
-                    .map(|j| (0..k).fold(0u8, |acc, c| acc ^ mul(row[c], inv[c][j])))
-                    .collect()
-            };
+            let coefficients = self.coefficients(*index, &inv)?;
             for (j, (src, &c)) in sources.iter().zip(&coefficients).enumerate() {
                 if j == 0 {
                     mul_slice(c, src, dst);
@@ -338,5 +468,117 @@ impl Codec for ReedSolomonCodec {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes from a seed (xorshift).
+    fn random(seed: u64, len: usize) -> Vec<u8> {
+        let mut x = seed | 1;
+        (0..len)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect()
+    }
+
+    /// Every subset of `0..n` with `1..=most` members.
+    fn losses(n: usize, most: usize) -> Vec<Vec<usize>> {
+        (1u32..1 << n)
+            .filter(|mask| (mask.count_ones() as usize) <= most)
+            .map(|mask| (0..n).filter(|i| mask >> i & 1 == 1).collect())
+            .collect()
+    }
+
+    /// Every GFNI form this CPU runs gives the table kernel's parity bytes on random data for
+    /// every layout from 2+2 to 12+4, and rebuilds every chunk of every loss pattern (up to m
+    /// chunks) both ways (into owned chunks and into caller slices).
+    #[test]
+    fn gfni_matches_the_table_kernel_on_every_layout_and_loss_pattern() {
+        let forms: Vec<GfKernel> = [GfKernel::GfniAvx512, GfKernel::GfniAvx2]
+            .into_iter()
+            .filter(|k| k.is_supported())
+            .collect();
+        if forms.is_empty() {
+            eprintln!("no GFNI on this CPU: nothing to compare");
+            return;
+        }
+        for k in 2..=12 {
+            for m in 2..=4.min(k) {
+                let table = ReedSolomonCodec::new(k, m, GfKernel::Table).unwrap();
+                // 150 bytes: two 64-byte steps and a tail; 20: a tail alone.
+                for len in [150usize, 20] {
+                    let data: Vec<Vec<u8>> = (0..k)
+                        .map(|i| random((k * 100 + m * 10 + i) as u64 ^ len as u64, len))
+                        .collect();
+                    let mut want = vec![vec![0u8; len]; m];
+                    table.encode(&data, &mut want).unwrap();
+                    let all: Vec<Vec<u8>> = data.iter().chain(&want).cloned().collect();
+                    for &form in &forms {
+                        let codec = ReedSolomonCodec::new(k, m, form).unwrap();
+                        let mut got = vec![vec![0xA5u8; len]; m];
+                        codec.encode(&data, &mut got).unwrap();
+                        assert_eq!(got, want, "{form:?} {k}+{m} len {len}: parity differs");
+                        for lost in losses(k + m, m) {
+                            let mut owned: Vec<Option<Vec<u8>>> = all
+                                .iter()
+                                .enumerate()
+                                .map(|(i, c)| (!lost.contains(&i)).then(|| c.clone()))
+                                .collect();
+                            codec.reconstruct(&mut owned, false).unwrap();
+                            for (i, c) in owned.iter().enumerate() {
+                                assert_eq!(
+                                    c.as_ref(),
+                                    Some(&all[i]),
+                                    "{form:?} {k}+{m} lost {lost:?}: chunk {i}"
+                                );
+                            }
+                            let present: Vec<Option<&[u8]>> = all
+                                .iter()
+                                .enumerate()
+                                .map(|(i, c)| (!lost.contains(&i)).then_some(&c[..]))
+                                .collect();
+                            let mut bufs = vec![vec![0u8; len]; lost.len()];
+                            let mut out: Vec<(usize, &mut [u8])> = lost
+                                .iter()
+                                .copied()
+                                .zip(bufs.iter_mut().map(|b| &mut b[..]))
+                                .collect();
+                            codec.reconstruct_slices(&present, &mut out).unwrap();
+                            for (&i, b) in lost.iter().zip(&bufs) {
+                                assert_eq!(b, &all[i], "{form:?} {k}+{m} lost {lost:?}: slice {i}");
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn data_only_reconstruction_leaves_lost_parity_empty() {
+        let Some(form) = [GfKernel::GfniAvx512, GfKernel::GfniAvx2]
+            .into_iter()
+            .find(|k| k.is_supported())
+        else {
+            return;
+        };
+        let codec = ReedSolomonCodec::new(4, 2, form).unwrap();
+        let data: Vec<Vec<u8>> = (0..4).map(|i| random(i, 100)).collect();
+        let mut parity = vec![vec![0u8; 100]; 2];
+        codec.encode(&data, &mut parity).unwrap();
+        let mut shards: Vec<Option<Vec<u8>>> =
+            data.iter().chain(&parity).cloned().map(Some).collect();
+        shards[1] = None;
+        shards[5] = None;
+        codec.reconstruct(&mut shards, true).unwrap();
+        assert_eq!(shards[1].as_ref(), Some(&data[1]));
+        assert!(shards[5].is_none());
     }
 }

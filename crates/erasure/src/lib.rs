@@ -26,8 +26,10 @@ use std::sync::Arc;
 
 pub mod bitrot;
 mod codec;
+mod gfni;
 
 use codec::Codec;
+pub use codec::GfKernel;
 
 /// Name of the erasure code, recorded in object metadata: systematic Reed–Solomon over GF(2^8)
 /// built from a Vandermonde matrix (the construction of reed-solomon-erasure / Backblaze).
@@ -112,6 +114,17 @@ impl Erasure {
     /// `parity == 0` is allowed (a single drive: the codec is the identity). Refuses
     /// `data == 0`, `parity > data`, `data + parity > 256` and `block_size == 0`.
     pub fn new(data: usize, parity: usize, block_size: usize) -> Result<Erasure, ErasureError> {
+        Erasure::with_kernel(data, parity, block_size, GfKernel::detect())
+    }
+
+    /// Same as [`Erasure::new`] with a given Galois-field kernel (the table kernel if the CPU
+    /// lacks it). Every kernel computes the same bytes; this is for comparing them.
+    pub fn with_kernel(
+        data: usize,
+        parity: usize,
+        block_size: usize,
+        kernel: GfKernel,
+    ) -> Result<Erasure, ErasureError> {
         if data == 0 {
             return Err(ErasureError::InvalidParams(
                 "at least one data shard is required".into(),
@@ -132,8 +145,8 @@ impl Erasure {
                 "block size must be at least one byte".into(),
             ));
         }
-        let codec =
-            codec::shared(data, parity).map_err(|e| ErasureError::InvalidParams(e.to_string()))?;
+        let codec = codec::shared(data, parity, kernel)
+            .map_err(|e| ErasureError::InvalidParams(e.to_string()))?;
         Ok(Erasure {
             inner: Arc::new(Inner {
                 data,

@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
-use md5::{Digest, Md5};
 use quarry_buf::{BufPool, PooledBuf};
 use quarry_disk::{
     Drive, DriveError, ErasureInfo, ObjectMeta, PartInfo, ShardWriter, META_VERSION,
 };
 use quarry_erasure::{bitrot, Erasure};
+use quarry_md5x::Md5Server;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tracing::warn;
@@ -274,6 +274,10 @@ impl ShardSink {
     /// `on_block` (the caller's extra hashes) and MD5, and writes its encoded chunks to the
     /// drives. The length is held to `bounds.limit` as it streams and to `bounds.declared` at
     /// the end, the MD5 to `bounds.content_md5`.
+    ///
+    /// The MD5 runs on the md5x server (batched in SIMD lanes with the other uploads in flight)
+    /// while this task encodes and writes the same block: a block costs the slower of the two,
+    /// not their sum.
     pub(crate) async fn stream(
         &mut self,
         erasure: &Erasure,
@@ -282,7 +286,7 @@ impl ShardSink {
         mut on_block: impl FnMut(&[u8]),
     ) -> Result<Streamed> {
         let mut reader = BlockReader::new(body, erasure.block_size());
-        let mut md5 = Md5::new();
+        let mut md5 = Md5Server::global().stream();
         let mut size: u64 = 0;
         loop {
             let block = reader.next_block().await.map_err(Error::Body)?;
@@ -293,7 +297,8 @@ impl ShardSink {
             if let Some(limit) = bounds.limit.filter(|&l| size > l) {
                 return Err(Error::EntityTooLarge { limit });
             }
-            md5.update(&block);
+            // Waits for the previous block's MD5, then hands this one over.
+            md5.update(block.clone()).await;
             on_block(&block);
             self.write_block(erasure, &block).await?;
         }
@@ -303,7 +308,7 @@ impl ShardSink {
                 got: size,
             });
         }
-        let md5: [u8; 16] = md5.finalize().into();
+        let md5 = md5.finalize().await;
         if bounds.content_md5.is_some_and(|want| want != md5) {
             return Err(Error::BadDigest);
         }

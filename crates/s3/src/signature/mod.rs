@@ -22,6 +22,7 @@
 
 mod body;
 pub mod checksum;
+mod key_cache;
 mod post;
 mod presign;
 mod streaming;

@@ -1154,3 +1154,17 @@ mod aws_sigv4_signer {
         }
     }
 }
+
+/// Signing keys are cached per scope: a secret changed under the same access key never verifies
+/// with the old secret's key (refused), while the old secret still verifies (control).
+#[test]
+fn a_changed_secret_never_meets_a_cached_key() {
+    let example = get_example(GET_SIG);
+    assert!(verify_request(&example, &cfg(), at(0)).is_ok());
+    let rotated = AuthConfig::new(vec![Credentials::new(AK, "a-new-secret-key")]);
+    assert_eq!(
+        code(verify_request(&example, &rotated, at(0))),
+        S3ErrorCode::SignatureDoesNotMatch
+    );
+    assert!(verify_request(&example, &cfg(), at(0)).is_ok());
+}
