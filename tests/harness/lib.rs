@@ -89,6 +89,50 @@ pub struct TestServer {
     set_size: Option<usize>,
     /// Extra environment of every process (see [`TestServer::set_env`]).
     env: Vec<(String, String)>,
+    /// HTTPS: the test CA whose certificate every node serves (see [`TestServer::start_https`]).
+    tls: Option<TestTls>,
+}
+
+/// The TLS set-up of an HTTPS test server: a CA of its own, and the certificate directory
+/// (`<root>/certs`, in the server's layout) every node is started with (`QUARRY_CERTS_DIR`).
+pub struct TestTls {
+    pub ca: quarry_tls::generate::Ca,
+    pub dir: PathBuf,
+}
+
+impl TestTls {
+    /// A new CA, and a certificate for `127.0.0.1` and `localhost` signed by it in `dir`.
+    pub fn create(dir: &Path) -> TestTls {
+        use quarry_tls::generate::{write_certs_dir, Ca, Validity};
+        let ca = Ca::new("Quarry test CA", Validity::days(30)).expect("make a test CA");
+        let leaf = ca
+            .issue(
+                &["127.0.0.1".to_string(), "localhost".to_string()],
+                Validity::days(30),
+            )
+            .expect("issue a test certificate");
+        write_certs_dir(dir, &leaf, &ca.pem().cert).expect("write the test certificates");
+        TestTls {
+            ca,
+            dir: dir.to_path_buf(),
+        }
+    }
+
+    /// The CA certificate, PEM.
+    pub fn ca_pem(&self) -> &str {
+        &self.ca.pem().cert
+    }
+
+    /// A reqwest client that trusts the test CA (and nothing else).
+    pub fn reqwest(&self) -> reqwest::Client {
+        reqwest::Client::builder()
+            .use_preconfigured_tls(
+                quarry_tls::client_config_trusting(self.ca_pem().as_bytes()).expect("CA config"),
+            )
+            .timeout(Duration::from_secs(20))
+            .build()
+            .expect("https client")
+    }
 }
 
 /// One `quarry server` process.
@@ -173,11 +217,33 @@ impl TestServer {
         Self::launch(nodes, per_node, Some(set_size), CredentialMode::Fixed).await
     }
 
+    /// Starts a single node serving HTTPS with a certificate of a test CA of its own
+    /// ([`TestServer::tls`]).
+    pub async fn start_https(drives: usize) -> TestServer {
+        Self::launch_with(1, drives, None, CredentialMode::Fixed, true).await
+    }
+
+    /// Starts a cluster whose nodes serve S3 over HTTPS (one test CA, one certificate for
+    /// 127.0.0.1 shared by the nodes).
+    pub async fn start_cluster_https(nodes: usize, per_node: usize, set_size: usize) -> TestServer {
+        Self::launch_with(nodes, per_node, Some(set_size), CredentialMode::Fixed, true).await
+    }
+
     async fn launch(
         nodes: usize,
         per_node: usize,
         set_size: Option<usize>,
         mode: CredentialMode,
+    ) -> TestServer {
+        Self::launch_with(nodes, per_node, set_size, mode, false).await
+    }
+
+    async fn launch_with(
+        nodes: usize,
+        per_node: usize,
+        set_size: Option<usize>,
+        mode: CredentialMode,
+        https: bool,
     ) -> TestServer {
         let root = tempfile::Builder::new()
             .prefix("quarry-it-")
@@ -223,7 +289,11 @@ impl TestServer {
             starts: 0,
             set_size,
             env: Vec::new(),
+            tls: None,
         };
+        if https {
+            s.tls = Some(TestTls::create(&s.root.path().join("certs")));
+        }
         // Another test may take a port between our probe and the server's bind: retry on new ones.
         for attempt in 0..3 {
             for p in &mut s.procs {
@@ -299,6 +369,13 @@ impl TestServer {
             }
         }
         cmd.env("QUARRY_DOMAIN", VHOST_DOMAIN);
+        // Certificates only where a test asks for HTTPS: HOME is the test's own directory, so
+        // the default ~/.quarry/certs of whoever runs the tests never turns TLS on.
+        cmd.env("HOME", self.root.path());
+        cmd.env_remove("QUARRY_CERTS_DIR");
+        if let Some(t) = &self.tls {
+            cmd.env("QUARRY_CERTS_DIR", &t.dir);
+        }
         cmd.env("QUARRY_METRICS_TOKEN", METRICS_TOKEN);
         // A variable set empty with `set_env` is removed instead (to test a default).
         for (k, v) in &self.env {
@@ -366,8 +443,11 @@ impl TestServer {
 
     /// Waits until process `i` answers 200 on `/health/live`.
     async fn wait_live(&mut self, i: usize) -> Result<(), String> {
-        let http = reqwest::Client::new();
-        let url = format!("http://127.0.0.1:{}/health/live", self.procs[i].port);
+        let http = match &self.tls {
+            Some(t) => t.reqwest(),
+            None => reqwest::Client::new(),
+        };
+        let url = format!("{}/health/live", self.node_endpoint(i));
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
             if let Some(child) = self.procs[i].child.as_mut() {
@@ -446,9 +526,25 @@ impl TestServer {
         self.node_endpoint(self.front)
     }
 
-    /// `http://127.0.0.1:PORT` of node `i`.
+    /// `http://127.0.0.1:PORT` (`https://` for an HTTPS server) of node `i`.
     pub fn node_endpoint(&self, i: usize) -> String {
-        format!("http://127.0.0.1:{}", self.procs[i].port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.procs[i].port)
+    }
+
+    /// The TLS set-up of an HTTPS server.
+    pub fn tls(&self) -> Option<&TestTls> {
+        self.tls.as_ref()
+    }
+
+    /// The process id of node `i`, while it runs.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.procs[i].child.as_ref().map(|c| c.id())
+    }
+
+    /// The port of node `i`.
+    pub fn node_port(&self, i: usize) -> u16 {
+        self.procs[i].port
     }
 
     pub fn port(&self) -> u16 {
@@ -538,13 +634,24 @@ impl TestServer {
 
     /// An S3 client for this server with the given credentials (for auth failure tests).
     pub fn client_with(&self, access_key: &str, secret_key: &str) -> Client {
-        sdk_client(&self.endpoint(), access_key, secret_key)
+        match &self.tls {
+            Some(t) => sdk_client_tls(&self.endpoint(), access_key, secret_key, t.ca_pem()),
+            None => sdk_client(&self.endpoint(), access_key, secret_key),
+        }
     }
 
     /// An S3 client for node `i` of a cluster (node 0 of a single server), with the server's
     /// credentials.
     pub fn node_client(&self, i: usize) -> Client {
-        sdk_client(&self.node_endpoint(i), &self.access_key, &self.secret_key)
+        match &self.tls {
+            Some(t) => sdk_client_tls(
+                &self.node_endpoint(i),
+                &self.access_key,
+                &self.secret_key,
+                t.ca_pem(),
+            ),
+            None => sdk_client(&self.node_endpoint(i), &self.access_key, &self.secret_key),
+        }
     }
 
     /// Sends a request signed with this server's credentials (payload hash of `body`).
@@ -590,9 +697,32 @@ impl TestServer {
     }
 }
 
+/// An SDK client for an `https://` endpoint that trusts the CA certificates `ca_pem` (PEM) and
+/// no others, otherwise as [`sdk_client`].
+pub fn sdk_client_tls(endpoint: &str, access_key: &str, secret_key: &str, ca_pem: &str) -> Client {
+    use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode, TlsContext, TrustStore};
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(CryptoMode::AwsLc))
+        .tls_context(
+            TlsContext::builder()
+                .with_trust_store(TrustStore::empty().with_pem_certificate(ca_pem.as_bytes()))
+                .build()
+                .expect("TLS context"),
+        )
+        .build_https();
+    let conf = sdk_config(endpoint, access_key, secret_key)
+        .http_client(http)
+        .build();
+    Client::from_conf(conf)
+}
+
 /// An SDK client for `endpoint` (path style, the test region, no retries hiding a 5xx).
 pub fn sdk_client(endpoint: &str, access_key: &str, secret_key: &str) -> Client {
-    let conf = aws_sdk_s3::Config::builder()
+    Client::from_conf(sdk_config(endpoint, access_key, secret_key).build())
+}
+
+fn sdk_config(endpoint: &str, access_key: &str, secret_key: &str) -> aws_sdk_s3::config::Builder {
+    aws_sdk_s3::Config::builder()
         .behavior_version(BehaviorVersion::latest())
         .endpoint_url(endpoint)
         .force_path_style(true)
@@ -611,8 +741,6 @@ pub fn sdk_client(endpoint: &str, access_key: &str, secret_key: &str) -> Client 
                 .operation_timeout(Duration::from_secs(120))
                 .build(),
         )
-        .build();
-    Client::from_conf(conf)
 }
 
 impl Drop for TestServer {

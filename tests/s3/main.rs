@@ -29,5 +29,6 @@ mod rdma;
 mod restart;
 mod secrets;
 mod sigv2;
+mod tls;
 mod topology;
 mod versioning;

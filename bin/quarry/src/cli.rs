@@ -191,6 +191,26 @@ pub struct ServerArgs {
     )]
     pub max_connections: usize,
 
+    /// The TLS certificate directory (MinIO's layout): `public.crt` and `private.key` turn on
+    /// HTTPS; one subdirectory per extra domain holds another pair, chosen by SNI; `CAs/` holds
+    /// trusted CA certificates. Default: `certs` beside the --config file, else ~/.quarry/certs.
+    /// Without a certificate there the server speaks plain HTTP; a directory given here must
+    /// hold one.
+    #[arg(long, env = "QUARRY_CERTS_DIR", value_name = "DIR")]
+    pub certs_dir: Option<PathBuf>,
+
+    /// How often the certificate files are checked for changes (a changed certificate is used
+    /// from the next connection on; SIGHUP reloads at once): a duration, or 0 to check only on
+    /// SIGHUP.
+    #[arg(
+        long,
+        env = "QUARRY_CERTS_CHECK_INTERVAL",
+        default_value = "10s",
+        value_parser = parse_interval,
+        value_name = "DURATION"
+    )]
+    pub certs_check_interval: Duration,
+
     /// RDMA data plane between nodes: off (never touch verbs), on (refuse to start unless verbs
     /// works) or auto (verbs when a usable device is found, else TCP).
     #[arg(
@@ -287,6 +307,10 @@ pub struct Settings {
     pub rdma: quarry_net::rdma::RdmaSettings,
     /// Where the cluster secret comes from, when it is set.
     pub cluster_secret: Option<SecretSource>,
+    /// The certificate directory, and whether it was given (then it must hold a certificate).
+    pub certs_dir: Option<(PathBuf, bool)>,
+    /// How often the certificates are checked for changes (`None`: only on SIGHUP).
+    pub certs_check_interval: Option<Duration>,
 }
 
 /// Where a secret setting comes from.
@@ -338,6 +362,8 @@ pub struct FileConfig {
     pub rdma_max_connections: Option<usize>,
     pub cluster_secret: Option<String>,
     pub cluster_secret_file: Option<String>,
+    pub certs_dir: Option<String>,
+    pub certs_check_interval: Option<String>,
 }
 
 /// The settings file format this build reads.
@@ -435,6 +461,16 @@ impl ServerArgs {
         {
             self.rdma_max_connections = r::parse_max_connections(&v.to_string())
                 .unwrap_or_else(|e| usage_error(format!("config: rdma_max_connections: {e}")));
+        }
+        if let Some(v) = f.certs_dir.filter(|_| unset("certs_dir")) {
+            self.certs_dir = Some(PathBuf::from(v));
+        }
+        if let Some(v) = f
+            .certs_check_interval
+            .filter(|_| unset("certs_check_interval"))
+        {
+            self.certs_check_interval = parse_interval(&v)
+                .unwrap_or_else(|e| usage_error(format!("config: certs_check_interval: {e}")));
         }
         if unset("cluster_secret") && unset("cluster_secret_file") {
             match (f.cluster_secret, f.cluster_secret_file) {
@@ -536,7 +572,23 @@ impl ServerArgs {
             (None, true) => quarry_s3::MetricsAccess::Public,
             (None, false) => quarry_s3::MetricsAccess::Closed,
         };
+        // The certificates: the directory given, or `certs` beside the config file, or
+        // ~/.quarry/certs (MinIO's ~/.minio/certs).
+        let certs_dir = match (&self.certs_dir, &self.config) {
+            (Some(d), _) => Some((d.clone(), true)),
+            (None, Some(c)) => Some((
+                c.parent()
+                    .map_or_else(|| PathBuf::from("."), PathBuf::from)
+                    .join("certs"),
+                false,
+            )),
+            (None, None) => std::env::var_os("HOME")
+                .filter(|h| !h.is_empty())
+                .map(|h| (PathBuf::from(h).join(".quarry").join("certs"), false)),
+        };
         Settings {
+            certs_dir,
+            certs_check_interval: Some(self.certs_check_interval).filter(|d| !d.is_zero()),
             dirs,
             cluster,
             metrics,

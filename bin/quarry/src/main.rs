@@ -21,6 +21,9 @@ mod server;
 use clap::{CommandFactory, FromArgMatches};
 
 fn main() -> std::process::ExitCode {
+    // The process's TLS provider (aws-lc-rs), for the HTTPS clients that take the default one
+    // (`quarry admin`); every configuration quarry-tls makes names it anyway.
+    let _ = quarry_tls::rustls::crypto::aws_lc_rs::default_provider().install_default();
     let matches = cli::Cli::command().get_matches();
     let cli = cli::Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     match cli.command {

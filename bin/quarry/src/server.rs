@@ -8,6 +8,7 @@ use anyhow::Context;
 use async_trait::async_trait;
 use quarry_object::{ErasureServer, ObjectConfig};
 use quarry_s3::{Credentials, ReadinessProbe, ReadinessReport, S3Config};
+use quarry_tls::CertStore;
 use tokio::sync::Notify;
 
 use crate::cli::Settings;
@@ -46,6 +47,7 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
     let ((access_key, secret_key), source) =
         credentials::resolve(settings.root.clone(), &settings.dirs)
             .context("cannot set up the root credentials")?;
+    let tls = open_certs(&settings)?;
     let listener = tokio::net::TcpListener::bind(&settings.address)
         .await
         .with_context(|| format!("cannot listen on {}", settings.address))?;
@@ -61,7 +63,7 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
         layout.data,
         layout.parity
     );
-    println!("Endpoint:  http://{local}");
+    println!("Endpoint:  {}://{local}", scheme(&tls));
     println!("Region:    {}", settings.region);
     println!("AccessKey: {access_key}");
     // The secret key is shown once, when it is made: a log must not hand out root.
@@ -87,7 +89,7 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
         domains: settings.domains.clone(),
         metrics: settings.metrics.clone(),
     };
-    serve_s3(listener, layer, cfg, limits(&settings)).await
+    serve_s3(listener, layer, cfg, limits(&settings), tls, &settings).await
 }
 
 /// One node of a cluster: the drives are URLs, the credentials must be given (every node needs
@@ -124,6 +126,7 @@ async fn run_cluster(mut settings: Settings, soft_fds: u64) -> anyhow::Result<()
     let internode = (rpc.max_connections + rpc.max_handshakes + 16 * nodes) as u64;
     let reserve = crate::fdlimit::reserve(per_node, internode);
     let port = connection_limit(&settings, soft_fds, reserve)?;
+    let tls = open_certs(&settings)?;
     let sniff_slots = (port / 16).clamp(8, 256);
     settings.max_connections = port.saturating_sub(sniff_slots).max(1);
     let node = crate::cluster::start(
@@ -147,7 +150,7 @@ async fn run_cluster(mut settings: Settings, soft_fds: u64) -> anyhow::Result<()
         layout.data,
         layout.parity
     );
-    println!("Endpoint:  http://{}", node.local);
+    println!("Endpoint:  {}://{}", scheme(&tls), node.local);
     println!("Region:    {}", settings.region);
     println!("AccessKey: {access_key}");
     println!("(secret key as given; not shown)");
@@ -163,7 +166,7 @@ async fn run_cluster(mut settings: Settings, soft_fds: u64) -> anyhow::Result<()
     let crate::cluster::Node {
         layer, http, _rpc, ..
     } = node;
-    let result = serve_s3(http, layer, cfg, limits(&settings)).await;
+    let result = serve_s3(http, layer, cfg, limits(&settings), tls, &settings).await;
     drop(_rpc);
     result
 }
@@ -194,11 +197,84 @@ fn limits(settings: &Settings) -> quarry_s3::ServeLimits {
     }
 }
 
+/// `https` with certificates, else `http`.
+fn scheme(tls: &Option<Arc<CertStore>>) -> &'static str {
+    if tls.is_some() {
+        "https"
+    } else {
+        "http"
+    }
+}
+
+/// The certificate directory's certificates, checked (a bad one stops the start with the
+/// reason), or `None` for plain HTTP.
+fn open_certs(settings: &Settings) -> anyhow::Result<Option<Arc<CertStore>>> {
+    let Some((dir, given)) = &settings.certs_dir else {
+        tracing::info!(
+            "TLS: no certificate directory (no HOME and no --certs-dir): serving plain HTTP"
+        );
+        return Ok(None);
+    };
+    let store = CertStore::open(dir).with_context(|| {
+        format!(
+            "TLS: the certificates in {} cannot be used (fix or remove them, or set --certs-dir)",
+            dir.display()
+        )
+    })?;
+    match store {
+        Some(store) => {
+            tracing::info!(
+                dir = %dir.display(),
+                "TLS: serving HTTPS (TLS 1.3 and 1.2) with {}",
+                quarry_tls::store::describe(&store.current().certs)
+            );
+            Ok(Some(store))
+        }
+        None if *given => Err(quarry_tls::TlsError::NoCertificates {
+            dir: dir.clone(),
+            what: "--certs-dir (QUARRY_CERTS_DIR)".into(),
+        })
+        .context("TLS: cannot serve HTTPS"),
+        None => {
+            tracing::info!(dir = %dir.display(), "TLS: no certificate in {}: serving plain HTTP", dir.display());
+            Ok(None)
+        }
+    }
+}
+
+/// Reloads the certificates on SIGHUP and, every `--certs-check-interval`, when the files
+/// changed. Lives as long as the server.
+fn watch_certs(store: &Arc<CertStore>, settings: &Settings) -> Vec<tokio::task::JoinHandle<()>> {
+    let mut tasks = Vec::new();
+    if let Some(every) = settings.certs_check_interval {
+        tasks.push(store.watch(every));
+    }
+    #[cfg(unix)]
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(mut hup) => {
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                while hup.recv().await.is_some() {
+                    let store = store.clone();
+                    let _ =
+                        tokio::task::spawn_blocking(move || store.reload_and_log("SIGHUP")).await;
+                }
+            }));
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "TLS: cannot listen for SIGHUP: certificates reload only when their files change")
+        }
+    }
+    tasks
+}
+
 async fn serve_s3<L>(
     listener: L,
     layer: Arc<ErasureServer>,
     cfg: S3Config,
     limits: quarry_s3::ServeLimits,
+    tls: Option<Arc<CertStore>>,
+    settings: &Settings,
 ) -> anyhow::Result<()>
 where
     L: axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr>,
@@ -215,8 +291,19 @@ where
             signalled.notify_one();
         }
     };
-    tracing::info!(address = %local, "serving S3");
-    let serve = quarry_s3::serve_with_limits(listener, layer, probe, cfg, limits, shutdown);
+    let _watchers = tls.as_ref().map(|t| watch_certs(t, settings));
+    tracing::info!(address = %local, tls = tls.is_some(), "serving S3");
+    let serve = async move {
+        match tls {
+            Some(store) => {
+                let source: quarry_s3::TlsConfigSource = Arc::new(move || store.s3_config());
+                quarry_s3::serve_tls(listener, layer, probe, cfg, limits, source, shutdown).await
+            }
+            None => {
+                quarry_s3::serve_with_limits(listener, layer, probe, cfg, limits, shutdown).await
+            }
+        }
+    };
     tokio::select! {
         result = serve => result.context("the S3 server failed")?,
         () = async {

@@ -48,7 +48,7 @@ mod tests;
 pub use body::BodyTimeouts;
 pub use metrics::MetricsAccess;
 pub use server::{
-    app, serve, serve_with_limits, AlwaysReady, ReadinessProbe, ReadinessReport, S3Config,
-    ServeLimits,
+    app, serve, serve_tls, serve_with_limits, AlwaysReady, ReadinessProbe, ReadinessReport,
+    S3Config, ServeLimits, TlsConfigSource,
 };
 pub use signature::Credentials;

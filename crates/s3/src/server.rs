@@ -131,11 +131,48 @@ where
 
 /// [`serve`] within the given limits.
 pub async fn serve_with_limits<L>(
+    listener: L,
+    layer: Arc<dyn ObjectLayer>,
+    probe: Arc<dyn ReadinessProbe>,
+    cfg: S3Config,
+    limits: ServeLimits,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()>
+where
+    L: axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr>,
+{
+    serve_inner(listener, layer, probe, cfg, limits, None, shutdown).await
+}
+
+/// Where an HTTPS listener takes the TLS configuration of each new connection: called once per
+/// connection, so a reloaded certificate is used from the next connection on.
+pub type TlsConfigSource = Arc<dyn Fn() -> Arc<quarry_tls::rustls::ServerConfig> + Send + Sync>;
+
+/// [`serve_with_limits`] over TLS (HTTPS): every accepted connection first completes a TLS
+/// handshake with the configuration `tls` gives at that moment, within the header timeout (a
+/// client that stalls in its handshake is dropped like one that stalls in its headers).
+pub async fn serve_tls<L>(
+    listener: L,
+    layer: Arc<dyn ObjectLayer>,
+    probe: Arc<dyn ReadinessProbe>,
+    cfg: S3Config,
+    limits: ServeLimits,
+    tls: TlsConfigSource,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()>
+where
+    L: axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr>,
+{
+    serve_inner(listener, layer, probe, cfg, limits, Some(tls), shutdown).await
+}
+
+async fn serve_inner<L>(
     mut listener: L,
     layer: Arc<dyn ObjectLayer>,
     probe: Arc<dyn ReadinessProbe>,
     cfg: S3Config,
     limits: ServeLimits,
+    tls: Option<TlsConfigSource>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()>
 where
@@ -181,19 +218,53 @@ where
                 hyper::service::Service::call(&inner, req)
             })
         };
-        let conn = hyper::server::conn::http1::Builder::new()
-            .timer(hyper_util::rt::TokioTimer::new())
-            .header_read_timeout(limits.header_read_timeout)
-            .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-        let conn = graceful.watch(conn);
+        let builder = {
+            let mut b = hyper::server::conn::http1::Builder::new();
+            b.timer(hyper_util::rt::TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout);
+            b
+        };
+        let watcher = graceful.watcher();
         let conns = conns.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            tokio::select! {
-                r = conn => {
-                    if let Err(e) = r {
-                        tracing::debug!(%peer, error = %e, "S3 connection ended with an error");
+            let serve = async {
+                let result = match tls {
+                    None => {
+                        let conn =
+                            builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                        watcher.watch(conn).await
                     }
+                    Some(tls) => {
+                        let acceptor = quarry_tls::tokio_rustls::TlsAcceptor::from(tls());
+                        let handshake = acceptor.accept(stream);
+                        let stream = match tokio::time::timeout(
+                            limits.header_read_timeout,
+                            handshake,
+                        )
+                        .await
+                        {
+                            Ok(Ok(s)) => s,
+                            Ok(Err(e)) => {
+                                tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                                return;
+                            }
+                            Err(_) => {
+                                tracing::debug!(%peer, "TLS handshake not done within the header timeout");
+                                return;
+                            }
+                        };
+                        let conn =
+                            builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                        watcher.watch(conn).await
+                    }
+                };
+                if let Err(e) = result {
+                    tracing::debug!(%peer, error = %e, "S3 connection ended with an error");
                 }
+            };
+            tokio::select! {
+                () = serve => {}
                 () = mark.evict.notified() => {
                     tracing::debug!(%peer, "S3 connection closed to make room: it had not authenticated a request");
                 }
