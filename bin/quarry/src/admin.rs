@@ -7,7 +7,11 @@
 //! quarry admin heal-status [--endpoint URL] [--access-key K --secret-key S]
 //! quarry admin info [--endpoint URL] [--access-key K --secret-key S] [--json]
 //! quarry admin drives [--endpoint URL] [--access-key K --secret-key S] [--json]
+//! quarry admin cert generate [--out DIR] [--ca-dir DIR] [--days N] [NAMES...]
 //! ```
+//!
+//! An `https://` endpoint is verified against the CA certificates of `--ca-cert FILE` (or
+//! `QUARRY_CA_CERT`), else against the system's trusted roots.
 //!
 //! Exit status: 0 when the call succeeded (and, for `heal`, every object is whole), 1 when the
 //! call failed (unreachable server, refused credentials, no such bucket...), 3 when a heal ran but
@@ -55,6 +59,44 @@ pub enum AdminCommand {
     /// failure would: transfers on them fail over or are retried, the next ones reconnect (for
     /// RDMA: the queue pairs go to the error state and are rebuilt).
     ResetConnections(ResetArgs),
+    /// TLS certificates for a trial: `quarry admin cert generate`.
+    #[command(subcommand)]
+    Cert(CertCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum CertCommand {
+    /// Make a certificate for this node, signed by a CA of your own (made on first use), in the
+    /// layout `quarry server` reads: OUT/public.crt, OUT/private.key and OUT/CAs/ca.crt. Run it
+    /// once per node with the same --ca-dir, and copy each node its directory (see the README).
+    /// For trials: a production deployment takes its certificates from its own PKI.
+    Generate(GenerateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// The certificate directory to write (the server's --certs-dir). Default: ~/.quarry/certs.
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<std::path::PathBuf>,
+
+    /// Where the CA's certificate and key are (ca.crt, ca.key; made if missing). Keep ca.key
+    /// private: whoever holds it can make certificates every node trusts. Default: `ca` beside
+    /// the certificate directory.
+    #[arg(long, value_name = "DIR")]
+    pub ca_dir: Option<std::path::PathBuf>,
+
+    /// Days the certificate is valid.
+    #[arg(long, default_value_t = 365, value_name = "N")]
+    pub days: u32,
+
+    /// Replace a certificate already in the directory.
+    #[arg(long)]
+    pub force: bool,
+
+    /// Host names and IP addresses clients use to reach this node (the first is also the
+    /// certificate's common name). Default: localhost 127.0.0.1 ::1.
+    #[arg(value_name = "NAMES")]
+    pub names: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -109,6 +151,10 @@ pub struct Connection {
     /// Print the server's JSON answer instead of a summary.
     #[arg(long)]
     pub json: bool,
+
+    /// CA certificates (PEM) to verify an https:// endpoint with, instead of the system's.
+    #[arg(long, env = "QUARRY_CA_CERT", value_name = "FILE")]
+    pub ca_cert: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -148,6 +194,7 @@ pub fn main(args: AdminArgs) -> ExitCode {
 
 async fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
     match args.command {
+        AdminCommand::Cert(CertCommand::Generate(a)) => generate(a),
         AdminCommand::Heal(a) => {
             let mut query = Vec::new();
             if let Some(b) = &a.bucket {
@@ -230,6 +277,98 @@ async fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// The TLS client of an https:// endpoint: the CA certificates of `ca_cert`, or the system's.
+fn tls_config(
+    ca_cert: Option<&std::path::Path>,
+) -> anyhow::Result<quarry_tls::rustls::ClientConfig> {
+    match ca_cert {
+        Some(f) => {
+            let pem = std::fs::read(f)
+                .with_context(|| format!("cannot read --ca-cert {}", f.display()))?;
+            quarry_tls::client_config_trusting(&pem)
+                .with_context(|| format!("--ca-cert {}", f.display()))
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            if found.certs.is_empty() {
+                bail!("no trusted CA certificates found on this system: give the server's CA with --ca-cert FILE");
+            }
+            // Roots the provider cannot use are skipped, as browsers do.
+            let usable = found.certs.into_iter().filter(|c| {
+                quarry_tls::rustls::RootCertStore::empty()
+                    .add(c.clone())
+                    .is_ok()
+            });
+            quarry_tls::store::client_config_with_roots(usable)
+                .context("the system's CA certificates")
+        }
+    }
+}
+
+/// `quarry admin cert generate`: a CA (made once) and a certificate it signs, written where the
+/// server reads them.
+fn generate(a: GenerateArgs) -> anyhow::Result<ExitCode> {
+    use quarry_tls::generate::{write_certs_dir, Ca, Validity};
+    let out = match a.out {
+        Some(d) => d,
+        None => std::env::var_os("HOME")
+            .filter(|h| !h.is_empty())
+            .map(|h| std::path::PathBuf::from(h).join(".quarry").join("certs"))
+            .context("no HOME: give the certificate directory with --out")?,
+    };
+    let ca_dir = a.ca_dir.unwrap_or_else(|| {
+        out.parent()
+            .map_or_else(|| std::path::PathBuf::from("."), std::path::PathBuf::from)
+            .join("ca")
+    });
+    if a.days == 0 {
+        bail!("--days must be at least 1");
+    }
+    let crt = out.join(quarry_tls::certs::PUBLIC_CRT);
+    if crt.exists() && !a.force {
+        bail!(
+            "{} exists: give --force to replace it (a running server picks up the new one by itself)",
+            crt.display()
+        );
+    }
+    let names = if a.names.is_empty() {
+        vec![
+            "localhost".to_owned(),
+            "127.0.0.1".to_owned(),
+            "::1".to_owned(),
+        ]
+    } else {
+        a.names
+    };
+    let (ca, made) = Ca::load_or_create(&ca_dir, Validity::days(3650))
+        .with_context(|| format!("the CA in {}", ca_dir.display()))?;
+    if made {
+        println!(
+            "Made a new CA in {} (ca.crt, and ca.key: keep it private)",
+            ca_dir.display()
+        );
+    } else {
+        println!("Signed with the CA in {}", ca_dir.display());
+    }
+    let leaf = ca.issue(&names, Validity::days(a.days))?;
+    write_certs_dir(&out, &leaf, &ca.pem().cert)?;
+    println!(
+        "Wrote {} and {} for {} (valid {} days), and the CA as {}",
+        crt.display(),
+        out.join(quarry_tls::certs::PRIVATE_KEY).display(),
+        names.join(", "),
+        a.days,
+        out.join(quarry_tls::certs::CAS_DIR)
+            .join(quarry_tls::generate::CA_CRT)
+            .display()
+    );
+    println!(
+        "Clients trust it with the CA certificate, e.g. `aws --ca-bundle {}`.",
+        ca_dir.join(quarry_tls::generate::CA_CRT).display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
 /// Percent-encodes a query value as SigV4 does: everything but `A-Z a-z 0-9 - _ . ~`.
 fn encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
@@ -261,8 +400,8 @@ async fn call(
     let endpoint = conn.endpoint.trim_end_matches('/');
     let base = reqwest::Url::parse(endpoint)
         .with_context(|| format!("--endpoint {endpoint:?} is not a URL"))?;
-    if base.scheme() != "http" {
-        bail!("--endpoint {endpoint:?}: only http:// endpoints are supported");
+    if base.scheme() != "http" && base.scheme() != "https" {
+        bail!("--endpoint {endpoint:?}: give an http:// or https:// URL");
     }
     let host = match (base.host_str(), base.port()) {
         (Some(h), Some(p)) => format!("{h}:{p}"),
@@ -305,11 +444,13 @@ async fn call(
         .context("cannot sign the request")?
         .into_parts();
 
-    let client = reqwest::Client::builder()
+    let mut client = reqwest::Client::builder()
         .connect_timeout(CONNECT_TIMEOUT)
-        .timeout(conn.timeout.unwrap_or(default_timeout))
-        .build()
-        .context("cannot set up the HTTP client")?;
+        .timeout(conn.timeout.unwrap_or(default_timeout));
+    if base.scheme() == "https" {
+        client = client.use_preconfigured_tls(tls_config(conn.ca_cert.as_deref())?);
+    }
+    let client = client.build().context("cannot set up the HTTP client")?;
     let method = reqwest::Method::from_bytes(method.as_bytes())?;
     let mut request = client.request(method, &url).header("host", &host);
     for (k, v) in instructions.headers() {
