@@ -300,3 +300,45 @@ async fn wrong_get_bodies_are_errors() {
         "{r}"
     );
 }
+
+/// `--tls`: against an HTTPS server with a private CA, `--cacert` and `--insecure` both run clean;
+/// with neither (the system's roots) the certificate is refused, as it is with `--insecure`
+/// left out.
+#[tokio::test]
+async fn tls_runs_with_the_ca_or_insecure_and_refuses_an_unknown_certificate() {
+    let s = TestServer::start_https(4).await;
+    let ca = s.root().join("ca.crt");
+    std::fs::write(&ca, s.tls().unwrap().ca_pem()).unwrap();
+    let ca = ca.to_str().unwrap().to_owned();
+    let run = [
+        "--duration",
+        "1s",
+        "--concurrent",
+        "2",
+        "--obj.size",
+        "64KiB",
+    ];
+    for extra in [
+        vec!["--tls", "--cacert", ca.as_str()],
+        vec!["--tls", "--insecure"],
+    ] {
+        let args: Vec<&str> = extra.iter().copied().chain(run).collect();
+        let out = run_bench(&s, "put", &args).await;
+        let r = report(&out, &format!("put {extra:?}"));
+        assert!(
+            out.status.success(),
+            "{extra:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(r["total_ops"].as_u64().unwrap_or(0) > 0, "{extra:?}: {r}");
+        assert_eq!(r["errors"].as_u64(), Some(0), "{extra:?}: {r}");
+    }
+    let args: Vec<&str> = ["--tls"].into_iter().chain(run).collect();
+    let out = run_bench(&s, "put", &args).await;
+    assert!(!out.status.success(), "an unknown certificate was accepted");
+    let err = String::from_utf8_lossy(&out.stderr).to_lowercase();
+    assert!(
+        err.contains("certificate") || err.contains("issuer"),
+        "{err}"
+    );
+}

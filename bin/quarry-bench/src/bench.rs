@@ -90,7 +90,11 @@ impl Shared {
     }
 }
 
-fn client_for(host: &str, args: &BenchArgs) -> Client {
+fn client_for(
+    host: &str,
+    args: &BenchArgs,
+    http: Option<aws_smithy_runtime_api::client::http::SharedHttpClient>,
+) -> Client {
     let scheme = if args.tls { "https" } else { "http" };
     let creds = Credentials::new(
         &args.access_key,
@@ -99,7 +103,11 @@ fn client_for(host: &str, args: &BenchArgs) -> Client {
         None,
         "quarry-bench",
     );
-    let cfg = aws_sdk_s3::Config::builder()
+    let mut cfg = aws_sdk_s3::Config::builder();
+    if let Some(http) = http {
+        cfg = cfg.http_client(http);
+    }
+    let cfg = cfg
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new(args.region.clone()))
         .credentials_provider(creds)
@@ -137,8 +145,11 @@ pub async fn run(mode: Mode, args: &BenchArgs) -> anyhow::Result<Report> {
     if args.concurrent == 0 {
         bail!("--concurrent must be at least 1");
     }
-    if args.insecure && args.tls {
-        bail!("--insecure is not supported: quarry-bench checks TLS certificates against the system roots");
+    if (args.insecure || args.cacert.is_some()) && !args.tls {
+        bail!("--insecure and --cacert apply to --tls");
+    }
+    if args.insecure && args.cacert.is_some() {
+        bail!("--insecure and --cacert exclude each other: accept any certificate, or check it against the CA");
     }
     if !(1..=1000).contains(&args.batch) {
         bail!("--batch must be 1 to 1000");
@@ -168,7 +179,20 @@ pub async fn run(mode: Mode, args: &BenchArgs) -> anyhow::Result<Report> {
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
         ^ u64::from(std::process::id()));
-    let clients: Vec<Client> = args.host.iter().map(|h| client_for(h, args)).collect();
+    let http = if !args.tls {
+        None
+    } else if args.insecure {
+        Some(crate::tls::insecure()?)
+    } else if let Some(ca) = &args.cacert {
+        Some(crate::tls::trusting(ca)?)
+    } else {
+        None
+    };
+    let clients: Vec<Client> = args
+        .host
+        .iter()
+        .map(|h| client_for(h, args, http.clone()))
+        .collect();
     ensure_bucket(&clients[0], &args.bucket).await?;
     let prepared = if mode.prepares() { objects } else { 0 };
     let shared = Arc::new(Shared {

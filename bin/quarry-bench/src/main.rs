@@ -18,6 +18,7 @@
 mod bench;
 mod payload;
 mod stats;
+mod tls;
 mod units;
 
 use std::path::PathBuf;
@@ -77,9 +78,14 @@ pub struct BenchArgs {
     /// Use https.
     #[arg(long)]
     pub tls: bool,
-    /// Accept any TLS certificate (with --tls).
+    /// Accept any TLS certificate (with --tls): for a trial server with a self-signed
+    /// certificate. Without it the server's certificate is checked.
     #[arg(long)]
     pub insecure: bool,
+    /// Check the server's certificate against the CA certificates (PEM) in this file instead of
+    /// the system's (with --tls).
+    #[arg(long, value_name = "FILE")]
+    pub cacert: Option<std::path::PathBuf>,
     #[arg(long, default_value = "us-east-1")]
     pub region: String,
     /// The bucket to use; created if missing. Objects go under a fresh prefix per run.
