@@ -277,6 +277,18 @@ async fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
     }
 }
 
+/// An error and its causes, one after the other (reqwest's own message leaves the causes out).
+fn causes(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut out = e.to_string();
+    let mut next = e.source();
+    while let Some(c) = next {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        next = c.source();
+    }
+    out
+}
+
 /// The TLS client of an https:// endpoint: the CA certificates of `ca_cert`, or the system's.
 fn tls_config(
     ca_cert: Option<&std::path::Path>,
@@ -459,8 +471,13 @@ async fn call(
     let response = request.send().await.map_err(|e| {
         if e.is_timeout() {
             anyhow!("{url}: no answer within the timeout (see --timeout)")
+        } else if e.is_connect() && causes(&e).contains("certificate") {
+            anyhow!(
+                "{endpoint}: the server's TLS certificate is not trusted ({}): give its CA with --ca-cert FILE",
+                causes(&e)
+            )
         } else if e.is_connect() {
-            anyhow!("cannot connect to {endpoint}: is the server running? ({e})")
+            anyhow!("cannot connect to {endpoint}: is the server running? ({})", causes(&e))
         } else {
             anyhow!("{url}: {e}")
         }
