@@ -55,6 +55,10 @@ class QuarryServer:
         env = dict(os.environ)
         env["QUARRY_ROOT_USER"] = ACCESS_KEY
         env["QUARRY_ROOT_PASSWORD"] = SECRET_KEY
+        # Plain HTTP whatever the machine holds: the default certificate directory is
+        # ~/.quarry/certs, so HOME is this server's own directory.
+        env["HOME"] = str(root)
+        env.pop("QUARRY_CERTS_DIR", None)
         env.setdefault("RUST_LOG", "info")
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
