@@ -378,3 +378,28 @@ async fn a_cluster_serves_https_on_every_node() {
     put_bytes(&s.node_client(0), "ctls", "k", &data).await;
     assert_eq!(get_bytes(&s.node_client(1), "ctls", "k").await, data);
 }
+
+#[tokio::test]
+async fn a_client_that_stalls_in_its_handshake_is_dropped_at_the_header_timeout() {
+    use tokio::io::AsyncReadExt;
+    let mut s = TestServer::start_https(1).await;
+    s.set_env("QUARRY_HEADER_TIMEOUT", "2s");
+    s.restart().await;
+    let started = Instant::now();
+    let mut silent = tokio::net::TcpStream::connect(("127.0.0.1", s.port()))
+        .await
+        .unwrap();
+    let mut buf = [0u8; 16];
+    let n = tokio::time::timeout(Duration::from_secs(15), silent.read(&mut buf))
+        .await
+        .expect("the server kept a silent connection open")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "the server sent bytes to a client that said nothing");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(1500),
+        "closed after {waited:?}"
+    );
+    // Control: a client that completes its handshake is served.
+    s.client().list_buckets().send().await.unwrap();
+}
