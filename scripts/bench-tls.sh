@@ -6,7 +6,10 @@
 #
 #   scripts/bench-tls.sh [OUT_DIR]
 #
-# Environment: BIN_DIR (default target/release), DATA (default ./data/bench-tls), DURATION
+# The HTTPS runs are `quarry-bench --tls` with the test CA as the client's trusted roots
+# (SSL_CERT_FILE), so both sides use the SDK's same HTTP client, TLS being the only difference.
+#
+# Environment: BIN_DIR (default target/release), BENCH_BIN (default $BIN_DIR/quarry-bench), DATA (default ./data/bench-tls), DURATION
 # (default 8s), SIZES (default "1MiB 64MiB"), CONC (default 8), MODES (default "put get"),
 # ROUNDS (default 2). Prints ops/s and MiB/s of each run and the HTTPS/HTTP ratio.
 set -euo pipefail
@@ -18,6 +21,7 @@ SIZES=${SIZES:-"1MiB 64MiB"}
 CONC=${CONC:-8}
 MODES=${MODES:-"put get"}
 ROUNDS=${ROUNDS:-2}
+BENCH_BIN=${BENCH_BIN:-$BIN_DIR/quarry-bench}
 OUT=${1:-$DATA/results}
 export QUARRY_ROOT_USER=benchadmin QUARRY_ROOT_PASSWORD=bench-secret-key-123
 rm -rf "$DATA/http" "$DATA/https" "$DATA/certs" "$DATA/ca"
@@ -56,7 +60,7 @@ bench() { # LABEL MODE SIZE ROUND ARGS...
     if [ "$mode" = get ]; then
         case $size in 64MiB) objs=(--objects 24) ;; *) objs=(--objects 400) ;; esac
     fi
-    "$BIN_DIR/quarry-bench" "$mode" --access-key "$QUARRY_ROOT_USER" \
+    "$BENCH_BIN" "$mode" --access-key "$QUARRY_ROOT_USER" \
         --secret-key "$QUARRY_ROOT_PASSWORD" --obj.size "$size" --concurrent "$CONC" \
         --duration "$DURATION" "${objs[@]}" --json "$@" >"$OUT/$label-$mode-$size-$round.json"
 }
@@ -67,7 +71,7 @@ for size in $SIZES; do
     for mode in $MODES; do
         for round in $(seq 1 "$ROUNDS"); do
             bench http "$mode" "$size" "$round" --host 127.0.0.1:9410
-            bench https "$mode" "$size" "$round" --host 127.0.0.1:9411 --tls --cacert "$DATA/ca/ca.crt"
+            SSL_CERT_FILE="$DATA/ca/ca.crt" bench https "$mode" "$size" "$round" --host 127.0.0.1:9411 --tls
             read -r ho hm he < <(rate "$OUT/http-$mode-$size-$round.json")
             read -r so sm se < <(rate "$OUT/https-$mode-$size-$round.json")
             printf '%-5s %-6s %-5s %-14s %-14s %s (errors %s/%s)\n' "$mode" "$size" "$round" \
