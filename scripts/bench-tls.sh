@@ -64,7 +64,7 @@ bench() { # LABEL MODE SIZE ROUND ARGS...
         --secret-key "$QUARRY_ROOT_PASSWORD" --obj.size "$size" --concurrent "$CONC" \
         --duration "$DURATION" "${objs[@]}" --json "$@" >"$OUT/$label-$mode-$size-$round.json"
 }
-rate() { python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(f"{r[\"ops_per_sec\"]:.1f} {r[\"mib_per_sec\"]:.1f} {r[\"errors\"]}")' "$1"; }
+rate() { python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('%.1f %.1f %d' % (r['ops_per_sec'], r['mib_per_sec'], r['errors']))" "$1"; }
 
 printf '%-5s %-6s %-5s %-14s %-14s %s\n' mode size round "http ops MiB/s" "https ops MiB/s" "https/http"
 for size in $SIZES; do
