@@ -58,6 +58,8 @@ impl MetaJournal {
 
     fn decode(b: &[u8], inline: impl Fn(Range<usize>) -> Bytes) -> Result<MetaJournal, DriveError> {
         let mut versions: Vec<ObjectMeta> = Vec::new();
+        // Ids seen so far: a set, so a long journal decodes in linear time.
+        let mut seen: std::collections::HashSet<Option<Uuid>> = std::collections::HashSet::new();
         let mut pos = 0;
         while pos < b.len() || versions.is_empty() {
             let (meta, end) = decode_entry(b, pos, &inline)?;
@@ -66,7 +68,7 @@ impl MetaJournal {
                     "a format 1 entry is not alone in its file".into(),
                 ));
             }
-            if versions.iter().any(|v| v.version_id == meta.version_id) {
+            if !seen.insert(meta.version_id) {
                 return Err(DriveError::CorruptMeta(format!(
                     "version {} appears twice",
                     version_name(meta.version_id)
