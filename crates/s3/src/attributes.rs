@@ -12,7 +12,7 @@ use quarry_object::{ObjectInfo, ObjectPart};
 use crate::api_error::{ApiError, ApiResult};
 use crate::headers::set_header;
 use crate::server::ReqCtx;
-use crate::xml::{checksum_element, http_date, xml_response, XmlWriter};
+use crate::xml::{checksum_element, checksum_type, http_date, xml_response, XmlWriter};
 
 /// The attributes a request may ask for.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -119,15 +119,7 @@ pub fn render(
         for (algorithm, value) in &info.checksums {
             w.elem(&checksum_element(algorithm), value);
         }
-        let composite = info.checksums.values().any(|v| v.contains('-'));
-        w.elem(
-            "ChecksumType",
-            if composite {
-                "COMPOSITE"
-            } else {
-                "FULL_OBJECT"
-            },
-        );
+        w.elem("ChecksumType", checksum_type(info.checksums.values()));
         w.close("Checksum");
     }
     // A multipart object's ETag is `<md5 of the parts' md5s>-<N>`.

@@ -30,7 +30,7 @@ use crate::headers::{
 };
 use crate::server::ReqCtx;
 use crate::signature::checksum::{ChecksumAlgorithm, Checksummer};
-use crate::xml::{iso8601, system_time, xml_response, XmlWriter};
+use crate::xml::{checksum_type, iso8601, system_time, xml_response, XmlWriter};
 
 /// The largest object CopyObject copies (5 GiB), as S3; larger ones need UploadPartCopy.
 pub const MAX_COPY_SOURCE_SIZE: u64 = 5 * 1024 * 1024 * 1024;
@@ -312,15 +312,7 @@ pub fn copy_result_xml(info: &ObjectInfo) -> String {
     w.elem("ETag", &format!("\"{}\"", info.etag))
         .elem("LastModified", &iso8601(info.mod_time_ns));
     if !info.checksums.is_empty() {
-        let composite = info.checksums.values().any(|v| v.contains('-'));
-        w.elem(
-            "ChecksumType",
-            if composite {
-                "COMPOSITE"
-            } else {
-                "FULL_OBJECT"
-            },
-        );
+        w.elem("ChecksumType", checksum_type(info.checksums.values()));
     }
     for algorithm in ChecksumAlgorithm::ALL {
         if let Some(v) = info.checksums.get(&algorithm.name().to_ascii_lowercase()) {

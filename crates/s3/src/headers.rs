@@ -48,11 +48,7 @@ pub fn checksum_headers(out: &mut HeaderMap, info: &ObjectInfo) {
         set_header(out, &format!("x-amz-checksum-{name}"), value);
     }
     if !info.checksums.is_empty() && !out.contains_key("x-amz-checksum-type") {
-        let kind = if info.checksums.values().any(|v| v.contains('-')) {
-            "COMPOSITE"
-        } else {
-            "FULL_OBJECT"
-        };
+        let kind = crate::xml::checksum_type(info.checksums.values());
         out.insert("x-amz-checksum-type", HeaderValue::from_static(kind));
     }
 }
@@ -84,8 +80,6 @@ pub(crate) fn check_unsupported_headers(headers: &HeaderMap) -> ApiResult<()> {
     Ok(())
 }
 
-/// Canned ACLs: every bucket and object is private to its one owner, so `private` (the default)
-/// is accepted and anything else is refused.
 /// The canned ACLs S3 defines (x-amz-acl).
 const CANNED_ACLS: &[&[u8]] = &[
     b"private",
@@ -98,6 +92,8 @@ const CANNED_ACLS: &[&[u8]] = &[
     b"log-delivery-write",
 ];
 
+/// Canned ACLs: every bucket and object is private to its one owner, so `private` (the default)
+/// is accepted, another canned ACL is NotImplemented and anything else is refused.
 pub fn check_acl_headers(headers: &HeaderMap) -> ApiResult<()> {
     if headers
         .keys()

@@ -329,6 +329,16 @@ pub fn checksum_element(algorithm: &str) -> String {
     )
 }
 
+/// The `ChecksumType` of stored checksum values: COMPOSITE when any is a checksum of part
+/// checksums (it carries their count, `...-N`), FULL_OBJECT otherwise.
+pub fn checksum_type<S: AsRef<str>>(values: impl IntoIterator<Item = S>) -> &'static str {
+    if values.into_iter().any(|v| v.as_ref().contains('-')) {
+        "COMPOSITE"
+    } else {
+        "FULL_OBJECT"
+    }
+}
+
 /// An upload's recorded checksum algorithm as (algorithm name, checksum type), see
 /// [`crate::multipart::UploadChecksum`].
 fn upload_algorithm(recorded: &str) -> (&str, &'static str) {
@@ -361,14 +371,8 @@ pub fn complete_multipart_upload_result(
         .elem("Key", key)
         .elem("ETag", &format!("\"{etag}\""));
     if let Some((alg, value)) = checksum {
-        // A composite checksum carries its part count (`...-N`); a full-object one does not.
-        let kind = if value.contains('-') {
-            "COMPOSITE"
-        } else {
-            "FULL_OBJECT"
-        };
         w.elem(&checksum_element(alg), value)
-            .elem("ChecksumType", kind);
+            .elem("ChecksumType", checksum_type([value]));
     }
     w.finish("CompleteMultipartUploadResult")
 }
