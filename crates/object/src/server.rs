@@ -404,7 +404,7 @@ impl ErasureServer {
     /// else the null version.
     async fn new_version_id(&self, bucket: &str) -> Result<Option<Uuid>> {
         Ok(match self.versioning(bucket).await? {
-            VersioningState::Enabled => Some(Uuid::new_v4()),
+            VersioningState::Enabled => Some(self.only_set().new_id()),
             VersioningState::Unversioned | VersioningState::Suspended => None,
         })
     }
@@ -642,8 +642,7 @@ impl ObjectLayer for ErasureServer {
                 .await
                 .map(|()| DeleteResult::default()),
             VersioningState::Enabled => {
-                set.add_delete_marker(bucket, key, Some(Uuid::new_v4()))
-                    .await
+                set.add_delete_marker(bucket, key, Some(set.new_id())).await
             }
             // A null delete marker replaces the null version; other versions stay.
             VersioningState::Suspended => set.add_delete_marker(bucket, key, None).await,

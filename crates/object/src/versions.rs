@@ -15,7 +15,7 @@ use crate::api::{
 use crate::error::{Error, Result};
 use crate::put::erasure_info;
 use crate::quorum::{count_full, count_ok, on_all, pick_meta, write_failed, MetaQuorum};
-use crate::set::{now_ns, object_info, ErasureSet};
+use crate::set::{object_info, ErasureSet};
 
 /// One entry of a ListObjectVersions page.
 enum Entry {
@@ -92,7 +92,7 @@ impl ErasureSet {
             version_id: id,
             delete_marker: true,
             size: 0,
-            mod_time_ns: now_ns(),
+            mod_time_ns: self.now_ns(),
             etag: String::new(),
             headers: Default::default(),
             user_meta: Default::default(),
@@ -112,7 +112,7 @@ impl ErasureSet {
             .collect();
         let need = self.set_write_quorum();
         let committed = self
-            .commit(Uuid::new_v4(), bucket, key, &metas, None)
+            .commit(self.new_id(), bucket, key, &metas, None)
             .await?;
         let ok = count_ok(&committed);
         if ok < need {
