@@ -6,6 +6,10 @@
 #   tests/s3-tests/expected-pass.txt   every test here must pass (the list only grows: a test
 #                                      that drops out of it is a regression)
 #   tests/s3-tests/known-failures.txt  the core tests that still fail, each with its reason
+#   tests/s3-tests/expected-pass-features.txt
+#                                      tests outside core (versioning, tagging, lock, policies,
+#                                      SSE, ...) that must pass; only these are run from those
+#                                      groups, after core, on both the single node and the cluster
 #
 # Fails when an expected test does not pass, or when a core test is in neither list (a new test
 # in the suite, or a new failure nobody explained). A known failure that now passes is printed,
@@ -38,6 +42,7 @@ export S3TESTS_VENV=${S3TESTS_VENV:-$ROOT/target/s3tests-venv}
 RESULTS=$ROOT/target/s3tests-results
 EXPECTED=$ROOT/tests/s3-tests/expected-pass.txt
 KNOWN=$ROOT/tests/s3-tests/known-failures.txt
+FEATURES=$ROOT/tests/s3-tests/expected-pass-features.txt
 AK=s3testsroot
 SK=s3tests-secret-key-0123456789
 
@@ -85,15 +90,27 @@ wait_ready() {
     return 1
 }
 
-# Runs the suite against http://127.0.0.1:PORT into $RESULTS/NAME.
+# Runs the suite against http://127.0.0.1:PORT into $RESULTS/NAME; with the core filter, then the
+# listed feature tests into $RESULTS/NAME-features.
 run_suite() {
     local name=$1 port=$2 out=$RESULTS/$1
-    rm -rf "$out"
+    rm -rf "$out" "$out-features"
     mkdir -p "$out"
     OUT_DIR=$out "$SUITE/run.sh" "http://127.0.0.1:$port" "$AK" "$SK" "$FILTER" | tee "$out/summary.txt"
     if [ ! -s "$out/status.tsv" ]; then
         echo "error: the $name run wrote no status.tsv (see $out/pytest.log)" >&2
         return 1
+    fi
+    if [ "$FILTER" = core ] && grep -q '^[^#]' "$FEATURES"; then
+        mkdir -p "$out-features"
+        OUT_DIR=$out-features S3TESTS_SELECT_EXACT_FILE=$FEATURES \
+            PYTHONPATH=$ROOT/tests/s3-tests${PYTHONPATH:+:$PYTHONPATH} \
+            "$SUITE/run.sh" "http://127.0.0.1:$port" "$AK" "$SK" full -p exact_select \
+            | tee "$out-features/summary.txt"
+        if [ ! -s "$out-features/status.tsv" ]; then
+            echo "error: the $name feature run wrote no status.tsv (see $out-features/pytest.log)" >&2
+            return 1
+        fi
     fi
 }
 
@@ -184,6 +201,26 @@ sys.exit(1 if regressed or missing or unexplained else 0)
 PY
 }
 
+# Checks NAME-features' status.tsv: every test in the features list must have run and passed.
+check_features() {
+    local name=$1
+    python3 - "$RESULTS/$name-features/status.tsv" "$FEATURES" "$name" <<'PY'
+import sys
+status_path, features_path, name = sys.argv[1:]
+listed = [l.split()[0] for l in open(features_path) if l.strip() and not l.startswith("#")]
+status = {}
+for line in open(status_path):
+    st, _, test = line.strip().partition("\t")
+    if test:
+        status[test.rsplit(".", 1)[-1]] = st
+bad = [t for t in listed if status.get(t) != "PASSED"]
+for t in bad:
+    print(f"[{name}-features] REGRESSION: {t} is expected to pass and {status.get(t, 'did not run')}")
+print(f"[{name}-features] expected passes {len(listed) - len(bad)}/{len(listed)}")
+sys.exit(1 if bad else 0)
+PY
+}
+
 rc=0
 t0=$(date +%s)
 # The suite's venv, made once here: both runs would otherwise make it at the same time.
@@ -214,6 +251,9 @@ if [ "$FILTER" = core ]; then
     for name in single cluster; do
         if [ "$MODE" = "$name" ] || [ "$MODE" = both ] || { [ "$MODE" = check ] && [ -s "$RESULTS/$name/status.tsv" ]; }; then
             check "$name" || rc=1
+            if [ -s "$RESULTS/$name-features/status.tsv" ]; then
+                check_features "$name" || rc=1
+            fi
         fi
     done
 fi
