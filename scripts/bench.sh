@@ -2,6 +2,7 @@
 # Side-by-side throughput of a single node (4 drives, 2+2) and a 4-node loopback cluster
 # (4 x 4 drives, sets of 4) with quarry-bench, in one run so the ratios are comparable on a
 # shared machine. Release binaries: `cargo build --release -p quarry -p quarry-bench` first.
+# (scripts/bench-endpoints.sh runs the same matrix against stores that are already running.)
 #
 #   scripts/bench.sh [OUT_DIR]
 #
