@@ -16,11 +16,14 @@
 //! - `metrics`: request counters and latency histograms, served as `/metrics` (Prometheus text).
 //! - [`xml`]: the documents S3 sends and receives; [`error`]: S3 error codes and the error document.
 //! - [`signature`]: SigV4 (headers, presigned URLs, streaming chunks, checksums).
+//! - [`authz`]: the IAM action and resource of every endpoint, and the one authorization
+//!   decision per request (made in `server`, before the handler).
 
 mod acl;
 pub mod admin;
 mod api_error;
 mod attributes;
+pub mod authz;
 mod body;
 mod bucket;
 mod copy;

@@ -34,7 +34,8 @@ use crate::error::{error_xml, S3ErrorCode};
 use crate::router::{self, Endpoint, Query, RouteError};
 use crate::signature::{self, AuthConfig, Authenticated, Credentials};
 use crate::{
-    acl, attributes, bucket, copy, delete, get, list, multipart, post_object, put, versioning,
+    acl, attributes, authz, bucket, copy, delete, get, list, multipart, post_object, put,
+    versioning,
 };
 
 /// What the front end needs to know besides the object layer.
@@ -640,6 +641,9 @@ async fn dispatch(
         c.authed.store(true, Ordering::Relaxed);
     }
     let endpoint = endpoint.map_err(|e| e.error)?;
+    // Authorization: once, here, from the endpoint, before any handler runs.
+    let caller = authz::Caller::Root;
+    authz::authorize(&caller, &authz::needs(&endpoint, &parts.headers)?)?;
     let ctx = ReqCtx {
         state,
         parts,
