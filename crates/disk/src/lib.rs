@@ -37,7 +37,7 @@ pub use format::FormatV1;
 pub use journal::{version_name, MetaJournal};
 pub use local::{
     validate_config_name, LocalDrive, SweepReport, DEFAULT_ORPHAN_MIN_AGE, MAX_BUCKET_CONFIG,
-    ORPHAN_MIN_AGE_ENV,
+    ORPHAN_MIN_AGE_ENV, SYSTEM_CONFIG,
 };
 pub use meta::{ErasureInfo, ObjectMeta, PartInfo, META_VERSION, META_VERSION_MIN};
 pub use multipart::{PartMeta, UploadMeta, UPLOAD_META_VERSION};

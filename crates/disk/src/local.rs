@@ -8,7 +8,7 @@ mod multipart;
 mod orphans;
 mod walk;
 
-pub use bucket_config::{validate_config_name, MAX_BUCKET_CONFIG};
+pub use bucket_config::{validate_config_name, MAX_BUCKET_CONFIG, SYSTEM_CONFIG};
 pub use orphans::{SweepReport, DEFAULT_ORPHAN_MIN_AGE, ORPHAN_MIN_AGE_ENV};
 
 use std::fs::{self, File, OpenOptions};

@@ -116,3 +116,33 @@ async fn not_an_object() {
     assert!(entries.is_empty());
     assert_eq!(d.list_volumes().await.unwrap().len(), 1);
 }
+
+#[tokio::test]
+async fn the_system_namespace_needs_no_bucket() {
+    let (_dir, d) = drive().await;
+    let sys = quarry_disk::SYSTEM_CONFIG;
+    assert!(matches!(
+        d.read_bucket_config(sys, "iam").await,
+        Err(DriveError::FileNotFound)
+    ));
+    d.write_bucket_config(sys, "iam", b"state").await.unwrap();
+    assert_eq!(
+        &d.read_bucket_config(sys, "iam").await.unwrap()[..],
+        b"state"
+    );
+    assert_eq!(
+        std::fs::read(d.root().join(".quarry.sys/buckets/_system/iam")).unwrap(),
+        b"state"
+    );
+    // It is no bucket: nothing in the key space, and an ordinary name still needs its bucket.
+    assert!(!d.root().join("_system").exists());
+    assert!(matches!(
+        d.write_bucket_config("nobucket", "iam", b"x").await,
+        Err(DriveError::VolumeNotFound)
+    ));
+    d.delete_bucket_config(sys, "iam").await.unwrap();
+    assert!(matches!(
+        d.read_bucket_config(sys, "iam").await,
+        Err(DriveError::FileNotFound)
+    ));
+}

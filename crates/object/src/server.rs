@@ -829,4 +829,16 @@ impl ObjectLayer for ErasureServer {
         check_bucket_name(bucket).map_err(|_| Error::BucketNotFound)?;
         self.only_set().delete_bucket_config(bucket, name).await
     }
+
+    async fn get_system_config(&self, name: &str) -> Result<Option<Bytes>> {
+        self.only_set()
+            .read_bucket_config(quarry_disk::SYSTEM_CONFIG, name)
+            .await
+    }
+
+    async fn put_system_config(&self, name: &str, data: Bytes) -> Result<()> {
+        self.only_set()
+            .write_bucket_config(quarry_disk::SYSTEM_CONFIG, name, data)
+            .await
+    }
 }

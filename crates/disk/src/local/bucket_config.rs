@@ -20,6 +20,11 @@ pub const BUCKETS_DIR: &str = "buckets";
 /// are 20 KiB; lifecycle and CORS configurations stay well under this).
 pub const MAX_BUCKET_CONFIG: usize = 1024 * 1024;
 
+/// The configuration namespace of the deployment itself (IAM state and the like), beside the
+/// buckets': `.quarry.sys/buckets/_system/`. No S3 bucket can have this name (S3 names have no
+/// `_`), and it needs no bucket directory.
+pub const SYSTEM_CONFIG: &str = "_system";
+
 /// Checks a blob name: 1 to 64 bytes of `[a-z0-9._-]`, not beginning with '.'.
 pub fn validate_config_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
@@ -44,10 +49,18 @@ impl LocalDrive {
         Ok(self.root.join(SYS_DIR).join(BUCKETS_DIR).join(bucket))
     }
 
+    /// The bucket a blob belongs to must exist; the system namespace always does.
+    fn check_config_owner(&self, bucket: &str) -> Result<()> {
+        if bucket == SYSTEM_CONFIG {
+            return Ok(());
+        }
+        check_bucket(&self.bucket_dir(bucket)?)
+    }
+
     pub(super) fn read_bucket_config_sync(&self, bucket: &str, name: &str) -> Result<Vec<u8>> {
         validate_config_name(name)?;
         let dir = self.bucket_config_dir(bucket)?;
-        check_bucket(&self.bucket_dir(bucket)?)?;
+        self.check_config_owner(bucket)?;
         match fs::read(dir.join(name)) {
             Ok(b) => Ok(b),
             Err(e) if is_not_found(&e) => Err(DriveError::FileNotFound),
@@ -69,7 +82,7 @@ impl LocalDrive {
             )));
         }
         let dir = self.bucket_config_dir(bucket)?;
-        check_bucket(&self.bucket_dir(bucket)?)?;
+        self.check_config_owner(bucket)?;
         let buckets = self.root.join(SYS_DIR).join(BUCKETS_DIR);
         for d in [&buckets, &dir] {
             match fs::create_dir(d) {
@@ -90,7 +103,7 @@ impl LocalDrive {
     pub(super) fn delete_bucket_config_sync(&self, bucket: &str, name: &str) -> Result<()> {
         validate_config_name(name)?;
         let dir = self.bucket_config_dir(bucket)?;
-        check_bucket(&self.bucket_dir(bucket)?)?;
+        self.check_config_owner(bucket)?;
         match fs::remove_file(dir.join(name)) {
             Ok(()) => Ok(fsync_dir(&dir)?),
             Err(e) if is_not_found(&e) => Ok(()),

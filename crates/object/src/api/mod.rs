@@ -450,6 +450,19 @@ pub trait ObjectLayer: Send + Sync + 'static {
     /// Removes the bucket configuration document `name`; one that is not set is not an error.
     async fn delete_bucket_config(&self, bucket: &str, name: &str) -> Result<()>;
 
+    /// The deployment's own configuration document `name` (e.g. `iam`), stored like a bucket's
+    /// (quorum of the first set, in the drives' system namespace); `None` when not set.
+    async fn get_system_config(&self, name: &str) -> Result<Option<Bytes>> {
+        let _ = name;
+        Err(crate::Error::NotImplemented("system configuration"))
+    }
+
+    /// Replaces the deployment's configuration document `name` once a write quorum has it.
+    async fn put_system_config(&self, name: &str, data: Bytes) -> Result<()> {
+        let _ = (name, data);
+        Err(crate::Error::NotImplemented("system configuration"))
+    }
+
     /// The drives' state now and the layer's counters, for metrics. The default knows nothing.
     async fn stats(&self) -> crate::stats::LayerStats {
         crate::stats::LayerStats::default()
