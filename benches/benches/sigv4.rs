@@ -84,6 +84,7 @@ fn signed(
 fn sigv4(c: &mut Criterion) {
     let cfg = AuthConfig {
         credentials: vec![Credentials::new(AK, SK)],
+        keys: None,
         region: REGION.into(),
     };
     let body = vec![7u8; 4096];

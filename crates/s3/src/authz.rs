@@ -8,7 +8,13 @@
 //! the target and `s3:GetObject` (or `s3:GetObjectVersion`) on the source. DeleteObjects is
 //! decided per key by its handler through the same evaluation ([`DELETE_OBJECTS_KEY_ACTIONS`]).
 
+use std::sync::Arc;
+
+use http::request::Parts;
 use http::HeaderMap;
+use quarry_policy::{evaluate, Context, Policy, Principal, Request};
+
+use crate::iam::state::{Identity, ACCOUNT_ID};
 
 use crate::copy::parse_copy_source;
 use crate::error::{S3Error, S3ErrorCode};
@@ -103,9 +109,14 @@ pub fn needs(endpoint: &Endpoint, headers: &HeaderMap) -> Result<Vec<Need>, S3Er
         Ok(o(action, &src.bucket, &src.key))
     };
     Ok(match endpoint {
-        E::HealthLive | E::HealthReady | E::Metrics | E::CorsPreflight { .. } | E::Admin { .. } => {
-            vec![]
-        }
+        // The admin API is the root user's (checked by its handler); the query API's calls are
+        // authorized by `iam::query::serve` from the form's action.
+        E::HealthLive
+        | E::HealthReady
+        | E::Metrics
+        | E::CorsPreflight { .. }
+        | E::Admin { .. }
+        | E::IamQuery => vec![],
         E::ListBuckets { .. } => vec![Need {
             action: "s3:ListAllMyBuckets",
             resource: ALL_BUCKETS.to_owned(),
@@ -121,7 +132,9 @@ pub fn needs(endpoint: &Endpoint, headers: &HeaderMap) -> Result<Vec<Need>, S3Er
         | E::CreateMultipartUpload { bucket, key }
         | E::UploadPart { bucket, key, .. }
         | E::CompleteMultipartUpload { bucket, key, .. } => vec![o("s3:PutObject", bucket, key)],
-        E::PostObject { bucket } => vec![b("s3:PutObject", bucket)],
+        // Authorized by its handler as the PutObject of the form's key, once the signed form
+        // has named it.
+        E::PostObject { .. } => vec![],
         E::CopyObject { bucket, key } | E::UploadPartCopy { bucket, key, .. } => {
             vec![o("s3:PutObject", bucket, key), copy_source()?]
         }
@@ -180,30 +193,197 @@ pub fn needs(endpoint: &Endpoint, headers: &HeaderMap) -> Result<Vec<Need>, S3Er
 }
 
 /// Who signed a request, as far as authorization cares.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum Caller {
     /// The root user (the server's own credentials): allowed everything, as the account owner
     /// (MinIO's root; AWS's root user may be locked out of a bucket by its policy, Quarry's is not
     /// so that a bad bucket policy can always be removed).
     Root,
+    /// An IAM user, or a service account acting as its parent user.
+    User(Arc<Identity>),
+}
+
+impl Caller {
+    pub fn is_root(&self) -> bool {
+        matches!(self, Caller::Root)
+    }
+}
+
+/// The connection a request came on, as a request extension (set by the listener).
+#[derive(Debug, Clone, Copy)]
+pub struct ConnInfo {
+    pub peer: std::net::SocketAddr,
+    pub secure: bool,
+}
+
+/// The condition context of a request: the global `aws:` keys and the `s3:` keys of its
+/// endpoint and headers (see the README's table).
+pub fn context(endpoint: &Endpoint, parts: &Parts, caller: &Caller) -> Context {
+    let mut ctx = Context::default();
+    let now = time::OffsetDateTime::now_utc();
+    if let Ok(t) = now.format(&time::format_description::well_known::Rfc3339) {
+        ctx.set("aws:CurrentTime", t);
+    }
+    ctx.set("aws:EpochTime", now.unix_timestamp().to_string());
+    let conn = parts.extensions.get::<ConnInfo>();
+    if let Some(c) = conn {
+        ctx.set("aws:SourceIp", c.peer.ip().to_string());
+    }
+    ctx.set(
+        "aws:SecureTransport",
+        if conn.is_some_and(|c| c.secure) {
+            "true"
+        } else {
+            "false"
+        },
+    );
+    match caller {
+        Caller::Root => {
+            ctx.set("aws:PrincipalType", "Account");
+            ctx.set(
+                "aws:PrincipalArn",
+                format!("arn:aws:iam::{ACCOUNT_ID}:root"),
+            );
+        }
+        Caller::User(id) => {
+            ctx.set("aws:username", id.user.clone());
+            ctx.set("aws:userid", id.user_id.clone());
+            ctx.set("aws:PrincipalArn", id.arn.clone());
+            ctx.set("aws:PrincipalType", "User");
+        }
+    }
+    ctx.set("aws:PrincipalAccount", ACCOUNT_ID);
+    let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    for (key, name) in [("aws:UserAgent", "user-agent"), ("aws:Referer", "referer")] {
+        if let Some(v) = header(name) {
+            ctx.set(key, v);
+        }
+    }
+    for name in [
+        "x-amz-acl",
+        "x-amz-copy-source",
+        "x-amz-metadata-directive",
+        "x-amz-server-side-encryption",
+        "x-amz-storage-class",
+        "x-amz-content-sha256",
+        "x-amz-grant-read",
+        "x-amz-grant-write",
+        "x-amz-grant-read-acp",
+        "x-amz-grant-write-acp",
+        "x-amz-grant-full-control",
+    ] {
+        if let Some(v) = header(name) {
+            ctx.set(&format!("s3:{name}"), v);
+        }
+    }
+    if let Some(tags) = header("x-amz-tagging") {
+        if let Ok(q) = crate::router::Query::parse(Some(tags)) {
+            for (k, v) in q.iter() {
+                ctx.set(&format!("s3:RequestObjectTag/{k}"), v);
+                ctx.insert("s3:RequestObjectTagKeys", k);
+            }
+        }
+    }
+    let v2 = header("authorization").is_some_and(|v| v.starts_with("AWS "))
+        || parts
+            .uri
+            .query()
+            .is_some_and(|q| q.contains("AWSAccessKeyId="));
+    ctx.set(
+        "s3:signatureversion",
+        if v2 { "AWS" } else { "AWS4-HMAC-SHA256" },
+    );
+    ctx.set(
+        "s3:authType",
+        if parts.headers.contains_key(http::header::AUTHORIZATION) {
+            "REST-HEADER"
+        } else {
+            "REST-QUERY-STRING"
+        },
+    );
+    let mut list = |prefix: &str, delimiter: &Option<String>, max_keys: usize| {
+        ctx.set("s3:prefix", prefix);
+        if let Some(d) = delimiter {
+            ctx.set("s3:delimiter", d.clone());
+        }
+        ctx.set("s3:max-keys", max_keys.to_string());
+    };
+    match endpoint {
+        Endpoint::ListObjects { params, .. } | Endpoint::ListObjectsV2 { params, .. } => {
+            list(&params.prefix, &params.delimiter, params.max_keys)
+        }
+        Endpoint::ListObjectVersions { params, .. } => {
+            list(&params.prefix, &params.delimiter, params.max_keys)
+        }
+        Endpoint::GetObject {
+            version: Some(v), ..
+        }
+        | Endpoint::HeadObject {
+            version: Some(v), ..
+        }
+        | Endpoint::DeleteObject {
+            version: Some(v), ..
+        } => {
+            ctx.set("s3:VersionId", v.to_string());
+        }
+        _ => {}
+    }
+    ctx
 }
 
 /// Allows or refuses a request: the one authorization decision, made from the endpoint's
 /// needs. A refusal is `AccessDenied` naming the action and resource (never the policy).
-pub fn authorize(caller: &Caller, needs: &[Need]) -> Result<(), S3Error> {
-    match caller {
-        Caller::Root => {
-            let _ = needs;
-            Ok(())
+pub fn authorize(caller: &Caller, needs: &[Need], ctx: &Context) -> Result<(), S3Error> {
+    let id = match caller {
+        Caller::Root => return Ok(()),
+        Caller::User(id) => id,
+    };
+    let principal = Principal {
+        anonymous: false,
+        ids: vec![id.arn.clone()],
+    };
+    for need in needs {
+        if !allowed(id, &principal, need.action, &need.resource, ctx) {
+            return Err(denied_for(caller, need.action, &need.resource));
         }
+    }
+    Ok(())
+}
+
+/// Whether an identity may perform `action` on `resource`: its policies allow it and none
+/// denies it; a service account's own policy must allow it too.
+pub fn allowed(
+    id: &Identity,
+    principal: &Principal,
+    action: &str,
+    resource: &str,
+    ctx: &Context,
+) -> bool {
+    let req = Request {
+        action,
+        resource,
+        principal,
+        context: ctx,
+    };
+    let policies: Vec<&Policy> = id.policies.iter().map(|p| p.as_ref()).collect();
+    if !evaluate(&policies, &[], &req).is_allowed() {
+        return false;
+    }
+    match &id.narrowing {
+        None => true,
+        Some(p) => evaluate(&[p.as_ref()], &[], &req).is_allowed(),
     }
 }
 
-/// `AccessDenied` for an action on a resource.
-pub fn denied(action: &str, resource: &str) -> S3Error {
+/// `AccessDenied` naming who, the action and the resource, as AWS words it.
+pub fn denied_for(caller: &Caller, action: &str, resource: &str) -> S3Error {
+    let who = match caller {
+        Caller::Root => format!("arn:aws:iam::{ACCOUNT_ID}:root"),
+        Caller::User(id) => id.arn.clone(),
+    };
     S3Error::new(
         S3ErrorCode::AccessDenied,
-        format!("Access Denied: not authorized to perform {action} on {resource}."),
+        format!("User: {who} is not authorized to perform: {action} on resource: \"{resource}\""),
     )
 }
 

@@ -167,6 +167,17 @@ async fn delete_one(ctx: &ReqCtx, bucket: &str, target: DeleteTarget) -> DeleteO
             };
         }
     };
+    // Each key is authorized on its own, as S3 does: a refused key is an error entry.
+    let (plain, of_version) = crate::authz::DELETE_OBJECTS_KEY_ACTIONS;
+    let action = if version.is_some() { of_version } else { plain };
+    let resource = crate::authz::object_arn(bucket, &target.key);
+    if !ctx.allows(action, resource) {
+        return DeleteOutcome::Failed {
+            target,
+            code: S3ErrorCode::AccessDenied,
+            message: "Access Denied".to_owned(),
+        };
+    }
     match ctx
         .layer()
         .delete_object_version(bucket, &target.key, version)

@@ -32,6 +32,7 @@ mod delete;
 pub mod error;
 mod get;
 mod headers;
+pub mod iam;
 mod list;
 mod metrics;
 mod multipart;

@@ -446,13 +446,25 @@ async fn upload(
     };
 
     // Authentication: the policy and its signature.
-    let policy = authenticate(state, &form)?;
+    let (policy, signer) = authenticate(state, &form)?;
     if policy.expiration <= OffsetDateTime::from(SystemTime::now()) {
         return Err(denied("Policy expired.").into());
     }
     let filename = file.file_name().unwrap_or("").to_owned();
     let key = form.require("key")?.replace("${filename}", &filename);
     policy.check(&form, bucket, &key)?;
+    // Authorized as a PutObject of that key by the form's signer.
+    let caller = crate::server::caller_of(state, &signer)?;
+    let endpoint = crate::router::Endpoint::PutObject {
+        bucket: bucket.to_owned(),
+        key: key.clone(),
+    };
+    let policy_ctx = crate::authz::context(&endpoint, parts, &caller);
+    crate::authz::authorize(
+        &caller,
+        &crate::authz::needs(&endpoint, &parts.headers)?,
+        &policy_ctx,
+    )?;
 
     // What the object is stored with.
     let file_type = file.content_type().map(|m| m.to_string());
@@ -490,7 +502,7 @@ async fn upload(
 
 /// Checks the signature fields and returns the decoded policy. A form without a policy is an
 /// anonymous upload, which Quarry does not accept.
-fn authenticate(state: &AppState, form: &Form) -> Result<PostPolicy, S3Error> {
+fn authenticate(state: &AppState, form: &Form) -> Result<(PostPolicy, String), S3Error> {
     let Some(policy_b64) = form.get("policy") else {
         return Err(S3Error::new(
             S3ErrorCode::AccessDenied,
@@ -502,8 +514,9 @@ fn authenticate(state: &AppState, form: &Form) -> Result<PostPolicy, S3Error> {
     if sigv2 && form.get("x-amz-signature").is_none() {
         let access_key = form.require("awsaccesskeyid")?;
         let signature = form.require("signature")?;
-        signature::verify_post_signature_v2(&state.auth, access_key, policy_b64, signature)?;
-        return PostPolicy::parse(policy_b64);
+        let signer =
+            signature::verify_post_signature_v2(&state.auth, access_key, policy_b64, signature)?;
+        return Ok((PostPolicy::parse(policy_b64)?, signer.access_key));
     }
     let algorithm = form.require("x-amz-algorithm")?;
     if algorithm != "AWS4-HMAC-SHA256" {
@@ -517,8 +530,9 @@ fn authenticate(state: &AppState, form: &Form) -> Result<PostPolicy, S3Error> {
     let credential = form.require("x-amz-credential")?;
     let amz_date = form.require("x-amz-date")?;
     let signature = form.require("x-amz-signature")?;
-    signature::verify_post_signature(&state.auth, credential, amz_date, policy_b64, signature)?;
-    PostPolicy::parse(policy_b64)
+    let signer =
+        signature::verify_post_signature(&state.auth, credential, amz_date, policy_b64, signature)?;
+    Ok((PostPolicy::parse(policy_b64)?, signer.access_key))
 }
 
 /// Form fields that are also request headers of a PutObject, as a header map, so the PutObject

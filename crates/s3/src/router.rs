@@ -195,6 +195,9 @@ pub enum Endpoint {
     Admin {
         op: crate::admin::AdminOp,
     },
+    /// `POST /` (path style): the AWS IAM or STS query API, its action in the form body, signed
+    /// for service `iam` or `sts` (see `iam/query.rs`).
+    IamQuery,
     /// A known S3 operation Quarry does not implement; answered with `NotImplemented`.
     Unsupported {
         operation: String,
@@ -224,6 +227,7 @@ impl Endpoint {
             | E::Metrics
             | E::ListBuckets { .. }
             | E::Admin { .. }
+            | E::IamQuery
             | E::Unsupported { .. } => None,
             E::CreateBucket { bucket }
             | E::HeadBucket { bucket }
@@ -300,6 +304,7 @@ impl Endpoint {
             Endpoint::GetObjectAcl { .. } => "GetObjectAcl",
             Endpoint::PutObjectAcl { .. } => "PutObjectAcl",
             Endpoint::Admin { op } => op.name(),
+            Endpoint::IamQuery => "IamQuery",
             Endpoint::Unsupported { operation } => operation,
         }
     }
@@ -580,6 +585,7 @@ fn service_endpoint(method: &Method, query: &Query) -> Result<Endpoint, RouteErr
         Method::GET => Ok(Endpoint::ListBuckets {
             params: param("ListBuckets", ListBucketsParams::from_query(query))?,
         }),
+        Method::POST => Ok(Endpoint::IamQuery),
         _ => Err(method_not_allowed(method, "the service")),
     }
 }

@@ -30,7 +30,7 @@ use crate::body::{
     counted_stream, read_small, timed_stream, BodyTimeouts, LoggedBody, RequestLog, MAX_XML_BODY,
 };
 use crate::cors::{self, CorsCache};
-use crate::error::{error_xml, S3ErrorCode};
+use crate::error::{error_xml, S3Error, S3ErrorCode};
 use crate::router::{self, Endpoint, Query, RouteError};
 use crate::signature::{self, AuthConfig, Authenticated, Credentials};
 use crate::{
@@ -214,8 +214,11 @@ where
         let inner = hyper_util::service::TowerToHyperService::new(app.clone());
         let service = {
             let mark = mark.clone();
+            let secure = tls.is_some();
             hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
                 req.extensions_mut().insert(ConnMark(mark.clone()));
+                req.extensions_mut()
+                    .insert(authz::ConnInfo { peer, secure });
                 hyper::service::Service::call(&inner, req)
             })
         };
@@ -351,13 +354,23 @@ fn app_with(
     cfg: S3Config,
     body_timeouts: BodyTimeouts,
 ) -> axum::Router {
+    // The IAM store: users, groups, policies, service accounts; its keys sign requests too.
+    let iam = cfg
+        .credentials
+        .first()
+        .map(|root| crate::iam::Iam::new(layer.clone(), root));
+    if let (Some(iam), Ok(_)) = (&iam, tokio::runtime::Handle::try_current()) {
+        iam.spawn_poller();
+    }
     let state = Arc::new(AppState {
+        iam: iam.clone(),
         body_timeouts,
         metrics_access: cfg.metrics,
         layer,
         probe,
         auth: AuthConfig {
             credentials: cfg.credentials,
+            keys: iam.map(|i| i as Arc<dyn signature::KeyStore>),
             region: cfg.region.clone(),
         },
         region: cfg.region,
@@ -376,6 +389,8 @@ fn app_with(
 
 pub(crate) struct AppState {
     pub layer: Arc<dyn ObjectLayer>,
+    /// Identities and their policies (`None` without root credentials: nobody can sign).
+    pub iam: Option<Arc<crate::iam::Iam>>,
     pub probe: Arc<dyn ReadinessProbe>,
     pub auth: AuthConfig,
     pub region: String,
@@ -414,6 +429,10 @@ pub(crate) struct ReqCtx {
     pub state: Arc<AppState>,
     pub parts: Parts,
     pub auth: Authenticated,
+    /// Who signed, and the request's condition context (for the per-key decisions of
+    /// DeleteObjects).
+    pub caller: authz::Caller,
+    pub policy_ctx: quarry_policy::Context,
     /// Taken once by the handler that reads it. (A mutex only to make `ReqCtx` `Sync`: handlers
     /// hold `&ReqCtx` across awaits and `Body` is not `Sync`.)
     body: Mutex<Option<Body>>,
@@ -423,6 +442,17 @@ pub(crate) struct ReqCtx {
 impl ReqCtx {
     pub fn layer(&self) -> &dyn ObjectLayer {
         &*self.state.layer
+    }
+
+    /// Whether the caller may perform `action` on `resource` (for the decisions a handler makes
+    /// per item, as DeleteObjects per key), by the same evaluation as the request's own.
+    pub fn allows(&self, action: &'static str, resource: String) -> bool {
+        authz::authorize(
+            &self.caller,
+            &[authz::Need { action, resource }],
+            &self.policy_ctx,
+        )
+        .is_ok()
     }
 
     pub fn region(&self) -> &str {
@@ -628,6 +658,21 @@ async fn dispatch(
         }
     }
 
+    // The IAM and STS query APIs sign their small form body without x-amz-content-sha256 (as
+    // every AWS service but S3 does): read it first, so the signature covers its hash.
+    let (parts, body, form) = match &endpoint {
+        Ok(Endpoint::IamQuery) => {
+            let (parts, bytes) = iam_form(&state, parts, body, log).await?;
+            (parts, Body::empty(), Some(bytes))
+        }
+        _ => (parts, body, None),
+    };
+    if let Some(iam) = state.iam.as_ref().filter(|i| !i.loaded()) {
+        // The first requests after start-up wait for the stored identities once.
+        if let Err(e) = iam.refresh().await {
+            tracing::warn!(error = %e, "IAM state could not be read");
+        }
+    }
     // Authenticate before anything else is said about the request.
     let auth = match &host_bucket {
         Some(bucket) => {
@@ -641,10 +686,39 @@ async fn dispatch(
         c.authed.store(true, Ordering::Relaxed);
     }
     let endpoint = endpoint.map_err(|e| e.error)?;
+    let caller = caller_of(&state, &auth.access_key)?;
+    // The root user is allowed everything: no context to build for it.
+    let policy_ctx = if caller.is_root() {
+        quarry_policy::Context::default()
+    } else {
+        authz::context(&endpoint, &parts, &caller)
+    };
+    let query_api = matches!(endpoint, Endpoint::IamQuery);
+    if query_api != (auth.service != "s3") {
+        return Err(S3Error::new(
+            S3ErrorCode::AuthorizationHeaderMalformed,
+            if query_api {
+                "The IAM and STS APIs (POST /) are signed for service \"iam\" or \"sts\"."
+            } else {
+                "S3 requests are signed for service \"s3\"."
+            },
+        )
+        .into());
+    }
+    if let (Some(form), Some(iam)) = (form, &state.iam) {
+        let call = crate::iam::query::QueryCall::parse(auth.service, &form)?;
+        log.operation = call.action.clone();
+        return Ok(crate::iam::query::serve(iam, &caller, &policy_ctx, call).await);
+    }
     // Authorization: once, here, from the endpoint, before any handler runs.
-    let caller = authz::Caller::Root;
-    authz::authorize(&caller, &authz::needs(&endpoint, &parts.headers)?)?;
+    authz::authorize(
+        &caller,
+        &authz::needs(&endpoint, &parts.headers)?,
+        &policy_ctx,
+    )?;
     let ctx = ReqCtx {
+        caller,
+        policy_ctx,
         state,
         parts,
         auth,
@@ -699,6 +773,11 @@ async fn dispatch(
         E::PutBucketCors { bucket } => cors::put_bucket_cors(&ctx, &bucket).await,
         E::DeleteBucketCors { bucket } => cors::delete_bucket_cors(&ctx, &bucket).await,
         E::CorsPreflight { .. } | E::PostObject { .. } => unauthenticated_endpoint(),
+        E::IamQuery => Err(S3Error::new(
+            S3ErrorCode::NotImplemented,
+            "The IAM API needs root credentials configured.",
+        )
+        .into()),
         E::ListMultipartUploads { bucket, params } => {
             multipart::list_multipart_uploads(&ctx, &bucket, &params).await
         }
@@ -743,6 +822,49 @@ async fn dispatch(
             format!("{operation} is not implemented by Quarry."),
         )),
     }
+}
+
+/// Who signed with `access_key`: the root user (a configured key) or an IAM identity. A key
+/// that verified but has no identity any more (deleted or disabled since) is refused.
+pub(crate) fn caller_of(state: &AppState, access_key: &str) -> Result<authz::Caller, S3Error> {
+    if state
+        .auth
+        .credentials
+        .iter()
+        .any(|c| c.access_key == access_key)
+    {
+        return Ok(authz::Caller::Root);
+    }
+    state
+        .iam
+        .as_ref()
+        .and_then(|i| i.identity(access_key))
+        .map(authz::Caller::User)
+        .ok_or_else(|| S3Error::from_code(S3ErrorCode::InvalidAccessKeyId))
+}
+
+/// Reads the form body of an IAM/STS call (at most [`crate::iam::query::MAX_FORM`] bytes) and
+/// gives the request the `x-amz-content-sha256` of it when the client sent none.
+async fn iam_form(
+    state: &AppState,
+    mut parts: Parts,
+    body: Body,
+    log: &RequestLog,
+) -> ApiResult<(Parts, Bytes)> {
+    use sha2::Digest as _;
+    let max = crate::iam::query::MAX_FORM;
+    let stream = timed_stream(
+        counted_stream(body, log.bytes_in.clone()),
+        state.body_timeouts,
+    );
+    let bytes = read_small(Box::pin(stream), max).await?;
+    if !parts.headers.contains_key("x-amz-content-sha256") {
+        let hash = hex::encode(sha2::Sha256::digest(&bytes));
+        if let Ok(v) = HeaderValue::from_str(&hash) {
+            parts.headers.insert("x-amz-content-sha256", v);
+        }
+    }
+    Ok((parts, bytes))
 }
 
 /// Preflights and browser uploads are answered before SigV4 authentication; reaching the

@@ -47,6 +47,14 @@ impl XmlWriter {
         XmlWriter { out }
     }
 
+    /// Starts a document whose root element carries namespace `ns` (the IAM and STS APIs').
+    pub fn with_namespace(root: &str, ns: &str) -> Self {
+        let mut out = String::with_capacity(512);
+        out.push_str("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+        let _ = write!(out, "<{root} xmlns=\"{ns}\">");
+        XmlWriter { out }
+    }
+
     pub fn open(&mut self, name: &str) -> &mut Self {
         let _ = write!(self.out, "<{name}>");
         self

@@ -36,10 +36,7 @@ fn every_endpoint_maps_to_its_action() {
     let bkt = "arn:aws:s3:::bkt";
     let obj = "arn:aws:s3:::bkt/a/b.txt";
     let copy = [("x-amz-copy-source", "src/k%20y")];
-    let copy_v = [(
-        "x-amz-copy-source",
-        "src/k?versionId=null",
-    )];
+    let copy_v = [("x-amz-copy-source", "src/k?versionId=null")];
     for (method, target, headers, want) in [
         (
             "GET",

@@ -65,10 +65,21 @@ impl std::fmt::Debug for Credentials {
     }
 }
 
+/// Access keys beyond the configured ones (IAM users, service accounts, temporary
+/// credentials), looked up per request.
+pub trait KeyStore: Send + Sync + std::fmt::Debug {
+    /// The credentials of an access key that may sign now; `None` when it does not exist, is
+    /// inactive, belongs to a disabled user or has expired.
+    fn lookup(&self, access_key: &str) -> Option<Credentials>;
+}
+
 /// Who may sign requests, and the region they must sign for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct AuthConfig {
+    /// The root user's credentials (and any other keys configured with the same powers).
     pub credentials: Vec<Credentials>,
+    /// Every other access key.
+    pub keys: Option<std::sync::Arc<dyn KeyStore>>,
     /// The region in the credential scope; requests signed for another region are refused.
     pub region: String,
 }
@@ -77,6 +88,7 @@ impl Default for AuthConfig {
     fn default() -> Self {
         AuthConfig {
             credentials: Vec::new(),
+            keys: None,
             region: DEFAULT_REGION.to_string(),
         }
     }
@@ -91,9 +103,12 @@ impl AuthConfig {
         }
     }
 
-    /// The credentials of an access key.
-    pub fn find(&self, access_key: &str) -> Option<&Credentials> {
-        self.credentials.iter().find(|c| c.access_key == access_key)
+    /// The credentials of an access key: a configured one, else one of the key store's.
+    pub fn find(&self, access_key: &str) -> Option<Credentials> {
+        if let Some(c) = self.credentials.iter().find(|c| c.access_key == access_key) {
+            return Some(c.clone());
+        }
+        self.keys.as_ref()?.lookup(access_key)
     }
 }
 
@@ -123,6 +138,9 @@ impl PayloadCheck {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Authenticated {
     pub access_key: String,
+    /// The service the request was signed for: `s3`, or `iam` / `sts` for the query APIs
+    /// (SigV2 is always `s3`).
+    pub service: &'static str,
     pub payload: PayloadCheck,
 }
 

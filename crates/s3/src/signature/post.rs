@@ -8,13 +8,13 @@ use crate::error::{S3Error, S3ErrorCode};
 
 /// Checks the `x-amz-signature` of a POST form over its `policy` field, signed by the key of
 /// `x-amz-credential` for the day of `x-amz-date`. Returns the signer's credentials.
-pub(crate) fn verify_post_signature<'c>(
-    cfg: &'c AuthConfig,
+pub(crate) fn verify_post_signature(
+    cfg: &AuthConfig,
     credential: &str,
     amz_date: &str,
     policy_b64: &str,
     signature: &str,
-) -> Result<&'c Credentials, S3Error> {
+) -> Result<Credentials, S3Error> {
     if v4::parse_amz_date(amz_date).is_none() {
         return Err(S3Error::new(
             S3ErrorCode::InvalidArgument,
@@ -43,12 +43,12 @@ pub(crate) fn verify_post_signature<'c>(
 /// Checks the `signature` of a SigV2 POST form (`AWSAccessKeyId`, `signature`, `policy`): the
 /// base64 of HMAC-SHA1(secret key, the policy's base64 text), compared in constant time. Returns
 /// the signer's credentials.
-pub(crate) fn verify_post_signature_v2<'c>(
-    cfg: &'c AuthConfig,
+pub(crate) fn verify_post_signature_v2(
+    cfg: &AuthConfig,
     access_key: &str,
     policy_b64: &str,
     signature: &str,
-) -> Result<&'c Credentials, S3Error> {
+) -> Result<Credentials, S3Error> {
     let credentials = cfg
         .find(access_key)
         .ok_or_else(|| S3Error::from_code(S3ErrorCode::InvalidAccessKeyId))?;

@@ -148,6 +148,7 @@ pub(crate) fn verify_presigned(
     let verified = verify_signature(parts, cfg, &input)?;
     Ok(Authenticated {
         access_key: verified.credentials.access_key.clone(),
+        service: verified.service,
         payload,
     })
 }

@@ -365,6 +365,7 @@ fn aws_example_presigned() {
         auth,
         Authenticated {
             access_key: AK.into(),
+            service: "s3",
             payload: PayloadCheck::Unsigned
         }
     );
@@ -699,6 +700,7 @@ fn unsigned_trailer_parts(extra: &[(&str, &str)]) -> Parts {
 
 const UNSIGNED_TRAILER: Authenticated = Authenticated {
     access_key: String::new(),
+    service: "s3",
     payload: PayloadCheck::StreamingUnsignedTrailer {},
 };
 
@@ -757,6 +759,7 @@ fn unsigned_trailer_checksums() {
 fn header_checksums() {
     let unsigned = Authenticated {
         access_key: AK.into(),
+        service: "s3",
         payload: PayloadCheck::Unsigned,
     };
     let hello = b"hello world".to_vec();
@@ -838,6 +841,7 @@ fn header_checksums() {
 fn transport_errors_pass_through() {
     let unsigned = Authenticated {
         access_key: AK.into(),
+        service: "s3",
         payload: PayloadCheck::Unsigned,
     };
     let p = parts("PUT", "/b/k", &[("host", HOST)]);
@@ -940,6 +944,7 @@ mod aws_sigv4_signer {
     fn config() -> AuthConfig {
         AuthConfig {
             credentials: vec![Credentials::new("AKQUARRY", "s3cr3t/+key")],
+            keys: None,
             region: REGION.into(),
         }
     }

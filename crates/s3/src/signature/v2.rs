@@ -461,10 +461,11 @@ pub(crate) fn verify_header(
     let query = parse_query(parts.uri.query().unwrap_or(""));
     check_resource_forms(parts.uri.path(), &query, host_bucket, |resource| {
         let sts = string_to_sign(parts, date_field, resource, None);
-        check_signature(credentials, &sts, signature)
+        check_signature(&credentials, &sts, signature)
     })?;
     Ok(Authenticated {
         access_key: credentials.access_key.clone(),
+        service: super::v4::SERVICE,
         payload,
     })
 }
@@ -518,10 +519,11 @@ pub(crate) fn verify_presigned(
 
     check_resource_forms(parts.uri.path(), &query, host_bucket, |resource| {
         let sts = string_to_sign(parts, expires_str.as_bytes(), resource, Some(&query));
-        check_signature(credentials, &sts, signature)
+        check_signature(&credentials, &sts, signature)
     })?;
     Ok(Authenticated {
         access_key: credentials.access_key.clone(),
+        service: super::v4::SERVICE,
         payload,
     })
 }

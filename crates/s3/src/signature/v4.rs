@@ -22,6 +22,17 @@ use crate::error::{S3Error, S3ErrorCode};
 
 pub(crate) const ALGORITHM: &str = "AWS4-HMAC-SHA256";
 pub(crate) const SERVICE: &str = "s3";
+
+/// The services a credential scope may name: S3, and the IAM and STS query APIs that this
+/// endpoint also answers (`POST /`).
+pub(crate) fn service_name(service: &str) -> Option<&'static str> {
+    match service {
+        "s3" => Some("s3"),
+        "iam" => Some("iam"),
+        "sts" => Some("sts"),
+        _ => None,
+    }
+}
 pub(crate) const TERMINAL: &str = "aws4_request";
 pub(crate) const UNSIGNED_PAYLOAD: &str = "UNSIGNED-PAYLOAD";
 pub(crate) const STREAMING_SIGNED: &str = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD";
@@ -360,9 +371,9 @@ impl<'a> Credential<'a> {
         cfg: &AuthConfig,
         amz_date: &str,
     ) -> Result<(), S3Error> {
-        if self.service != SERVICE {
+        if service_name(self.service).is_none() {
             return Err(kind.malformed(format_args!(
-                "incorrect service \"{}\". This endpoint belongs to \"{SERVICE}\".",
+                "incorrect service \"{}\". This endpoint belongs to \"{SERVICE}\" (and \"iam\", \"sts\" for POST /).",
                 self.service
             )));
         }
@@ -444,19 +455,21 @@ pub(crate) fn headers_not_signed(name: &str) -> S3Error {
 }
 
 /// A verified signature: who signed, and the key and signature a chunked body continues from.
-pub(crate) struct Verified<'a> {
-    pub credentials: &'a Credentials,
+pub(crate) struct Verified {
+    pub credentials: Credentials,
+    /// The service of the credential scope (`s3`, `iam` or `sts`).
+    pub service: &'static str,
     pub signing_key: [u8; 32],
     pub signature: [u8; 32],
     pub scope: String,
 }
 
 /// Checks scope, key and signature. Time checks are the caller's (they differ per kind).
-pub(crate) fn verify_signature<'c>(
+pub(crate) fn verify_signature(
     parts: &Parts,
-    cfg: &'c AuthConfig,
+    cfg: &AuthConfig,
     input: &SignatureInput<'_>,
-) -> Result<Verified<'c>, S3Error> {
+) -> Result<Verified, S3Error> {
     input.credential.check(input.kind, cfg, input.amz_date)?;
     let signed: Vec<&str> = input.signed_headers.split(';').collect();
     if signed.iter().any(|h| h.trim().is_empty()) {
@@ -490,7 +503,7 @@ pub(crate) fn verify_signature<'c>(
         &credentials.secret_key,
         input.credential.date,
         input.credential.region,
-        SERVICE,
+        input.credential.service,
     );
     let method = parts.method.as_str();
     let raw_path = parts.uri.path();
@@ -526,6 +539,7 @@ pub(crate) fn verify_signature<'c>(
         return Err(headers_not_signed(name));
     }
     Ok(Verified {
+        service: service_name(input.credential.service).unwrap_or(SERVICE),
         credentials,
         signing_key: key,
         signature: sig,
@@ -711,6 +725,7 @@ pub(crate) fn verify_header_auth(
     };
     Ok(Authenticated {
         access_key: verified.credentials.access_key.clone(),
+        service: verified.service,
         payload,
     })
 }
