@@ -11,6 +11,8 @@
 //!   each answers), sets, drives with their space, totals, internode traffic ([`InfoJson`]).
 //! - `GET /quarry/admin/v1/drives`: every drive with its set, node, state and space, and the
 //!   totals ([`DrivesJson`]); the same probe as `info` without the nodes and traffic.
+//! - `GET /quarry/admin/v1/metrics`: this node's `/metrics` text (Prometheus), for signed
+//!   callers (the web console's charts) whatever `--metrics-token` / `--metrics-public` say.
 //!
 //! Because these paths are taken before S3 routing, a bucket named `quarry` cannot be reached
 //! path style under `admin/` (virtual-host style still reaches it).
@@ -48,6 +50,8 @@ pub enum AdminOp {
     Info,
     /// `GET /quarry/admin/v1/drives`.
     Drives,
+    /// `GET /quarry/admin/v1/metrics`.
+    Metrics,
     /// `POST /quarry/admin/v1/data-plane/reset` (`?peer=host:port`, else every peer).
     ResetDataPlane { peer: Option<String> },
     /// An unknown call, version or method: this error, but only for the root user (others are
@@ -63,6 +67,7 @@ impl AdminOp {
             AdminOp::HealStatus => "AdminHealStatus",
             AdminOp::Info => "AdminInfo",
             AdminOp::Drives => "AdminDrives",
+            AdminOp::Metrics => "AdminMetrics",
             AdminOp::ResetDataPlane { .. } => "AdminResetDataPlane",
             AdminOp::Invalid { .. } => "Admin",
         }
@@ -102,6 +107,7 @@ fn parse_call(method: &Method, path: &str, query: &Query) -> Result<AdminOp, S3E
         "heal/status" => (AdminOp::HealStatus, Method::GET),
         "info" => (AdminOp::Info, Method::GET),
         "drives" => (AdminOp::Drives, Method::GET),
+        "metrics" => (AdminOp::Metrics, Method::GET),
         "data-plane/reset" => (
             AdminOp::ResetDataPlane {
                 peer: non_empty("peer"),
@@ -146,6 +152,10 @@ pub(crate) async fn handle(ctx: &ReqCtx, op: AdminOp) -> ApiResult<Response> {
         AdminOp::Drives => {
             let info = ctx.layer().info().await?;
             json(&DrivesJson::from(&info))
+        }
+        AdminOp::Metrics => {
+            let layer = ctx.layer().stats().await;
+            Ok(crate::metrics::response(ctx.state.metrics.render(&layer)))
         }
         AdminOp::ResetDataPlane { peer } => {
             let peer = peer.as_deref();

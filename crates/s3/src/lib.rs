@@ -52,7 +52,7 @@ mod tests;
 pub use body::BodyTimeouts;
 pub use metrics::MetricsAccess;
 pub use server::{
-    app, serve, serve_tls, serve_with_limits, AlwaysReady, ReadinessProbe, ReadinessReport,
-    S3Config, ServeLimits, TlsConfigSource,
+    app, app_with_timeouts, serve, serve_router, serve_tls, serve_with_limits, AlwaysReady,
+    ReadinessProbe, ReadinessReport, S3Config, ServeLimits, TlsConfigSource,
 };
 pub use signature::Credentials;

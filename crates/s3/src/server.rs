@@ -142,7 +142,8 @@ pub async fn serve_with_limits<L>(
 where
     L: axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr>,
 {
-    serve_inner(listener, layer, probe, cfg, limits, None, shutdown).await
+    let app = app_with(layer, probe, cfg, limits.body);
+    serve_inner(listener, app, limits, None, shutdown).await
 }
 
 /// Where an HTTPS listener takes the TLS configuration of each new connection: called once per
@@ -164,14 +165,16 @@ pub async fn serve_tls<L>(
 where
     L: axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr>,
 {
-    serve_inner(listener, layer, probe, cfg, limits, Some(tls), shutdown).await
+    let app = app_with(layer, probe, cfg, limits.body);
+    serve_inner(listener, app, limits, Some(tls), shutdown).await
 }
 
-async fn serve_inner<L>(
-    mut listener: L,
-    layer: Arc<dyn ObjectLayer>,
-    probe: Arc<dyn ReadinessProbe>,
-    cfg: S3Config,
+/// Serves any `app` (the S3 service from [`app_with_timeouts`], or a service in front of it
+/// such as the web console) on `listener` as [`serve_with_limits`] and [`serve_tls`] do: the
+/// same connection limit, header timeout, `TCP_NODELAY`, optional TLS and graceful shutdown.
+pub async fn serve_router<L>(
+    listener: L,
+    app: axum::Router,
     limits: ServeLimits,
     tls: Option<TlsConfigSource>,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -179,7 +182,19 @@ async fn serve_inner<L>(
 where
     L: axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr>,
 {
-    let app = app_with(layer, probe, cfg, limits.body);
+    serve_inner(listener, app, limits, tls, shutdown).await
+}
+
+async fn serve_inner<L>(
+    mut listener: L,
+    app: axum::Router,
+    limits: ServeLimits,
+    tls: Option<TlsConfigSource>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()>
+where
+    L: axum::serve::Listener<Io = tokio::net::TcpStream, Addr = std::net::SocketAddr>,
+{
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let max = limits.max_connections.max(1);
     let limit = Arc::new(tokio::sync::Semaphore::new(max));
@@ -348,6 +363,18 @@ pub fn app(
     app_with(layer, probe, cfg, BodyTimeouts::default())
 }
 
+/// [`app`] with the given body timeouts: one service that both the S3 listener
+/// ([`serve_router`]) and an in-process caller (the web console) can share, so they share its
+/// state (metrics, CORS cache, request ids).
+pub fn app_with_timeouts(
+    layer: Arc<dyn ObjectLayer>,
+    probe: Arc<dyn ReadinessProbe>,
+    cfg: S3Config,
+    body_timeouts: BodyTimeouts,
+) -> axum::Router {
+    app_with(layer, probe, cfg, body_timeouts)
+}
+
 fn app_with(
     layer: Arc<dyn ObjectLayer>,
     probe: Arc<dyn ReadinessProbe>,
@@ -398,7 +425,7 @@ pub(crate) struct AppState {
     domains: Vec<String>,
     pub cors: CorsCache,
     ids: RequestIds,
-    metrics: Arc<crate::metrics::Metrics>,
+    pub(crate) metrics: Arc<crate::metrics::Metrics>,
     /// How long a request body may stall (every body a handler reads goes through it).
     pub body_timeouts: BodyTimeouts,
     metrics_access: crate::metrics::MetricsAccess,
