@@ -44,10 +44,10 @@ wait_ready() { # URL CURL_ARGS...
 }
 
 "$BIN_DIR/quarry" admin cert generate --out "$DATA/certs" --ca-dir "$DATA/ca" 127.0.0.1 >/dev/null
-HOME="$DATA" "$BIN_DIR/quarry" server --address 127.0.0.1:9410 "$DATA"/http/d{1..4} \
+HOME="$DATA" QUARRY_CONSOLE_ADDRESS=off "$BIN_DIR/quarry" server --address 127.0.0.1:9410 "$DATA"/http/d{1..4} \
     >"$DATA/http.log" 2>&1 &
 pids+=($!)
-HOME="$DATA" QUARRY_CERTS_DIR="$DATA/certs" "$BIN_DIR/quarry" server --address 127.0.0.1:9411 \
+HOME="$DATA" QUARRY_CERTS_DIR="$DATA/certs" QUARRY_CONSOLE_ADDRESS=off "$BIN_DIR/quarry" server --address 127.0.0.1:9411 \
     "$DATA"/https/d{1..4} >"$DATA/https.log" 2>&1 &
 pids+=($!)
 wait_ready http://127.0.0.1:9410

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts a 4-node x 4-drive Quarry cluster on this machine for trying it out: nodes on
-# 127.0.0.1:9001..9004, drives under ./data/cluster/nodeN/d1..d4, erasure sets of 4 drives
+# 127.0.0.1:9001..9004 (web consoles on 127.0.0.1:9101..9104), drives under ./data/cluster/nodeN/d1..d4, erasure sets of 4 drives
 # (2 data + 2 parity), each set spanning the four nodes. Logs go to ./data/cluster/nodeN.log.
 #
 #   scripts/cluster.sh start     build (debug) if needed, start the nodes, wait until ready
@@ -38,6 +38,7 @@ start)
     for n in $(seq 1 "$NODES"); do
         # shellcheck disable=SC2046
         "$BIN" server --address "127.0.0.1:$((BASE_PORT + n))" --set-size 4 $(drives) \
+            --console-address "127.0.0.1:$((BASE_PORT + 100 + n))" \
             >"$DATA/node$n.log" 2>&1 &
         echo $! >"$DATA/node$n.pid"
     done

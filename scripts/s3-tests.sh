@@ -118,7 +118,8 @@ run_single() {
     local port log=$RESULTS/single-server.log
     port=$(free_port)
     mkdir -p "$RESULTS"
-    QUARRY_ROOT_USER=$AK QUARRY_ROOT_PASSWORD=$SK "$BIN" server --address "127.0.0.1:$port" \
+    QUARRY_ROOT_USER=$AK QUARRY_ROOT_PASSWORD=$SK QUARRY_CONSOLE_ADDRESS=off \
+        "$BIN" server --address "127.0.0.1:$port" \
         --scan-interval 0 "$DATA/single/d1" "$DATA/single/d2" "$DATA/single/d3" "$DATA/single/d4" \
         >"$log" 2>&1 &
     local pid=$!
@@ -138,7 +139,7 @@ run_cluster() {
     mkdir -p "$RESULTS"
     for n in 1 2 3 4; do
         QUARRY_ROOT_USER=$AK QUARRY_ROOT_PASSWORD=$SK \
-            QUARRY_CLUSTER_SECRET=s3tests-cluster-secret-0123456789 \
+            QUARRY_CLUSTER_SECRET=s3tests-cluster-secret-0123456789 QUARRY_CONSOLE_ADDRESS=off \
             "$BIN" server --address "127.0.0.1:${ports[$((n - 1))]}" --set-size 4 --scan-interval 0 \
             "${drives[@]}" >"$RESULTS/cluster-node$n.log" 2>&1 &
         pids+=("$!")

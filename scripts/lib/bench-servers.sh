@@ -23,7 +23,8 @@ start_cluster() {
     rm -rf "$DATA/cluster"
     for n in 1 2 3 4; do args+=("http://127.0.0.1:$((base + n))$DATA/cluster/node$n/d{1...4}"); done
     for n in 1 2 3 4; do
-        "$BIN_DIR/quarry" server --address "127.0.0.1:$((base + n))" --set-size 4 "${args[@]}" \
+        QUARRY_CONSOLE_ADDRESS=off \
+            "$BIN_DIR/quarry" server --address "127.0.0.1:$((base + n))" --set-size 4 "${args[@]}" \
             >"$DATA/node$n.log" 2>&1 &
         pids+=($!)
     done

@@ -377,6 +377,8 @@ impl TestServer {
             cmd.env("QUARRY_CERTS_DIR", &t.dir);
         }
         cmd.env("QUARRY_METRICS_TOKEN", METRICS_TOKEN);
+        // No web console: its default port would be shared by every test server.
+        cmd.env("QUARRY_CONSOLE_ADDRESS", "off");
         // A variable set empty with `set_env` is removed instead (to test a default).
         for (k, v) in &self.env {
             if v.is_empty() {

@@ -59,6 +59,8 @@ class QuarryServer:
         # ~/.quarry/certs, so HOME is this server's own directory.
         env["HOME"] = str(root)
         env.pop("QUARRY_CERTS_DIR", None)
+        # No web console unless a test asks for one (the default port is shared by every test).
+        env["QUARRY_CONSOLE_ADDRESS"] = "off"
         env.setdefault("RUST_LOG", "info")
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(

@@ -193,6 +193,7 @@ async fn admin_calls_fail_clearly() {
     for (method, path) in [
         (reqwest::Method::POST, "/quarry/admin/v1/heal?bucket=bkt"),
         (reqwest::Method::GET, "/quarry/admin/v1/heal/status"),
+        (reqwest::Method::GET, "/quarry/admin/v1/metrics"),
     ] {
         let resp = http
             .request(method, format!("{endpoint}{path}"))
@@ -201,6 +202,39 @@ async fn admin_calls_fail_clearly() {
             .unwrap();
         expect_raw_error(resp, 403, "AccessDenied").await;
     }
+}
+
+/// `GET /quarry/admin/v1/metrics` (the web console's charts): this node's Prometheus text for the
+/// signed root user, whatever `--metrics-token` says; another key is refused.
+#[tokio::test]
+async fn admin_metrics_answers_signed_root_calls() {
+    let s = TestServer::start(4).await;
+    s.create_bucket("metered").await;
+    let resp = s
+        .signed("GET", "/quarry/admin/v1/metrics", &[], vec![])
+        .await;
+    assert_eq!(resp.status(), 200);
+    assert!(resp.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain"));
+    let body = resp.text().await.unwrap();
+    assert!(
+        body.contains("quarry_s3_requests_total{op=\"CreateBucket\",code=\"200\"} 1"),
+        "{body}"
+    );
+    let url = format!("{}/quarry/admin/v1/metrics", s.endpoint());
+    let signed = sign_headers(
+        "GET",
+        &url,
+        &[],
+        PayloadHash::Bytes(b""),
+        s.access_key(),
+        "not-the-secret",
+        std::time::SystemTime::now(),
+    );
+    let resp = send_raw("GET", &url, &signed.headers, vec![]).await;
+    expect_raw_error(resp, 403, "SignatureDoesNotMatch").await;
 }
 
 /// `quarry admin reset-connections` drops a node's data-plane connections; transfers go on over

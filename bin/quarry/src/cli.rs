@@ -211,6 +211,17 @@ pub struct ServerArgs {
     )]
     pub certs_check_interval: Duration,
 
+    /// Address of the web console (HTTPS when the S3 port is), or `off`. When the default
+    /// address is taken the server starts without the console and says so; an address given
+    /// here that cannot be bound stops the start.
+    #[arg(
+        long,
+        env = "QUARRY_CONSOLE_ADDRESS",
+        default_value = DEFAULT_CONSOLE_ADDRESS,
+        value_name = "HOST:PORT|off"
+    )]
+    pub console_address: String,
+
     /// RDMA data plane between nodes: off (never touch verbs), on (refuse to start unless verbs
     /// works) or auto (verbs when a usable device is found, else TCP).
     #[arg(
@@ -311,6 +322,19 @@ pub struct Settings {
     pub certs_dir: Option<(PathBuf, bool)>,
     /// How often the certificates are checked for changes (`None`: only on SIGHUP).
     pub certs_check_interval: Option<Duration>,
+    /// The console's address, or `None` when it is off.
+    pub console: Option<ConsoleAddress>,
+}
+
+/// The web console's default address (MinIO's console port).
+pub const DEFAULT_CONSOLE_ADDRESS: &str = "127.0.0.1:9001";
+
+/// Where the web console listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsoleAddress {
+    pub address: String,
+    /// Whether it is the default (then a taken port is a warning, not an error).
+    pub default: bool,
 }
 
 /// Where a secret setting comes from.
@@ -364,6 +388,7 @@ pub struct FileConfig {
     pub cluster_secret_file: Option<String>,
     pub certs_dir: Option<String>,
     pub certs_check_interval: Option<String>,
+    pub console_address: Option<String>,
 }
 
 /// The settings file format this build reads.
@@ -471,6 +496,9 @@ impl ServerArgs {
         {
             self.certs_check_interval = parse_interval(&v)
                 .unwrap_or_else(|e| usage_error(format!("config: certs_check_interval: {e}")));
+        }
+        if let Some(v) = f.console_address.filter(|_| unset("console_address")) {
+            self.console_address = v;
         }
         if unset("cluster_secret") && unset("cluster_secret_file") {
             match (f.cluster_secret, f.cluster_secret_file) {
@@ -586,7 +614,18 @@ impl ServerArgs {
                 .filter(|h| !h.is_empty())
                 .map(|h| (PathBuf::from(h).join(".quarry").join("certs"), false)),
         };
+        let console = match self.console_address.trim() {
+            "off" | "" => None,
+            a if a.parse::<std::net::SocketAddr>().is_err() && !a.contains(':') => usage_error(
+                format!("--console-address {a:?}: give HOST:PORT (e.g. 127.0.0.1:9001) or off"),
+            ),
+            a => Some(ConsoleAddress {
+                default: a == DEFAULT_CONSOLE_ADDRESS,
+                address: a.to_owned(),
+            }),
+        };
         Settings {
+            console,
             certs_dir,
             certs_check_interval: Some(self.certs_check_interval).filter(|d| !d.is_zero()),
             dirs,
@@ -690,6 +729,36 @@ mod tests {
             panic!("not server")
         };
         a.settings_with(m.subcommand_matches("server"))
+    }
+
+    #[test]
+    fn console_address_default_off_given_and_from_the_file() {
+        if std::env::var_os("QUARRY_CONSOLE_ADDRESS").is_some() {
+            return; // the environment decides here
+        }
+        let s = settings_of(&["server", "/d"]);
+        assert_eq!(
+            s.console,
+            Some(ConsoleAddress {
+                address: DEFAULT_CONSOLE_ADDRESS.into(),
+                default: true
+            })
+        );
+        let s = settings_of(&["server", "/d", "--console-address", "off"]);
+        assert_eq!(s.console, None);
+        let s = settings_of(&["server", "/d", "--console-address", "0.0.0.0:9443"]);
+        assert_eq!(
+            s.console,
+            Some(ConsoleAddress {
+                address: "0.0.0.0:9443".into(),
+                default: false
+            })
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("q.toml");
+        std::fs::write(&f, "version = 1\nconsole_address = \"off\"\n").unwrap();
+        let s = settings_of(&["server", "/d", "--config", f.to_str().unwrap()]);
+        assert_eq!(s.console, None);
     }
 
     #[test]

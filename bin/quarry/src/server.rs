@@ -284,26 +284,34 @@ where
         .context("cannot read the listening address")?;
     let probe: Arc<dyn ReadinessProbe> = Arc::new(Probe(layer.clone()));
     let signalled = Arc::new(Notify::new());
+    // Stops the console's listener with the S3 one.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
     let shutdown = {
         let signalled = signalled.clone();
         async move {
             shutdown_signal().await;
             signalled.notify_one();
+            let _ = stop.send(true);
         }
     };
     let _watchers = tls.as_ref().map(|t| watch_certs(t, settings));
-    tracing::info!(address = %local, tls = tls.is_some(), "serving S3");
-    let serve = async move {
-        match tls {
-            Some(store) => {
-                let source: quarry_s3::TlsConfigSource = Arc::new(move || store.s3_config());
-                quarry_s3::serve_tls(listener, layer, probe, cfg, limits, source, shutdown).await
-            }
-            None => {
-                quarry_s3::serve_with_limits(listener, layer, probe, cfg, limits, shutdown).await
-            }
-        }
-    };
+    let tls_source =
+        tls.map(|store| -> quarry_s3::TlsConfigSource { Arc::new(move || store.s3_config()) });
+    // One S3 service for the S3 listener and the console, so they share its state (metrics).
+    let region = cfg.region.clone();
+    let app = quarry_s3::app_with_timeouts(layer, probe, cfg, limits.body);
+    let _console = start_console(
+        settings,
+        &app,
+        region,
+        local,
+        limits,
+        tls_source.clone(),
+        stopped,
+    )
+    .await?;
+    tracing::info!(address = %local, tls = tls_source.is_some(), "serving S3");
+    let serve = quarry_s3::serve_router(listener, app, limits, tls_source, shutdown);
     tokio::select! {
         result = serve => result.context("the S3 server failed")?,
         () = async {
@@ -313,6 +321,65 @@ where
     }
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Binds and serves the web console (crates/console) in front of `app`, unless it is off. A
+/// taken default port is a warning; a given address that cannot be bound stops the start.
+async fn start_console(
+    settings: &Settings,
+    app: &axum::Router,
+    region: String,
+    s3: std::net::SocketAddr,
+    limits: quarry_s3::ServeLimits,
+    tls: Option<quarry_s3::TlsConfigSource>,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) -> anyhow::Result<Option<tokio::task::JoinHandle<()>>> {
+    let Some(console) = &settings.console else {
+        tracing::info!("console: off (--console-address off)");
+        return Ok(None);
+    };
+    let listener = match tokio::net::TcpListener::bind(&console.address).await {
+        Ok(l) => l,
+        Err(e) if console.default => {
+            tracing::warn!(
+                address = %console.address,
+                error = %e,
+                "console: cannot listen on the default address; starting without the console (set --console-address HOST:PORT, or off)"
+            );
+            return Ok(None);
+        }
+        Err(e) => {
+            return Err(e)
+                .with_context(|| format!("cannot listen on --console-address {}", console.address))
+        }
+    };
+    let local = listener
+        .local_addr()
+        .context("cannot read the console's address")?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    println!("Console:   {scheme}://{local}");
+    let router = quarry_console::router(
+        app.clone(),
+        quarry_console::ConsoleConfig {
+            region,
+            s3: quarry_console::S3Address { scheme, bound: s3 },
+            https: tls.is_some(),
+            session_ttl: quarry_console::SESSION_TTL,
+        },
+    );
+    let limits = quarry_s3::ServeLimits {
+        max_connections: limits.max_connections.clamp(16, 512),
+        ..limits
+    };
+    tracing::info!(address = %local, tls = tls.is_some(), "serving the console");
+    Ok(Some(tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        if let Err(e) = quarry_s3::serve_router(listener, router, limits, tls, shutdown).await {
+            tracing::error!(error = %e, "the console server failed");
+        }
+    })))
 }
 
 /// `/health/ready`: ready while the drives online reach read quorum.

@@ -1,0 +1,332 @@
+"""The web console in a real browser: Debian's chromium, headless, driven through chromedriver
+(selenium), against real quarry processes (one node, then a 4-node cluster with a node stopped).
+
+Screenshots of every page go to target/console-screenshots/ (a test artifact: look at them).
+A missing chromium or chromedriver skips these tests, unless QUARRY_REQUIRE_CLIENTS=1 (scripts/test
+installs them), where it fails them.
+"""
+
+import hashlib
+import os
+import pathlib
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+import boto3
+import pytest
+from botocore.config import Config
+
+from conftest import ACCESS_KEY, REPO, SECRET_KEY, free_port, quarry_bin
+
+try:
+    from selenium import webdriver
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.webdriver.support.ui import WebDriverWait
+except ImportError:  # pragma: no cover - the venv has it (tests/python/requirements.txt)
+    webdriver = None
+
+SHOTS = pathlib.Path(os.environ.get("CARGO_TARGET_DIR") or REPO / "target") / "console-screenshots"
+WAIT = 30
+
+
+def _need(path_or_name):
+    found = shutil.which(path_or_name)
+    if found:
+        return found
+    if os.environ.get("QUARRY_REQUIRE_CLIENTS") == "1":
+        pytest.fail(f"{path_or_name} is not installed (scripts/test installs chromium and chromium-driver)")
+    pytest.skip(f"{path_or_name} is not installed")
+
+
+class Node:
+    """One quarry process with its console on its own port."""
+
+    def __init__(self, root, drives, port, console_port, extra_env=None):
+        self.port, self.console_port = port, console_port
+        self.endpoint = f"http://127.0.0.1:{port}"
+        self.console = f"http://127.0.0.1:{console_port}"
+        self.log_path = root / f"node-{port}.log"
+        env = dict(os.environ)
+        env.update(
+            QUARRY_ROOT_USER=ACCESS_KEY,
+            QUARRY_ROOT_PASSWORD=SECRET_KEY,
+            HOME=str(root),
+            RUST_LOG=env.get("RUST_LOG", "info"),
+            QUARRY_CLUSTER_SECRET="console-test-cluster-secret-0123456789",
+        )
+        env.pop("QUARRY_CERTS_DIR", None)
+        env.update(extra_env or {})
+        self.log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [str(quarry_bin()), "server", *drives, "--address", f"127.0.0.1:{port}",
+             "--console-address", f"127.0.0.1:{console_port}"],
+            stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT, cwd=root, env=env,
+        )
+
+    def wait_live(self, timeout=40):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"quarry exited:\n{self.log_path.read_text(errors='replace')[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"{self.console}/", timeout=1) as r:
+                    if r.status == 200:
+                        with urllib.request.urlopen(f"{self.endpoint}/health/ready", timeout=1) as r2:
+                            if r2.status == 200:
+                                return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"quarry not ready:\n{self.log_path.read_text(errors='replace')[-3000:]}")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.log.close()
+
+    def client(self):
+        return boto3.client(
+            "s3", endpoint_url=self.endpoint, aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY, region_name="us-east-1",
+            config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 2}),
+        )
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if webdriver is None:
+        if os.environ.get("QUARRY_REQUIRE_CLIENTS") == "1":
+            pytest.fail("selenium is not installed (tests/python/requirements.txt)")
+        pytest.skip("selenium is not installed")
+    os.environ.setdefault("SE_OFFLINE", "true")  # never let selenium fetch a browser or driver
+    chromium = _need("chromium")
+    driver_path = _need("chromedriver")
+    SHOTS.mkdir(parents=True, exist_ok=True)
+    downloads = tempfile.TemporaryDirectory(prefix="quarry-console-dl-")
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = chromium
+    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+              "--window-size=1280,800", "--no-first-run", "--disable-extensions"):
+        opts.add_argument(a)
+    opts.add_experimental_option("prefs", {
+        "download.default_directory": downloads.name,
+        "download.prompt_for_download": False,
+    })
+    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=driver_path), options=opts)
+    driver.execute_cdp_cmd("Page.setDownloadBehavior", {"behavior": "allow", "downloadPath": downloads.name})
+    driver.downloads = pathlib.Path(downloads.name)
+    viewport(driver, 1280, 800)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+        downloads.cleanup()
+
+
+def viewport(driver, width, height, mobile=False):
+    """The page's viewport exactly (a window size would include the browser's own frame)."""
+    driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+        "width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile})
+
+
+def shot(driver, name):
+    driver.save_screenshot(str(SHOTS / f"{name}.png"))
+
+
+def wait(driver, cond, timeout=WAIT):
+    return WebDriverWait(driver, timeout).until(cond)
+
+
+def css(driver, selector, timeout=WAIT):
+    return wait(driver, EC.visibility_of_element_located((By.CSS_SELECTOR, selector)), timeout)
+
+
+def sign_in(driver, console, secret):
+    driver.get(console + "/")
+    css(driver, "#access-key")
+    # Keyboard only: the access key field has the focus; Tab to the secret, Enter submits.
+    active = driver.switch_to.active_element
+    assert active.get_attribute("id") == "access-key"
+    active.send_keys(ACCESS_KEY, Keys.TAB)
+    driver.switch_to.active_element.send_keys(secret, Keys.ENTER)
+
+
+@pytest.fixture(scope="module")
+def single():
+    tmp = tempfile.TemporaryDirectory(prefix="quarry-console-")
+    root = pathlib.Path(tmp.name)
+    drives = [str(root / f"d{i}") for i in range(1, 5)]
+    for d in drives:
+        os.makedirs(d)
+    node = Node(root, drives, free_port(), free_port())
+    try:
+        node.wait_live()
+        yield node
+    finally:
+        node.stop()
+        tmp.cleanup()
+
+
+def test_console_objects(browser, single):
+    d = browser
+    client = single.client()
+
+    # Wrong keys: refused with the server's message, no session.
+    sign_in(d, single.console, "not-the-secret-key")
+    err = css(d, ".login .error")
+    assert "wrong" in err.text, err.text
+    shot(d, "01-sign-in-refused")
+    assert not any(c["name"] == "quarry_console" for c in d.get_cookies())
+
+    # Right keys.
+    sign_in(d, single.console, SECRET_KEY)
+    css(d, "#new-bucket")
+    cookie = next(c for c in d.get_cookies() if c["name"] == "quarry_console")
+    assert cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+    assert SECRET_KEY not in d.execute_script("return document.documentElement.outerHTML + JSON.stringify(sessionStorage) + JSON.stringify(localStorage) + document.cookie")
+
+    # Create a bucket (with versioning).
+    bucket = f"console-{uuid.uuid4().hex[:10]}"
+    d.find_element(By.ID, "new-bucket").send_keys(bucket)
+    d.find_element(By.ID, "new-versioning").click()
+    d.find_element(By.ID, "create-bucket").click()
+    css(d, f'tr[data-bucket="{bucket}"]')
+    assert client.get_bucket_versioning(Bucket=bucket)["Status"] == "Enabled"
+    wait(d, lambda d: "…" not in d.find_element(By.CSS_SELECTOR, f'tr[data-bucket="{bucket}"]').text)
+    shot(d, "02-buckets")
+
+    # Upload a small file and a 20 MiB one (multipart) through the file picker.
+    d.find_element(By.CSS_SELECTOR, f'tr[data-bucket="{bucket}"] a').click()
+    css(d, "#drop-zone")
+    work = pathlib.Path(tempfile.mkdtemp(prefix="quarry-console-files-"))
+    small = work / "hello.txt"
+    small.write_bytes(b"hello from the console\n" * 10)
+    big = work / "big.bin"
+    big.write_bytes(os.urandom(20 * 1024 * 1024))
+    d.find_element(By.ID, "file-input").send_keys(f"{small}\n{big}")
+    for name in ("hello.txt", "big.bin"):
+        li = wait(d, EC.presence_of_element_located((By.CSS_SELECTOR, f'#uploads li[data-key="{name}"]')))
+        wait(d, lambda d: li.get_attribute("data-state") in ("done", "failed"), timeout=120)
+        assert li.get_attribute("data-state") == "done", li.text
+        assert li.find_element(By.CSS_SELECTOR, ".pct").text == "100%"
+    shot(d, "03-uploaded")
+    head = client.head_object(Bucket=bucket, Key="big.bin")
+    assert head["ContentLength"] == 20 * 1024 * 1024
+    assert head["ETag"].strip('"').endswith("-3"), head["ETag"]  # three 8 MiB parts
+    got = client.get_object(Bucket=bucket, Key="big.bin")["Body"].read()
+    assert hashlib.sha256(got).digest() == hashlib.sha256(big.read_bytes()).digest()
+    assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+
+    # Browse into a prefix.
+    client.put_object(Bucket=bucket, Key="docs/guide/readme.txt", Body=b"read me\n")
+    d.find_element(By.XPATH, "//button[text()='Refresh']").click()
+    css(d, 'tr[data-prefix="docs/"] a').click()
+    css(d, 'tr[data-prefix="docs/guide/"] a').click()
+    row = css(d, 'tr[data-key="docs/guide/readme.txt"]')
+    assert "docs / guide" in d.find_element(By.CSS_SELECTOR, "nav.crumbs").text.replace("\n", " ")
+    shot(d, "04-prefix")
+
+    # Download and compare bytes.
+    row.find_element(By.XPATH, ".//button[text()='Download']").click()
+    target = d.downloads / "readme.txt"
+    wait(d, lambda _: target.exists() and target.read_bytes() == b"read me\n")
+
+    # Object details, then a share link fetched without credentials.
+    row.find_element(By.CSS_SELECTOR, "td.name a").click()
+    details = css(d, "#object-details")
+    assert "8 bytes" in details.text and "ETag" in details.text, details.text
+    shot(d, "05-details")
+    d.find_element(By.ID, "share").click()
+    css(d, "#share-make").click()
+    url = wait(d, lambda d: d.find_element(By.ID, "share-url").get_attribute("value"))
+    assert url.startswith(single.endpoint + "/"), url
+    shot(d, "06-share")
+    with urllib.request.urlopen(url, timeout=10) as r:
+        assert r.read() == b"read me\n"
+    d.find_element(By.XPATH, "//dialog//button[text()='Close']").click()
+
+    # Multi-select delete at the bucket's top.
+    d.get(f"{single.console}/#/b/{bucket}/")
+    css(d, 'input[data-key="hello.txt"]').click()
+    d.find_element(By.CSS_SELECTOR, 'input[data-key="big.bin"]').click()
+    d.find_element(By.ID, "delete-selected").click()
+    wait(d, EC.alert_is_present()).accept()
+    wait(d, lambda d: not d.find_elements(By.CSS_SELECTOR, 'tr[data-key="big.bin"]'))
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket).get("Contents", [])]
+    assert keys == ["docs/guide/readme.txt"], keys
+
+    # A server error is shown as the server said it: the bucket is not empty.
+    d.get(f"{single.console}/#/buckets")
+    css(d, f'tr[data-bucket="{bucket}"] button').click()
+    wait(d, EC.alert_is_present()).accept()
+    err = css(d, "main .error")
+    assert "BucketNotEmpty" in err.text, err.text
+    shot(d, "07-error")
+
+    # Phone width, and dark mode.
+    viewport(d, 390, 844, mobile=True)
+    d.get(f"{single.console}/#/b/{bucket}/")
+    css(d, "#drop-zone")
+    shot(d, "08-phone")
+    d.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    viewport(d, 1280, 800)
+    d.get(f"{single.console}/#/buckets")
+    css(d, f'tr[data-bucket="{bucket}"]')
+    shot(d, "09-dark")
+    d.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": []})
+
+    # Sign out: the session is gone on the server too.
+    d.find_element(By.ID, "signout").click()
+    css(d, "#access-key")
+    d.get(f"{single.console}/api/s3/")
+    assert "SessionExpired" in d.page_source
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def test_console_cluster_shows_a_stopped_node_offline(browser):
+    tmp = tempfile.TemporaryDirectory(prefix="quarry-console-cluster-")
+    root = pathlib.Path(tmp.name)
+    ports = [free_port() for _ in range(4)]
+    drives = []
+    for i, p in enumerate(ports):
+        path = root / f"n{i}" / "d1"
+        path.mkdir(parents=True)
+        drives.append(f"http://127.0.0.1:{p}{path}")
+    nodes = [Node(root, drives, p, free_port()) for p in ports]
+    try:
+        for n in nodes:
+            n.wait_live(timeout=60)
+        nodes[3].stop()
+        d = browser
+        sign_in(d, nodes[0].console, SECRET_KEY)
+        css(d, "#new-bucket")
+        d.get(nodes[0].console + "/#/cluster")
+        stopped = f"127.0.0.1:{ports[3]}"
+        wait(d, lambda d: d.find_elements(By.CSS_SELECTOR, f'#nodes tr[data-node="{stopped}"][data-online="false"]'), timeout=60)
+        assert "offline" in d.find_element(By.CSS_SELECTOR, f'#nodes tr[data-node="{stopped}"]').text
+        for p in ports[:3]:
+            assert d.find_elements(By.CSS_SELECTOR, f'#nodes tr[data-node="127.0.0.1:{p}"][data-online="true"]')
+        assert "3 / 4" in css(d, "#stat-nodes").text
+        # Traffic for the charts, then two samples at least.
+        c = nodes[0].client()
+        c.create_bucket(Bucket="charts")
+        for i in range(20):
+            c.put_object(Bucket="charts", Key=f"k{i}", Body=os.urandom(64 * 1024))
+            c.get_object(Bucket="charts", Key=f"k{i}")["Body"].read()
+        wait(d, lambda d: "Collecting samples" not in d.find_element(By.ID, "charts").text, timeout=30)
+        d.execute_script("window.scrollTo(0, 0)")
+        shot(d, "10-cluster")
+        d.execute_script("document.getElementById('charts').scrollIntoView()")
+        shot(d, "11-cluster-charts")
+    finally:
+        for n in nodes:
+            n.stop()
+        tmp.cleanup()
