@@ -225,6 +225,30 @@ def test_console_objects(browser, single):
     assert hashlib.sha256(got).digest() == hashlib.sha256(big.read_bytes()).digest()
     assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
 
+    # A part that keeps failing (the browser blocks it) stops the upload with Resume; once the
+    # network is back, Resume sends the missing part only and completes the same upload.
+    resumable = work / "resume.bin"
+    resumable.write_bytes(os.urandom(17 * 1024 * 1024))
+    d.execute_cdp_cmd("Network.enable", {})
+    d.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["*partNumber=2&*"]})
+    d.find_element(By.ID, "file-input").send_keys(str(resumable))
+    li = wait(d, EC.presence_of_element_located((By.CSS_SELECTOR, '#uploads li[data-key="resume.bin"]')))
+    wait(d, lambda d: li.get_attribute("data-state") == "failed", timeout=60)
+    assert "part 2" in li.text, li.text
+    uploads = client.list_multipart_uploads(Bucket=bucket).get("Uploads", [])
+    assert [u["Key"] for u in uploads] == ["resume.bin"], uploads
+    parts = client.list_parts(Bucket=bucket, Key="resume.bin", UploadId=uploads[0]["UploadId"])["Parts"]
+    assert sorted(p["PartNumber"] for p in parts) == [1, 3], parts
+    shot(d, "03b-upload-failed")
+    d.execute_cdp_cmd("Network.setBlockedURLs", {"urls": []})
+    li.find_element(By.XPATH, ".//button[text()='Resume']").click()
+    wait(d, lambda d: li.get_attribute("data-state") == "done", timeout=60)
+    assert li.find_element(By.CSS_SELECTOR, ".pct").text == "100%"
+    got = client.get_object(Bucket=bucket, Key="resume.bin")["Body"].read()
+    assert got == resumable.read_bytes()
+    assert client.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    client.delete_object(Bucket=bucket, Key="resume.bin")
+
     # Browse into a prefix.
     client.put_object(Bucket=bucket, Key="docs/guide/readme.txt", Body=b"read me\n")
     d.find_element(By.XPATH, "//button[text()='Refresh']").click()
