@@ -13,6 +13,7 @@ mod buckets;
 mod clients;
 mod cluster;
 mod conditional;
+mod console;
 mod copy;
 mod crash;
 mod descriptors;
