@@ -12,6 +12,7 @@ mod copy;
 mod error;
 mod get;
 mod heal;
+mod heal_bucket;
 mod heal_queue;
 pub mod info;
 mod list;
@@ -32,8 +33,8 @@ mod versions;
 pub use api::*;
 pub use bucket_config::{ConfigEnvelope, CONFIG_FORMAT_VERSION};
 pub use config::{
-    ObjectConfig, DEFAULT_MULTIPART_EXPIRY, DEFAULT_SCAN_INTERVAL, DEFAULT_SCAN_RATE,
-    SCAN_FIRST_DELAY,
+    ObjectConfig, DEFAULT_LEFTOVER_MIN_AGE, DEFAULT_MULTIPART_EXPIRY, DEFAULT_SCAN_INTERVAL,
+    DEFAULT_SCAN_RATE, SCAN_FIRST_DELAY,
 };
 pub use error::{Error, Result};
 pub use names::{check_bucket_name, check_key, MAX_KEY_LEN};

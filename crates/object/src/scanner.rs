@@ -7,8 +7,8 @@
 //! the copies that are missing, outdated or corrupt. What they did is a [`HealReport`] (counts,
 //! and the first [`REPORT_DETAILS`] objects healed and failed) or the scanner's counters.
 //!
-//! Not here: healing buckets' configuration documents and multipart uploads in progress, and
-//! removing the leftovers of a delete that missed a drive.
+//! Before the objects of a bucket, both heal the bucket's own state on the set
+//! ([`ErasureSet::heal_bucket`]: its directory, configuration blobs and uploads in progress).
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -30,6 +30,28 @@ use crate::stats::ScanCounters;
 const PAGE: usize = 1000;
 
 impl HealReport {
+    /// Adds the outcome of one bucket's own heal ([`ErasureSet::heal_bucket`]).
+    pub(crate) fn record_bucket(&mut self, bucket: &str, r: &Result<HealResult>) {
+        match r {
+            Ok(r) => {
+                self.bucket_items_healed += r.healed.len() as u64;
+                if !r.failed.is_empty() {
+                    let reason = r
+                        .failed
+                        .iter()
+                        .map(|(d, why)| match d.is_empty() {
+                            true => why.clone(),
+                            false => format!("{d}: {why}"),
+                        })
+                        .collect::<Vec<_>>()
+                        .join("; ");
+                    self.fail(bucket, "", reason);
+                }
+            }
+            Err(e) => self.fail(bucket, "", format!("healing the bucket failed: {e}")),
+        }
+    }
+
     /// Adds the outcome of one object's heal.
     pub(crate) fn record(&mut self, bucket: &str, key: &str, r: &Result<HealResult>) {
         self.scanned += 1;
@@ -111,6 +133,11 @@ impl Cursor {
         self.buckets.len()
     }
 
+    /// The buckets of the walk not yet started.
+    fn buckets(&self) -> Vec<String> {
+        self.buckets.iter().cloned().collect()
+    }
+
     /// The next object as `(bucket, key)`; `Err((bucket, error))` when a bucket's listing fails
     /// (the walk goes on with the next bucket); `None` at the end.
     async fn next(
@@ -171,6 +198,10 @@ pub(crate) async fn heal_sets(
     for set in sets {
         let mut cursor = Cursor::new(set, bucket, prefix).await?;
         report.buckets = report.buckets.max(cursor.buckets_left() as u64);
+        for b in cursor.buckets() {
+            let r = set.heal_bucket(&b).await;
+            report.record_bucket(&b, &r);
+        }
         while let Some(item) = cursor.next(set).await {
             match item {
                 Ok((b, k)) => {
@@ -260,6 +291,13 @@ async fn scan_pass(sets: &[Weak<ErasureSet>], c: &ScanCounters, rate: u32) -> bo
                 continue;
             }
         };
+        for b in cursor.buckets() {
+            pacer.wait().await;
+            match set.heal_bucket(&b).await {
+                Ok(r) if r.failed.is_empty() => {}
+                r => debug!(bucket = b, result = ?r, "scanner: could not heal the bucket"),
+            }
+        }
         drop(set);
         loop {
             pacer.wait().await;

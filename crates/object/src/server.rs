@@ -89,7 +89,7 @@ impl ErasureServer {
     /// start. Drives keep the position they were formatted with, whatever order they are given
     /// in; a fresh (replaced) drive takes the position of the missing one.
     pub async fn open_local(paths: Vec<PathBuf>, cfg: ObjectConfig) -> Result<Arc<ErasureServer>> {
-        let (deployment_id, drives) = Self::format_local(paths).await?;
+        let (deployment_id, drives) = Self::format_local_with(paths, cfg.orphan_sweep).await?;
         let drives = drives
             .into_iter()
             .map(|d| Arc::new(d) as Arc<dyn Drive>)
@@ -101,6 +101,14 @@ impl ErasureServer {
     /// them: returns the deployment id and the drives in set order, ready for [`Self::open`].
     /// Tests use it to wrap the drives (e.g. in a fault injector) before the set sees them.
     pub async fn format_local(paths: Vec<PathBuf>) -> Result<(Uuid, Vec<LocalDrive>)> {
+        Self::format_local_with(paths, quarry_disk::SweepSchedule::from_env()).await
+    }
+
+    /// [`Self::format_local`], each drive's orphan sweep on `sweep`.
+    pub async fn format_local_with(
+        paths: Vec<PathBuf>,
+        sweep: quarry_disk::SweepSchedule,
+    ) -> Result<(Uuid, Vec<LocalDrive>)> {
         if paths.is_empty() || paths.len() > 16 {
             return Err(Error::Internal(format!(
                 "a single node takes 1 to 16 drives, not {}",
@@ -109,7 +117,7 @@ impl ErasureServer {
         }
         let mut drives = Vec::with_capacity(paths.len());
         for p in &paths {
-            let d = LocalDrive::open(p.clone())
+            let d = LocalDrive::open_with_sweep(p.clone(), sweep)
                 .await
                 .map_err(|e| Error::Internal(format!("cannot open drive {}: {e}", p.display())))?;
             drives.push(d);
