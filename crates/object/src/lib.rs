@@ -13,6 +13,7 @@ mod error;
 mod get;
 mod heal;
 mod heal_bucket;
+mod heal_job;
 mod heal_queue;
 pub mod info;
 mod list;
@@ -37,6 +38,7 @@ pub use config::{
     DEFAULT_SCAN_RATE, SCAN_FIRST_DELAY,
 };
 pub use error::{Error, Result};
+pub use heal_job::{HealJobPhase, HealJobStats, HealJobStatus, KEPT_JOBS, VERIFY_LIST_LIMIT};
 pub use names::{check_bucket_name, check_key, MAX_KEY_LEN};
 pub use nslock::{LockGuard, Locker, NsGuard, NsLock};
 /// The data path's figures as [`LayerStats`] carries them.

@@ -84,7 +84,7 @@ impl HealReport {
         }
     }
 
-    fn fail(&mut self, bucket: &str, key: &str, reason: String) {
+    pub(crate) fn fail(&mut self, bucket: &str, key: &str, reason: String) {
         self.failed += 1;
         if self.failed_objects.len() < REPORT_DETAILS {
             self.failed_objects.push(FailedObject {
@@ -98,17 +98,25 @@ impl HealReport {
     }
 }
 
+/// The keys of one listing page, with their latest version's size.
+type PageKeys = VecDeque<(String, u64)>;
+
 /// A walk over the objects of one set: its buckets (or one), each listed a page at a time.
-struct Cursor {
+pub(crate) struct Cursor {
     buckets: VecDeque<String>,
     prefix: String,
-    /// The bucket being listed, the marker of its next page, and the keys of this page.
-    current: Option<(String, Option<String>, VecDeque<String>)>,
+    /// The bucket being listed, the marker of its next page, and the keys of this page with
+    /// their latest version's size.
+    current: Option<(String, Option<String>, PageKeys)>,
 }
 
 impl Cursor {
     /// Starts a walk of `bucket` (which must exist), or of every bucket of `set`.
-    async fn new(set: &Arc<ErasureSet>, bucket: Option<&str>, prefix: &str) -> Result<Cursor> {
+    pub(crate) async fn new(
+        set: &Arc<ErasureSet>,
+        bucket: Option<&str>,
+        prefix: &str,
+    ) -> Result<Cursor> {
         let buckets = match bucket {
             Some(b) => {
                 set.require_bucket(b).await?;
@@ -134,7 +142,7 @@ impl Cursor {
     }
 
     /// The buckets of the walk not yet started.
-    fn buckets(&self) -> Vec<String> {
+    pub(crate) fn buckets(&self) -> Vec<String> {
         self.buckets.iter().cloned().collect()
     }
 
@@ -144,14 +152,22 @@ impl Cursor {
         &mut self,
         set: &Arc<ErasureSet>,
     ) -> Option<std::result::Result<(String, String), (String, Error)>> {
+        Some(self.next_sized(set).await?.map(|(b, k, _)| (b, k)))
+    }
+
+    /// [`Cursor::next`] with the size of the object's latest version (0 for a delete marker).
+    pub(crate) async fn next_sized(
+        &mut self,
+        set: &Arc<ErasureSet>,
+    ) -> Option<std::result::Result<(String, String, u64), (String, Error)>> {
         loop {
             if self.current.is_none() {
                 let b = self.buckets.pop_front()?;
                 self.current = Some((b, None, VecDeque::new()));
             }
             let (bucket, marker, keys) = self.current.as_mut()?;
-            if let Some(key) = keys.pop_front() {
-                return Some(Ok((bucket.clone(), key)));
+            if let Some((key, size)) = keys.pop_front() {
+                return Some(Ok((bucket.clone(), key, size)));
             }
             if marker.as_deref() == Some("") {
                 // The last page was read.
@@ -167,7 +183,7 @@ impl Cursor {
             // Keys whose latest version is a delete marker have versions to heal too.
             match set.list_objects_with(bucket, opts, true).await {
                 Ok(page) => {
-                    keys.extend(page.objects.into_iter().map(|o| o.key));
+                    keys.extend(page.objects.into_iter().map(|o| (o.key, o.size)));
                     *marker = match (page.is_truncated, page.next_marker) {
                         (true, Some(m)) => Some(m),
                         // Done after these keys; an empty marker says so.

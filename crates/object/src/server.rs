@@ -65,6 +65,8 @@ pub struct ErasureServer {
     deployment_id: Uuid,
     /// The background scanner's counters; `None` when it is off.
     scan: Option<Arc<ScanCounters>>,
+    /// The heal jobs started on this node.
+    heal_jobs: Arc<crate::heal_job::HealJobs>,
     /// The cluster this server is a node of (set once by `open_cluster`); unset: a single node.
     cluster: std::sync::OnceLock<Arc<dyn crate::api::ClusterView>>,
     /// The drives' states as [`ObjectLayer::stats`] last asked them, and when: a scrape of
@@ -224,6 +226,7 @@ impl ErasureServer {
             sets,
             deployment_id,
             scan,
+            heal_jobs: Default::default(),
             cluster: std::sync::OnceLock::new(),
             drive_states: tokio::sync::Mutex::new(None),
         }))
@@ -477,6 +480,7 @@ impl ObjectLayer for ErasureServer {
         if let Some(scan) = &self.scan {
             stats.scan = scan.snapshot();
         }
+        stats.heal_jobs = self.heal_jobs.stats();
         if let Some(view) = self.cluster.get() {
             let plane = view.data_plane();
             let d = plane.stats;
@@ -495,6 +499,26 @@ impl ObjectLayer for ErasureServer {
             stats.pools = vec![("data", set.buffers.stats())];
         }
         stats
+    }
+
+    async fn start_heal_job(
+        &self,
+        bucket: Option<&str>,
+        prefix: &str,
+    ) -> Result<crate::heal_job::HealJobStatus> {
+        if let Some(b) = bucket {
+            check_bucket_name(b).map_err(|_| Error::BucketNotFound)?;
+            self.only_set().require_bucket(b).await?;
+        }
+        crate::heal_job::start(&self.heal_jobs, &self.sets, bucket, prefix)
+    }
+
+    async fn heal_job(&self, id: &str) -> Result<Option<crate::heal_job::HealJobStatus>> {
+        Ok(self.heal_jobs.get(id))
+    }
+
+    async fn heal_jobs(&self) -> Result<Vec<crate::heal_job::HealJobStatus>> {
+        Ok(self.heal_jobs.list())
     }
 
     async fn reset_data_plane(&self, peer: Option<&str>) -> Result<usize> {

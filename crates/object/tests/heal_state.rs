@@ -265,3 +265,74 @@ async fn a_wiped_drive_gets_its_buckets_configs_and_uploads_back() {
         assert!(got == want, "{key}: read back differs");
     }
 }
+
+#[tokio::test]
+async fn a_heal_job_counts_heals_and_verifies_then_a_second_finds_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths: Vec<PathBuf> = (0..4).map(|i| dir.path().join(format!("d{i}"))).collect();
+    let layer: Arc<ErasureServer> = ErasureServer::open_local(paths.clone(), cfg())
+        .await
+        .unwrap();
+    layer.make_bucket(BUCKET).await.unwrap();
+    let mut bytes = 0u64;
+    for i in 0..12usize {
+        let data = pattern(i * 9_000, i as u8);
+        bytes += data.len() as u64;
+        layer
+            .put_object(BUCKET, &format!("k{i}"), body(data), PutOptions::default())
+            .await
+            .unwrap();
+    }
+    std::fs::remove_dir_all(paths[2].join(BUCKET)).unwrap();
+
+    async fn run(layer: &ErasureServer) -> HealJobStatus {
+        let first = layer.start_heal_job(None, "").await.unwrap();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let s = layer.heal_job(&first.id).await.unwrap().expect("the job");
+            if s.phase.finished() {
+                return s;
+            }
+            assert!(std::time::Instant::now() < deadline, "{s:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let s = run(&layer).await;
+    assert_eq!(s.phase, HealJobPhase::Done, "{s:?}");
+    assert_eq!(
+        (s.total_objects, s.total_bytes, s.bytes_scanned),
+        (Some(12), Some(bytes), bytes)
+    );
+    assert_eq!(
+        (s.report.scanned, s.report.healed, s.report.failed),
+        (12, 12, 0)
+    );
+    assert_eq!(s.bytes_healed, bytes);
+    assert!(s.report.bucket_items_healed >= 1, "{s:?}");
+    // The verification looked again at the bucket and the 12 objects and found nothing.
+    assert_eq!(
+        (s.verify_checked, s.verify_missing, s.verify_failed),
+        (13, 0, 0)
+    );
+
+    let again = run(&layer).await;
+    assert_eq!(
+        (
+            again.report.healed,
+            again.report.bucket_items_healed,
+            again.verify_checked
+        ),
+        (0, 0, 1),
+        "{again:?}"
+    );
+    let stats = layer.stats().await;
+    assert_eq!(stats.heal_jobs.started_total, 2);
+    assert_eq!(stats.heal_jobs.objects_healed_total, 12);
+    assert_eq!(stats.heal_jobs.running, 0);
+    assert_eq!(layer.heal_jobs().await.unwrap().len(), 2);
+    assert!(layer.heal_job("heal-none").await.unwrap().is_none());
+    assert!(matches!(
+        layer.start_heal_job(Some("absent"), "").await,
+        Err(Error::BucketNotFound)
+    ));
+}

@@ -174,7 +174,10 @@ async fn writes_that_missed_an_offline_drive_are_healed_when_it_returns() {
     let report = layer.heal(Some(BUCKET), "").await.unwrap();
     // Two objects, and the bucket's own state (directory, configurations, uploads), not healed.
     assert_eq!((report.scanned, report.healed, report.failed), (2, 0, 3));
-    assert_eq!(report.failed_objects[0].key, "", "the bucket first: {report:?}");
+    assert_eq!(
+        report.failed_objects[0].key, "",
+        "the bucket first: {report:?}"
+    );
     assert!(
         report.failed_objects[0].reason.contains("offline"),
         "{report:?}"
