@@ -17,6 +17,7 @@ mod copy;
 mod crash;
 mod descriptors;
 mod erasure;
+mod heal;
 mod iam;
 mod limits;
 mod listing;
