@@ -1,6 +1,7 @@
 //! Healing what a set holds besides objects: the bucket directory itself, the bucket's
 //! configuration blobs (every name, whatever it holds: CORS, versioning, and whatever feature
-//! stores its configuration through [`ErasureSet::write_bucket_config`]), and the multipart
+//! stores its configuration through [`ErasureSet::write_bucket_config`], and the deployment's
+//! own blobs: IAM state, in the system namespace), and the multipart
 //! uploads in progress (their upload metadata; and uploads that are dead on a quorum are removed
 //! from the drives still holding them).
 //!
@@ -77,6 +78,15 @@ impl ErasureSet {
         self.heal_bucket_configs(bucket, &mut r).await;
         self.heal_uploads(bucket, &mut r).await;
         Ok(r)
+    }
+
+    /// Heals the deployment's own configuration blobs (IAM state and the like, in the system
+    /// namespace [`quarry_disk::SYSTEM_CONFIG`]) as a bucket's.
+    pub async fn heal_system_configs(&self) -> HealResult {
+        let mut r = HealResult::default();
+        self.heal_bucket_configs(quarry_disk::SYSTEM_CONFIG, &mut r)
+            .await;
+        r
     }
 
     /// Heals every configuration blob any drive holds for `bucket`.

@@ -5,7 +5,7 @@
 //! 1. counting: it lists what it will walk, so that its progress has a total and an ETA;
 //! 2. healing: each bucket's own state ([`ErasureSet::heal_bucket`]), then each object, as the
 //!    on-demand heal does, counting objects, bytes, heals and failures (with their reasons);
-//! 3. verifying: every bucket again, and every object the healing phase rewrote (all of them
+//! 3. verifying: every bucket again (and the system configuration, for a deployment-wide job), and every object the healing phase rewrote (all of them
 //!    again when it rewrote more than [`VERIFY_LIST_LIMIT`]), checked once more. What this second
 //!    look still has to rewrite is counted as `verify_missing`: a job that ends with 0 there and
 //!    no failure has *measured* that nothing it walked is missing a shard, rather than assumed it;
@@ -311,6 +311,10 @@ async fn run(
         job.update(|s| {
             s.report.buckets = s.report.buckets.max(cursor.buckets().len() as u64);
         });
+        if bucket.is_none() {
+            let r = Ok(set.heal_system_configs().await);
+            job.update(|s| s.report.record_bucket(quarry_disk::SYSTEM_CONFIG, &r));
+        }
         for b in cursor.buckets() {
             let r = set.heal_bucket(&b).await;
             job.update(|s| s.report.record_bucket(&b, &r));
@@ -369,6 +373,9 @@ async fn run(
         });
     };
     for set in sets {
+        if bucket.is_none() {
+            note(&Ok(set.heal_system_configs().await));
+        }
         let cursor = Cursor::new(set, bucket, prefix).await?;
         for b in cursor.buckets() {
             note(&set.heal_bucket(&b).await);

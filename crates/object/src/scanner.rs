@@ -214,6 +214,10 @@ pub(crate) async fn heal_sets(
     for set in sets {
         let mut cursor = Cursor::new(set, bucket, prefix).await?;
         report.buckets = report.buckets.max(cursor.buckets_left() as u64);
+        if bucket.is_none() {
+            let r = set.heal_system_configs().await;
+            report.record_bucket(quarry_disk::SYSTEM_CONFIG, &Ok(r));
+        }
         for b in cursor.buckets() {
             let r = set.heal_bucket(&b).await;
             report.record_bucket(&b, &r);
@@ -307,6 +311,10 @@ async fn scan_pass(sets: &[Weak<ErasureSet>], c: &ScanCounters, rate: u32) -> bo
                 continue;
             }
         };
+        let r = set.heal_system_configs().await;
+        if !r.failed.is_empty() {
+            debug!(result = ?r, "scanner: could not heal the system configuration");
+        }
         for b in cursor.buckets() {
             pacer.wait().await;
             match set.heal_bucket(&b).await {

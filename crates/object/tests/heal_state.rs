@@ -113,6 +113,11 @@ async fn a_wiped_drive_gets_its_buckets_configs_and_uploads_back() {
         .put_bucket_versioning(BUCKET, VersioningState::Enabled)
         .await
         .unwrap();
+    // The deployment's own configuration (IAM state), in the system namespace.
+    layer
+        .put_system_config("iam-users", Bytes::from_static(b"{\"users\":[]}"))
+        .await
+        .unwrap();
     // A name no feature of this build uses: healed all the same.
     layer
         .put_bucket_config("other", "future-feature", Bytes::from_static(b"{}"))
@@ -150,7 +155,7 @@ async fn a_wiped_drive_gets_its_buckets_configs_and_uploads_back() {
     }
     let before_configs = configs(&paths[0]);
     let before_uploads = uploads(&paths[3]);
-    assert_eq!(before_configs.len(), 3, "{:?}", before_configs.keys());
+    assert_eq!(before_configs.len(), 4, "{:?}", before_configs.keys());
 
     // Leftovers on d1 only: a configuration value and an upload no quorum holds, and a stale
     // value of a configuration that the others have newer.
@@ -192,8 +197,8 @@ async fn a_wiped_drive_gets_its_buckets_configs_and_uploads_back() {
 
     let report = layer.heal(None, "").await.unwrap();
     assert_eq!(report.failed, 0, "{report:?}");
-    // 2 buckets, 3 configs on d3, 4 upload metas... at least: the buckets, the configs, the
-    // uploads with their parts, and the three leftovers on d1.
+    // On d3: 2 buckets, 4 configuration blobs (one of them the system's), 3 upload metas and 4
+    // parts; on d1: 3 leftovers (a config value, a stale value, an upload).
     assert!(
         report.bucket_items_healed >= 2 + 3 + 3 + 4 + 3,
         "{report:?}"
@@ -309,10 +314,11 @@ async fn a_heal_job_counts_heals_and_verifies_then_a_second_finds_nothing() {
     );
     assert_eq!(s.bytes_healed, bytes);
     assert!(s.report.bucket_items_healed >= 1, "{s:?}");
-    // The verification looked again at the bucket and the 12 objects and found nothing.
+    // The verification looked again at the system configuration, the bucket and the 12
+    // objects, and found nothing.
     assert_eq!(
         (s.verify_checked, s.verify_missing, s.verify_failed),
-        (13, 0, 0)
+        (14, 0, 0)
     );
 
     let again = run(&layer).await;
@@ -322,7 +328,7 @@ async fn a_heal_job_counts_heals_and_verifies_then_a_second_finds_nothing() {
             again.report.bucket_items_healed,
             again.verify_checked
         ),
-        (0, 0, 1),
+        (0, 0, 2),
         "{again:?}"
     );
     let stats = layer.stats().await;
