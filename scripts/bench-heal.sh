@@ -37,13 +37,13 @@ echo "== writing $OBJECTS objects of $SIZE"
 heal() { # LABEL
     local t0 t1
     t0=$(now_ms)
-    "$BIN_DIR/quarry" admin heal --endpoint "$endpoint" "$BUCKET" >"$DATA/heal-$1.txt" 2>&1 || {
+    "$BIN_DIR/quarry" admin heal --wait --endpoint "$endpoint" "$BUCKET" >"$DATA/heal-$1.txt" 2>&1 || {
         echo "heal ($1) failed:" >&2
         cat "$DATA/heal-$1.txt" >&2
         return 1
     }
     t1=$(now_ms)
-    echo "HEAL $1: $((t1 - t0)) ms ($(grep -m 1 "^Heal of bucket" "$DATA/heal-$1.txt"))"
+    echo "HEAL $1: $((t1 - t0)) ms ($(grep -m 1 "^Heal of bucket" "$DATA/heal-$1.txt"); $(grep -m 1 "^Verified" "$DATA/heal-$1.txt"))"
 }
 
 heal healthy

@@ -64,7 +64,7 @@ async fn admin_heal_restores_a_deleted_shard_file() {
     std::fs::remove_file(&part).unwrap();
 
     // Nothing read the object since: only the admin heal can bring the file back.
-    let out = as_root(&s, "heal", &["healme"]).await;
+    let out = as_root(&s, "heal", &["--wait", "healme"]).await;
     let (stdout, stderr) = text(&out);
     assert!(
         out.status.success(),
@@ -85,6 +85,13 @@ async fn admin_heal_restores_a_deleted_shard_file() {
                 && l.trim_end().ends_with(&drive.display().to_string())),
         "{stdout}"
     );
+    // The job checked again what it rewrote (the bucket, and dir/big) and found nothing.
+    assert!(
+        stdout.contains(
+            "Verified: 2 re-checked, 0 missing, 0 could not be checked; 0 missing shards"
+        ),
+        "{stdout}"
+    );
     let after = std::fs::read(&part).expect("the shard file is back");
     assert!(
         after == before,
@@ -97,28 +104,47 @@ async fn admin_heal_restores_a_deleted_shard_file() {
     );
 
     // Again, by prefix, as JSON: nothing left to do.
-    let out = as_root(&s, "heal", &["--json", "healme", "dir/"]).await;
+    let out = as_root(&s, "heal", &["--wait", "--json", "healme", "dir/"]).await;
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
     let v: serde_json::Value = serde_json::from_str(&stdout).expect("JSON report");
     assert_eq!(
         (
-            v["scanned"].as_u64(),
-            v["healed"].as_u64(),
-            v["failed"].as_u64()
+            v["report"]["scanned"].as_u64(),
+            v["report"]["healed"].as_u64(),
+            v["report"]["failed"].as_u64(),
+            v["total_objects"].as_u64(),
+            v["verify_missing"].as_u64(),
+            v["phase"].as_str(),
         ),
-        (Some(1), Some(0), Some(0)),
+        (Some(1), Some(0), Some(0), Some(1), Some(0), Some("done")),
         "{v}"
     );
 
-    // Every bucket, and the status.
+    // Every bucket, in the background: the job id, then its status by id.
     let out = as_root(&s, "heal", &[]).await;
     let (stdout, _) = text(&out);
     assert!(out.status.success());
-    assert!(
-        stdout.starts_with("Heal of every bucket: 2 objects checked"),
-        "{stdout}"
-    );
+    let id = stdout
+        .strip_prefix("Heal job ")
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no job id in {stdout}"))
+        .to_string();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let out = as_root(&s, "heal-status", &[&id]).await;
+        let (stdout, stderr) = text(&out);
+        assert!(out.status.success(), "{stdout}\n{stderr}");
+        if stdout.contains("0 missing shards") {
+            assert!(
+                stdout.contains("Heal of every bucket: 2 objects checked"),
+                "{stdout}"
+            );
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{stdout}");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
     let out = as_root(&s, "heal-status", &[]).await;
     let (stdout, stderr) = text(&out);
     assert!(out.status.success(), "{stdout}\n{stderr}");
@@ -129,6 +155,24 @@ async fn admin_heal_restores_a_deleted_shard_file() {
     assert!(stdout.contains("Retry list:  0 heals waiting"), "{stdout}");
     assert!(stdout.contains("Drives:      4 of 4 online"), "{stdout}");
     assert!(stdout.contains("Scanner:     idle"), "{stdout}");
+    assert!(
+        stdout.contains(&format!("Heal job:    {id}  done")),
+        "{stdout}"
+    );
+    let out = as_root(&s, "heal-status", &["heal-0-0"]).await;
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("No heal job heal-0-0"), "{stderr}");
+    let metrics = metrics_get(&format!("{}/metrics", s.endpoint()))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("quarry_heal_jobs_started_total 3")
+            && metrics.contains("quarry_heal_job_objects_healed_total 1"),
+        "{metrics}"
+    );
 }
 
 #[tokio::test]
@@ -194,6 +238,11 @@ async fn admin_calls_fail_clearly() {
         (reqwest::Method::POST, "/quarry/admin/v1/heal?bucket=bkt"),
         (reqwest::Method::GET, "/quarry/admin/v1/heal/status"),
         (reqwest::Method::GET, "/quarry/admin/v1/metrics"),
+        (
+            reqwest::Method::POST,
+            "/quarry/admin/v1/heal/jobs?bucket=bkt",
+        ),
+        (reqwest::Method::GET, "/quarry/admin/v1/heal/jobs"),
     ] {
         let resp = http
             .request(method, format!("{endpoint}{path}"))

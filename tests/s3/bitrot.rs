@@ -49,7 +49,8 @@ fn seed() -> u64 {
         })
 }
 
-/// `quarry admin heal --json <bucket>` with the server's root credentials.
+/// `quarry admin heal --wait --json <bucket>` with the server's root credentials: the job's
+/// report, once its verification found nothing missing.
 async fn admin_heal(s: &TestServer, bucket: &str) -> serde_json::Value {
     let endpoint = s.endpoint();
     let mut cmd = tokio::process::Command::new(quarry_bin());
@@ -62,6 +63,7 @@ async fn admin_heal(s: &TestServer, bucket: &str) -> serde_json::Value {
         s.access_key(),
         "--secret-key",
         s.secret_key(),
+        "--wait",
         "--json",
         bucket,
     ])
@@ -80,8 +82,14 @@ async fn admin_heal(s: &TestServer, bucket: &str) -> serde_json::Value {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_str(&stdout)
-        .unwrap_or_else(|e| panic!("heal report is not JSON ({e}): {stdout}"))
+    let job: serde_json::Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("heal report is not JSON ({e}): {stdout}"));
+    assert_eq!(
+        (job["phase"].as_str(), job["verify_missing"].as_u64()),
+        (Some("done"), Some(0)),
+        "{job}"
+    );
+    job["report"].clone()
 }
 
 /// The bytes a damaged shard holds now (`None`: gone or unreadable).

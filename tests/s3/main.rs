@@ -18,6 +18,7 @@ mod copy;
 mod crash;
 mod descriptors;
 mod erasure;
+mod heal;
 mod iam;
 mod limits;
 mod listing;

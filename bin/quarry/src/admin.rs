@@ -3,8 +3,8 @@
 //! (or as JSON with `--json`).
 //!
 //! ```text
-//! quarry admin heal [--endpoint URL] [--access-key K --secret-key S] [BUCKET [PREFIX]]
-//! quarry admin heal-status [--endpoint URL] [--access-key K --secret-key S]
+//! quarry admin heal [--endpoint URL] [--access-key K --secret-key S] [--wait] [BUCKET [PREFIX]]
+//! quarry admin heal-status [--endpoint URL] [--access-key K --secret-key S] [JOB]
 //! quarry admin info [--endpoint URL] [--access-key K --secret-key S] [--json]
 //! quarry admin drives [--endpoint URL] [--access-key K --secret-key S] [--json]
 //! quarry admin cert generate [--out DIR] [--ca-dir DIR] [--days N] [NAMES...]
@@ -13,9 +13,14 @@
 //! An `https://` endpoint is verified against the CA certificates of `--ca-cert FILE` (or
 //! `QUARRY_CA_CERT`), else against the system's trusted roots.
 //!
-//! Exit status: 0 when the call succeeded (and, for `heal`, every object is whole), 1 when the
-//! call failed (unreachable server, refused credentials, no such bucket...), 3 when a heal ran but
-//! could not heal every object (the report says which and why).
+//! `heal` starts a heal job on the server and prints its id; with `--wait` it follows the job
+//! (progress on one line: objects, bytes, rate, ETA) and prints its report, ending with what the
+//! job's verification found still missing.
+//!
+//! Exit status: 0 when the call succeeded (and, for `heal --wait`, every object is whole and the
+//! verification found nothing missing), 1 when the call failed (unreachable server, refused
+//! credentials, no such bucket...), 3 when a heal ran but could not heal every object (the report
+//! says which and why).
 
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime};
@@ -30,8 +35,6 @@ use serde::Deserialize;
 
 /// How long to wait for a connection to the server.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a heal may take by default (it reads every object it heals).
-const HEAL_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 /// How long a status call may take by default.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(30);
 /// Exit status of a heal that ran but left objects unhealed.
@@ -45,11 +48,13 @@ pub struct AdminArgs {
 
 #[derive(Debug, Subcommand)]
 pub enum AdminCommand {
-    /// Heal now: check every object of BUCKET (or of every bucket) under PREFIX, rewrite missing
-    /// or corrupt copies, and print what was done and what could not be.
+    /// Start a heal job: check every bucket's state and every object of BUCKET (or of every
+    /// bucket) under PREFIX, rewrite missing or corrupt copies, then check again what was
+    /// rewritten. Prints the job id; with --wait, follows it and prints what was done.
     Heal(HealArgs),
-    /// Show the heal queue, the retry list and the background scanner.
-    HealStatus(Connection),
+    /// Show the heal queue, the retry list, the background scanner and the heal jobs; with JOB,
+    /// that job's progress and report.
+    HealStatus(HealStatusArgs),
     /// Show the deployment as the server sees it now: nodes (and whether each answers), erasure
     /// sets, drives with their space, and internode traffic.
     Info(Connection),
@@ -143,8 +148,9 @@ pub struct Connection {
     )]
     pub region: String,
 
-    /// Give up waiting for the answer after this long (e.g. 30s, 10m, 2h). Default: 1h for a
-    /// heal, 30s otherwise.
+    /// Give up waiting for the answer after this long (e.g. 30s, 10m, 2h); for `heal --wait`,
+    /// stop following the job after this long (the job goes on). Default: 30s per call, and no
+    /// limit on following a job.
     #[arg(long, value_parser = crate::cli::parse_duration, value_name = "DURATION")]
     pub timeout: Option<Duration>,
 
@@ -169,6 +175,20 @@ pub struct HealArgs {
     /// Heal only keys that start with this.
     #[arg(value_name = "PREFIX", requires = "bucket")]
     pub prefix: Option<String>,
+
+    /// Follow the job until it ends (progress on stderr) and print its report.
+    #[arg(long)]
+    pub wait: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct HealStatusArgs {
+    #[command(flatten)]
+    pub conn: Connection,
+
+    /// A heal job's id, as `quarry admin heal` printed it.
+    #[arg(value_name = "JOB")]
+    pub job: Option<String>,
 }
 
 /// Runs `quarry admin ...` and returns the process's exit status.
@@ -203,34 +223,63 @@ async fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
             if let Some(p) = &a.prefix {
                 query.push(("prefix", p.as_str()));
             }
-            let what = match (&a.bucket, &a.prefix) {
-                (None, _) => "every bucket".to_string(),
-                (Some(b), None) => format!("bucket {b}"),
-                (Some(b), Some(p)) => format!("bucket {b}, prefix {p:?}"),
-            };
-            let body = call(&a.conn, "POST", "heal", &query, HEAL_TIMEOUT).await?;
+            let body = call(&a.conn, "POST", "heal/jobs", &query, STATUS_TIMEOUT).await?;
+            let job: HealJob = serde_json::from_str(&body)
+                .with_context(|| format!("the server's answer is not a heal job: {body}"))?;
+            if !a.wait {
+                if a.conn.json {
+                    println!("{body}");
+                } else {
+                    println!(
+                        "Heal job {} started ({}). Follow it with: quarry admin heal-status {}",
+                        job.id,
+                        job_scope(&job),
+                        job.id
+                    );
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            let (job, body) = follow(&a.conn, &job.id).await?;
             if a.conn.json {
                 println!("{body}");
-            }
-            let report: HealReport = serde_json::from_str(&body)
-                .with_context(|| format!("the server's answer is not a heal report: {body}"))?;
-            if !a.conn.json {
-                print!("{}", format_report(&what, &report));
-            }
-            Ok(if report.failed > 0 {
-                ExitCode::from(EXIT_UNHEALED)
             } else {
-                ExitCode::SUCCESS
-            })
+                print!("{}", format_job(&job));
+            }
+            Ok(job_exit(&job))
         }
-        AdminCommand::HealStatus(conn) => {
-            let body = call(&conn, "GET", "heal/status", &[], STATUS_TIMEOUT).await?;
-            if conn.json {
+        AdminCommand::HealStatus(a) => {
+            if let Some(id) = &a.job {
+                let body = call(
+                    &a.conn,
+                    "GET",
+                    &format!("heal/jobs/{}", encode(id)),
+                    &[],
+                    STATUS_TIMEOUT,
+                )
+                .await?;
+                if a.conn.json {
+                    println!("{body}");
+                } else {
+                    let job: HealJob = serde_json::from_str(&body).with_context(|| {
+                        format!("the server's answer is not a heal job: {body}")
+                    })?;
+                    print!("{}", format_job(&job));
+                }
+                return Ok(ExitCode::SUCCESS);
+            }
+            let body = call(&a.conn, "GET", "heal/status", &[], STATUS_TIMEOUT).await?;
+            if a.conn.json {
                 println!("{body}");
             } else {
                 let status: HealStatus = serde_json::from_str(&body)
                     .with_context(|| format!("the server's answer is not a heal status: {body}"))?;
                 print!("{}", format_status(&status));
+                let body = call(&a.conn, "GET", "heal/jobs", &[], STATUS_TIMEOUT).await?;
+                let jobs: HealJobs = serde_json::from_str(&body)
+                    .with_context(|| format!("the server's answer is not a job list: {body}"))?;
+                for j in &jobs.jobs {
+                    println!("Heal job:    {}  {}", j.id, progress_line(j));
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -498,6 +547,159 @@ async fn call(
     match (tag("Code"), tag("Message")) {
         (Some(code), Some(message)) => bail!("the server refused: {status} {code}: {message}"),
         _ => bail!("the server answered {status}: {}", body.trim()),
+    }
+}
+
+/// How often `heal --wait` asks for the job's status.
+const FOLLOW_EVERY: Duration = Duration::from_millis(500);
+
+/// Polls job `id` until it ends, showing its progress on stderr (one line rewritten in place on
+/// a terminal, a line every 10 s otherwise). Returns the last status and its JSON.
+async fn follow(conn: &Connection, id: &str) -> anyhow::Result<(HealJob, String)> {
+    use std::io::{IsTerminal, Write};
+    let tty = std::io::stderr().is_terminal();
+    let mut last_line = std::time::Instant::now();
+    let deadline = conn.timeout.map(|t| std::time::Instant::now() + t);
+    loop {
+        let path = format!("heal/jobs/{}", encode(id));
+        let body = call(conn, "GET", &path, &[], STATUS_TIMEOUT).await?;
+        let job: HealJob = serde_json::from_str(&body)
+            .with_context(|| format!("the server's answer is not a heal job: {body}"))?;
+        let finished = job.phase == "done" || job.phase == "failed";
+        if tty {
+            eprint!("\r\x1b[2K{}", progress_line(&job));
+            if finished {
+                eprintln!();
+            }
+            let _ = std::io::stderr().flush();
+        } else if finished || last_line.elapsed() >= Duration::from_secs(10) {
+            eprintln!("{}", progress_line(&job));
+            last_line = std::time::Instant::now();
+        }
+        if finished {
+            return Ok((job, body));
+        }
+        if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+            bail!(
+                "heal job {id} still {} after --timeout; it goes on: quarry admin heal-status {id}",
+                job.phase
+            );
+        }
+        tokio::time::sleep(FOLLOW_EVERY).await;
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct HealJobs {
+    jobs: Vec<HealJob>,
+}
+
+#[derive(Debug, Deserialize)]
+struct HealJob {
+    id: String,
+    bucket: Option<String>,
+    prefix: String,
+    phase: String,
+    error: Option<String>,
+    elapsed_secs: f64,
+    total_objects: Option<u64>,
+    bytes_scanned: u64,
+    rate: f64,
+    eta_secs: Option<f64>,
+    verify_checked: u64,
+    verify_missing: u64,
+    verify_failed: u64,
+    bucket_items_healed: u64,
+    report: HealReport,
+}
+
+fn job_scope(j: &HealJob) -> String {
+    match (&j.bucket, j.prefix.as_str()) {
+        (None, _) => "every bucket".to_string(),
+        (Some(b), "") => format!("bucket {b}"),
+        (Some(b), p) => format!("bucket {b}, prefix {p:?}"),
+    }
+}
+
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / (1024.0 * 1024.0))
+}
+
+/// `healing  120/500 objects (24%), 3 healed, 0 failed, 12.0 MiB, 40.0 obj/s, 1.2 MiB/s, ETA 10s`.
+fn progress_line(j: &HealJob) -> String {
+    let r = &j.report;
+    let done = match j.total_objects {
+        Some(t) if t > 0 => format!(
+            "{}/{t} objects ({}%)",
+            r.scanned,
+            (r.scanned * 100 / t).min(100)
+        ),
+        Some(_) => "0/0 objects".to_string(),
+        None => format!("{} objects", r.scanned),
+    };
+    let mib_s = if j.elapsed_secs > 0.0 {
+        j.bytes_scanned as f64 / j.elapsed_secs / (1024.0 * 1024.0)
+    } else {
+        0.0
+    };
+    let mut line = format!(
+        "{:<9} {done}, {} healed, {} failed, {}, {:.1} obj/s, {mib_s:.1} MiB/s",
+        j.phase,
+        r.healed,
+        r.failed,
+        mib(j.bytes_scanned),
+        j.rate,
+    );
+    match (j.phase.as_str(), j.eta_secs) {
+        ("healing", Some(eta)) => line.push_str(&format!(", ETA {}s", eta.ceil() as u64)),
+        ("verifying", _) => line.push_str(&format!(", re-checked {}", j.verify_checked)),
+        _ => {}
+    }
+    line
+}
+
+fn format_job(j: &HealJob) -> String {
+    let mut out = format!(
+        "Heal job {} ({}): {}\n",
+        j.id,
+        job_scope(j),
+        progress_line(j)
+    );
+    out.push_str(&format_report(&job_scope(j), &j.report));
+    out.push_str(&format!(
+        "Bucket state: {} rewritten or removed (directories, configurations, uploads)\n",
+        j.bucket_items_healed
+    ));
+    if let Some(e) = &j.error {
+        out.push_str(&format!("FAILED: {e}\n"));
+    }
+    match j.phase.as_str() {
+        "done" => out.push_str(&format!(
+            "Verified: {} re-checked, {} missing, {} could not be checked; {}\n",
+            j.verify_checked,
+            j.verify_missing,
+            j.verify_failed,
+            if j.verify_missing == 0 && j.verify_failed == 0 && j.report.failed == 0 {
+                "0 missing shards"
+            } else {
+                "NOT everything is whole"
+            }
+        )),
+        "failed" => {}
+        _ => out.push_str("Not finished yet.\n"),
+    }
+    out
+}
+
+/// 0 when the job healed everything and its verification found nothing; else 3 (1 for a job
+/// that failed as a whole).
+fn job_exit(j: &HealJob) -> ExitCode {
+    if j.phase == "failed" {
+        ExitCode::FAILURE
+    } else if j.report.failed > 0 || j.verify_missing > 0 || j.verify_failed > 0 {
+        ExitCode::from(EXIT_UNHEALED)
+    } else {
+        ExitCode::SUCCESS
     }
 }
 

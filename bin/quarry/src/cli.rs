@@ -145,6 +145,28 @@ pub struct ServerArgs {
     #[arg(long, env = "QUARRY_SCAN_RATE", default_value_t = 50, value_name = "N")]
     pub scan_rate: u32,
 
+    /// The orphan sweep removes what killed writes left on a drive once it is older than this:
+    /// a duration (e.g. 15m; a bare number is seconds).
+    #[arg(
+        long,
+        env = "QUARRY_ORPHAN_MIN_AGE",
+        default_value = "15m",
+        value_parser = parse_interval,
+        value_name = "DURATION"
+    )]
+    pub orphan_min_age: Duration,
+
+    /// Time between passes of the orphan sweep (it also runs at start-up and one minimum age
+    /// later): a duration, or 0 for the start-up passes only.
+    #[arg(
+        long,
+        env = "QUARRY_ORPHAN_SWEEP_INTERVAL",
+        default_value = "1h",
+        value_parser = parse_interval,
+        value_name = "DURATION"
+    )]
+    pub orphan_sweep_interval: Duration,
+
     /// How long an S3 client may take to send a request's headers (from connecting or from the
     /// end of its previous request) before it is disconnected: a duration such as 30s.
     #[arg(
@@ -311,6 +333,7 @@ pub struct Settings {
     pub multipart_expiry: Duration,
     pub scan_interval: Option<Duration>,
     pub scan_rate: u32,
+    pub orphan_sweep: quarry_disk::SweepSchedule,
     pub header_timeout: Duration,
     pub body_timeout: Duration,
     pub metrics: quarry_s3::MetricsAccess,
@@ -378,6 +401,8 @@ pub struct FileConfig {
     pub root_password: Option<String>,
     pub scan_interval: Option<String>,
     pub scan_rate: Option<u32>,
+    pub orphan_min_age: Option<String>,
+    pub orphan_sweep_interval: Option<String>,
     pub rdma: Option<String>,
     pub rdma_device: Option<String>,
     pub rdma_gid_index: Option<u32>,
@@ -452,6 +477,17 @@ impl ServerArgs {
         }
         if let Some(v) = f.scan_rate.filter(|_| unset("scan_rate")) {
             self.scan_rate = v;
+        }
+        if let Some(v) = f.orphan_min_age.filter(|_| unset("orphan_min_age")) {
+            self.orphan_min_age = parse_interval(&v)
+                .unwrap_or_else(|e| usage_error(format!("config: orphan_min_age: {e}")));
+        }
+        if let Some(v) = f
+            .orphan_sweep_interval
+            .filter(|_| unset("orphan_sweep_interval"))
+        {
+            self.orphan_sweep_interval = parse_interval(&v)
+                .unwrap_or_else(|e| usage_error(format!("config: orphan_sweep_interval: {e}")));
         }
         if let Some(v) = f.rdma.filter(|_| unset("rdma")) {
             self.rdma = v
@@ -640,6 +676,10 @@ impl ServerArgs {
             multipart_expiry: self.multipart_expiry,
             scan_interval: Some(self.scan_interval).filter(|d| !d.is_zero()),
             scan_rate: self.scan_rate,
+            orphan_sweep: quarry_disk::SweepSchedule {
+                min_age: self.orphan_min_age,
+                every: Some(self.orphan_sweep_interval).filter(|d| !d.is_zero()),
+            },
             header_timeout: self.header_timeout,
             max_connections: self.max_connections,
             rdma: quarry_net::rdma::RdmaSettings {

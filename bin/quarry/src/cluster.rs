@@ -290,7 +290,7 @@ pub async fn start(
         let path: PathBuf = topology.drives[d].path.clone();
         std::fs::create_dir_all(&path)
             .with_context(|| format!("cannot create drive directory {}", path.display()))?;
-        let ld = LocalDrive::open(path.clone())
+        let ld = LocalDrive::open_with_sweep(path.clone(), cfg.orphan_sweep)
             .await
             .with_context(|| format!("cannot open drive {}", path.display()))?;
         local_drives.push(ld);

@@ -39,6 +39,7 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
         multipart_expiry: settings.multipart_expiry,
         scan_interval: settings.scan_interval,
         scan_rate: settings.scan_rate,
+        orphan_sweep: settings.orphan_sweep,
         ..ObjectConfig::default()
     };
     let layer = ErasureServer::open_local(settings.dirs.clone(), cfg)
@@ -107,6 +108,7 @@ async fn run_cluster(mut settings: Settings, soft_fds: u64) -> anyhow::Result<()
         multipart_expiry: settings.multipart_expiry,
         scan_interval: settings.scan_interval,
         scan_rate: settings.scan_rate,
+        orphan_sweep: settings.orphan_sweep,
         ..ObjectConfig::default()
     };
     let (secret, origin) = crate::cluster::cluster_secret(

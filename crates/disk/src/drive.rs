@@ -260,6 +260,9 @@ pub trait Drive: Send + Sync + fmt::Debug + 'static {
     async fn write_bucket_config(&self, bucket: &str, name: &str, data: &[u8]) -> Result<()>;
     /// Removes the blob; one that is not set is not an error.
     async fn delete_bucket_config(&self, bucket: &str, name: &str) -> Result<()>;
+    /// The names of the blobs set on `bucket`, sorted (what a heal compares across drives).
+    /// `VolumeNotFound` when the bucket does not exist.
+    async fn list_bucket_configs(&self, bucket: &str) -> Result<Vec<String>>;
 
     // ---- multipart uploads (layout in [`crate::multipart`]) ----
 
@@ -302,6 +305,18 @@ pub trait Drive: Send + Sync + fmt::Debug + 'static {
         tmp_id: Uuid,
         data_dir: Uuid,
     ) -> Result<()>;
+
+    /// Reads exactly `len` bytes at `offset` of the shard file of part `part` (data dir
+    /// `data_dir`) of upload `(bucket, key, upload_id)`: a heal rebuilds another drive's copy of
+    /// the part from these. `FileNotFound` if the upload or the part's file is missing.
+    async fn read_part_shard(
+        &self,
+        upload: (&str, &str, &str),
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        len: usize,
+    ) -> Result<Bytes>;
 
     /// Removes an upload and all its parts. `FileNotFound` if it does not exist.
     async fn delete_upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<()>;

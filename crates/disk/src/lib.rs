@@ -22,7 +22,8 @@
 //!
 //! A process killed mid-commit or mid-delete can leave a data dir no `quarry.meta` names, or a
 //! `.quarry.tmp.*` file, in an object directory: [`LocalDrive::sweep_orphans`] removes them once
-//! they are older than a minimum age, and [`LocalDrive::open`] starts it in the background.
+//! they are older than a minimum age, and [`LocalDrive::open`] starts it in the background, at
+//! start-up and then periodically ([`SweepSchedule`]).
 
 mod drive;
 pub mod format;
@@ -36,8 +37,8 @@ pub use drive::{DiskInfo, Drive, DriveError, ShardWriter, VolInfo, WalkEntry, Wa
 pub use format::FormatV1;
 pub use journal::{version_name, MetaJournal};
 pub use local::{
-    validate_config_name, LocalDrive, SweepReport, DEFAULT_ORPHAN_MIN_AGE, MAX_BUCKET_CONFIG,
-    ORPHAN_MIN_AGE_ENV, SYSTEM_CONFIG,
+    validate_config_name, LocalDrive, SweepReport, SweepSchedule, DEFAULT_ORPHAN_MIN_AGE,
+    DEFAULT_ORPHAN_SWEEP_INTERVAL, MAX_BUCKET_CONFIG, ORPHAN_MIN_AGE_ENV, SYSTEM_CONFIG,
 };
 pub use meta::{ErasureInfo, ObjectMeta, PartInfo, META_VERSION, META_VERSION_MIN};
 pub use multipart::{PartMeta, UploadMeta, UPLOAD_META_VERSION};

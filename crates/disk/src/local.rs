@@ -9,7 +9,10 @@ mod orphans;
 mod walk;
 
 pub use bucket_config::{validate_config_name, MAX_BUCKET_CONFIG, SYSTEM_CONFIG};
-pub use orphans::{SweepReport, DEFAULT_ORPHAN_MIN_AGE, ORPHAN_MIN_AGE_ENV};
+pub use orphans::{
+    SweepReport, SweepSchedule, DEFAULT_ORPHAN_MIN_AGE, DEFAULT_ORPHAN_SWEEP_INTERVAL,
+    ORPHAN_MIN_AGE_ENV,
+};
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -49,11 +52,19 @@ impl LocalDrive {
     /// Opens the drive at `root`: creates `root` and `.quarry.sys/tmp` if missing and sweeps
     /// (deletes) every leftover in-flight write under `tmp`. Does not read or require
     /// `format.json`: see [`LocalDrive::read_format`]. Starts the orphan sweep of the buckets
-    /// in the background ([`LocalDrive::spawn_orphan_sweep`]), with the minimum age from
-    /// [`ORPHAN_MIN_AGE_ENV`] or [`DEFAULT_ORPHAN_MIN_AGE`].
+    /// in the background ([`LocalDrive::spawn_orphan_sweep`]), on the default schedule with
+    /// the minimum age from [`ORPHAN_MIN_AGE_ENV`] or [`DEFAULT_ORPHAN_MIN_AGE`].
     pub async fn open(root: impl Into<PathBuf>) -> Result<LocalDrive> {
+        Self::open_with_sweep(root, SweepSchedule::from_env()).await
+    }
+
+    /// [`LocalDrive::open`] with the orphan sweep on `schedule` (a server's settings).
+    pub async fn open_with_sweep(
+        root: impl Into<PathBuf>,
+        schedule: SweepSchedule,
+    ) -> Result<LocalDrive> {
         let drive = Self::open_without_sweep(root).await?;
-        drive.spawn_orphan_sweep(orphans::orphan_min_age_from_env());
+        drive.spawn_orphan_sweep(schedule);
         Ok(drive)
     }
 
@@ -726,6 +737,22 @@ impl Drive for LocalDrive {
         blocking(move || this.stage_parts_sync(&b, &k, &u, &parts, tmp_id, data_dir)).await
     }
 
+    async fn read_part_shard(
+        &self,
+        upload: (&str, &str, &str),
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        len: usize,
+    ) -> Result<Bytes> {
+        let (this, b, k, u) = self.upload_names(upload.0, upload.1, upload.2);
+        blocking(move || {
+            this.read_part_shard_sync((&b, &k, &u), data_dir, part, offset, len)
+                .map(Bytes::from)
+        })
+        .await
+    }
+
     async fn delete_upload(&self, bucket: &str, key: &str, upload_id: &str) -> Result<()> {
         let (this, b, k, u) = self.upload_names(bucket, key, upload_id);
         blocking(move || this.delete_upload_sync(&b, &k, &u)).await
@@ -754,6 +781,11 @@ impl Drive for LocalDrive {
     async fn delete_bucket_config(&self, bucket: &str, name: &str) -> Result<()> {
         let (this, bucket, name) = (self.clone(), bucket.to_owned(), name.to_owned());
         blocking(move || this.delete_bucket_config_sync(&bucket, &name)).await
+    }
+
+    async fn list_bucket_configs(&self, bucket: &str) -> Result<Vec<String>> {
+        let (this, bucket) = (self.clone(), bucket.to_owned());
+        blocking(move || this.list_bucket_configs_sync(&bucket)).await
     }
 }
 

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use common::{meta, put_data, put_inline};
-use quarry_disk::{Drive, LocalDrive, SweepReport};
+use quarry_disk::{Drive, LocalDrive, SweepReport, SweepSchedule};
 use uuid::Uuid;
 
 /// The minimum age the tests sweep with; "old" leftovers are made [`AGE_GAP`] before the sweep.
@@ -316,13 +316,41 @@ async fn background_sweep_removes_leftovers() {
     let orphan = orphan_data_dir(&root, "b/k", &["part.1"], 10);
     let lone = orphan_data_dir(&root, "b/gone", &["part.1"], 10);
     // The first pass finds them young; the second, a minimum age later, removes them.
-    d.spawn_orphan_sweep(Duration::from_millis(300))
-        .await
-        .unwrap();
+    d.spawn_orphan_sweep(SweepSchedule {
+        min_age: Duration::from_millis(300),
+        every: None,
+    })
+    .await
+    .unwrap();
     assert!(!root.join(orphan).exists());
     assert!(!root.join("b/gone").exists(), "{lone} left");
     assert!(root.join("b/k/quarry.meta").exists());
     assert!(root.join("b").is_dir());
+}
+
+#[tokio::test]
+async fn the_sweep_runs_again_every_interval() {
+    let (_t, d) = drive().await;
+    let root = d.root().to_path_buf();
+    put_inline(&d, "b", "k").await;
+    let task = d.spawn_orphan_sweep(SweepSchedule {
+        min_age: Duration::from_millis(200),
+        every: Some(Duration::from_millis(200)),
+    });
+    // Left after the two passes at start-up: only a periodic pass removes it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let later = orphan_data_dir(&root, "b/k", &["part.1"], 10);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while root.join(&later).exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{later} still there 10 s later"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!task.is_finished(), "the sweep keeps running");
+    assert!(root.join("b/k/quarry.meta").exists());
+    task.abort();
 }
 
 #[tokio::test]

@@ -610,6 +610,43 @@ impl Drive for RemoteDrive {
         .await
     }
 
+    async fn read_part_shard(
+        &self,
+        upload: (&str, &str, &str),
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        len: usize,
+    ) -> Result<Bytes> {
+        let req = Request::ReadPartShard {
+            bucket: upload.0.to_owned(),
+            key: upload.1.to_owned(),
+            upload_id: upload.2.to_owned(),
+            data_dir,
+            part,
+            offset,
+            len: len as u64,
+        };
+        match self.slow_call(req).await? {
+            Response::Data(b) if b.len() == len => Ok(b),
+            Response::Data(b) => Err(self.inner.io(format!(
+                "asked for {len} bytes of a part shard, the peer sent {}",
+                b.len()
+            ))),
+            other => Err(self.inner.unexpected(&other)),
+        }
+    }
+
+    async fn list_bucket_configs(&self, bucket: &str) -> Result<Vec<String>> {
+        let req = Request::ListBucketConfigs {
+            bucket: bucket.to_owned(),
+        };
+        match self.call(req).await? {
+            Response::Names(n) => Ok(n),
+            other => Err(self.inner.unexpected(&other)),
+        }
+    }
+
     async fn create_upload(&self, meta: &UploadMeta) -> Result<()> {
         self.unit(Request::CreateUpload { meta: meta.clone() })
             .await

@@ -1,11 +1,12 @@
-//! Bucket configuration blobs (CORS, and later policy, lifecycle, versioning): small named
+//! Bucket configuration blobs (CORS, versioning, and later policy, lifecycle, ...): small named
 //! documents stored on every drive of a set, outside the key space (see
 //! `quarry_disk::Drive::read_bucket_config`).
 //!
 //! Each drive holds an envelope, [`ConfigEnvelope`]: a magic, a format version, the time of the
 //! write and the payload. A write succeeds once a write quorum of drives has it; a read returns
 //! the value a read quorum of drives agrees on (byte for byte, so the same write), the newest
-//! such value if several have quorum, or "not set" when a read quorum has none.
+//! such value if several have quorum, or "not set" when a read quorum has none. Writes and
+//! deletes take the blob's lock, which its heal (`heal_bucket.rs`) takes too.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use quarry_disk::DriveError;
@@ -106,6 +107,8 @@ impl ErasureSet {
         name: &str,
         payload: Bytes,
     ) -> Result<()> {
+        // The heal of this blob takes the same lock: it never overwrites this write.
+        let _guard = self.locks.lock(&Self::config_lock(bucket, name)).await?;
         let envelope = ConfigEnvelope {
             updated_ns: self.now_ns(),
             payload,
@@ -121,6 +124,7 @@ impl ErasureSet {
 
     /// Removes configuration `name` of `bucket` from every drive; succeeds on a write quorum.
     pub async fn delete_bucket_config(&self, bucket: &str, name: &str) -> Result<()> {
+        let _guard = self.locks.lock(&Self::config_lock(bucket, name)).await?;
         let answers = on_all(&self.drives, |d| {
             let (bucket, name) = (bucket.to_owned(), name.to_owned());
             async move { d.delete_bucket_config(&bucket, &name).await }

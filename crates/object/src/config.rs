@@ -16,6 +16,10 @@ pub const DEFAULT_SCAN_RATE: u32 = 50;
 /// better things to do.
 pub const SCAN_FIRST_DELAY: Duration = Duration::from_secs(5 * 60);
 
+/// Default age below which what looks like a leftover (an upload no quorum holds) is left
+/// alone by a heal: a create in flight has reached some drives and not yet the others.
+pub const DEFAULT_LEFTOVER_MIN_AGE: Duration = Duration::from_secs(15 * 60);
+
 /// How objects are laid out on an erasure set.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObjectConfig {
@@ -50,6 +54,12 @@ pub struct ObjectConfig {
     /// Heals waiting for a retry, at most; beyond this new ones are dropped (and counted), and
     /// the scanner finds their objects on its next pass.
     pub heal_retry_limit: usize,
+    /// A multipart upload that some drives hold but no quorum does is removed from them by a heal
+    /// once it is older than this ([`DEFAULT_LEFTOVER_MIN_AGE`]).
+    pub leftover_min_age: Duration,
+    /// When the orphan sweep of each local drive runs (at open, then periodically) and how old
+    /// a leftover of a killed write must be before it goes.
+    pub orphan_sweep: quarry_disk::SweepSchedule,
     /// The clock, id source and task spawner (the system's and tokio's unless a test injects its
     /// own: [`crate::runtime`]).
     pub runtime: crate::runtime::RuntimeHandle,
@@ -69,6 +79,8 @@ impl Default for ObjectConfig {
             heal_retry_min: Duration::from_secs(1),
             heal_retry_max: Duration::from_secs(60),
             heal_retry_limit: 10_000,
+            leftover_min_age: DEFAULT_LEFTOVER_MIN_AGE,
+            orphan_sweep: quarry_disk::SweepSchedule::from_env(),
             runtime: Default::default(),
         }
     }

@@ -12,6 +12,8 @@ mod copy;
 mod error;
 mod get;
 mod heal;
+mod heal_bucket;
+mod heal_job;
 mod heal_queue;
 pub mod info;
 mod list;
@@ -32,10 +34,11 @@ mod versions;
 pub use api::*;
 pub use bucket_config::{ConfigEnvelope, CONFIG_FORMAT_VERSION};
 pub use config::{
-    ObjectConfig, DEFAULT_MULTIPART_EXPIRY, DEFAULT_SCAN_INTERVAL, DEFAULT_SCAN_RATE,
-    SCAN_FIRST_DELAY,
+    ObjectConfig, DEFAULT_LEFTOVER_MIN_AGE, DEFAULT_MULTIPART_EXPIRY, DEFAULT_SCAN_INTERVAL,
+    DEFAULT_SCAN_RATE, SCAN_FIRST_DELAY,
 };
 pub use error::{Error, Result};
+pub use heal_job::{HealJobPhase, HealJobStats, HealJobStatus, KEPT_JOBS, VERIFY_LIST_LIMIT};
 pub use names::{check_bucket_name, check_key, MAX_KEY_LEN};
 pub use nslock::{LockGuard, Locker, NsGuard, NsLock};
 /// The data path's figures as [`LayerStats`] carries them.

@@ -82,7 +82,7 @@ fn same_part(a: &PartMeta, b: &PartMeta) -> bool {
         && a.checksum == b.checksum
 }
 
-fn upload_erasure(u: &UploadMeta) -> Result<Erasure> {
+pub(crate) fn upload_erasure(u: &UploadMeta) -> Result<Erasure> {
     let e = &u.erasure;
     Erasure::with_names(
         &e.codec,
@@ -100,26 +100,26 @@ fn normalize_etag(etag: &str) -> String {
 }
 
 /// The parts of an upload a read quorum agrees on, each with the drives that hold it.
-struct PartsQuorum {
-    upload: UploadMeta,
+pub(crate) struct PartsQuorum {
+    pub upload: UploadMeta,
     /// Drive i's copy of the upload metadata, when it agrees.
-    uploads: Vec<Option<UploadMeta>>,
+    pub uploads: Vec<Option<UploadMeta>>,
     /// Ascending part numbers; `holders[i]` says whether drive i holds that version of the part.
-    parts: Vec<(PartMeta, Vec<bool>)>,
+    pub parts: Vec<(PartMeta, Vec<bool>)>,
 }
 
 impl ErasureSet {
     /// Name of the lock of one part of an upload (object keys have no NUL: no collision with a key).
-    fn part_lock(bucket: &str, key: &str, upload_id: &str, part: u32) -> String {
+    pub(crate) fn part_lock(bucket: &str, key: &str, upload_id: &str, part: u32) -> String {
         format!("{bucket}/{key}\0upload\0{upload_id}\0{part}")
     }
 
-    fn upload_lock(bucket: &str, key: &str, upload_id: &str) -> String {
+    pub(crate) fn upload_lock(bucket: &str, key: &str, upload_id: &str) -> String {
         format!("{bucket}/{key}\0upload\0{upload_id}")
     }
 
     /// Reads an upload's metadata from every drive and picks the copy a read quorum agrees on.
-    async fn upload_quorum(
+    pub(crate) async fn upload_quorum(
         &self,
         bucket: &str,
         key: &str,
@@ -176,7 +176,12 @@ impl ErasureSet {
     }
 
     /// The parts of an upload, as a read quorum of drives agrees on them.
-    async fn parts_quorum(&self, bucket: &str, key: &str, upload_id: &str) -> Result<PartsQuorum> {
+    pub(crate) async fn parts_quorum(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+    ) -> Result<PartsQuorum> {
         let (upload, uploads) = self.upload_quorum(bucket, key, upload_id).await?;
         let answers = on_all(&self.drives, |d| {
             let (b, k, u) = (bucket.to_string(), key.to_string(), upload_id.to_string());

@@ -7,8 +7,8 @@
 //! the copies that are missing, outdated or corrupt. What they did is a [`HealReport`] (counts,
 //! and the first [`REPORT_DETAILS`] objects healed and failed) or the scanner's counters.
 //!
-//! Not here: healing buckets' configuration documents and multipart uploads in progress, and
-//! removing the leftovers of a delete that missed a drive.
+//! Before the objects of a bucket, both heal the bucket's own state on the set
+//! ([`ErasureSet::heal_bucket`]: its directory, configuration blobs and uploads in progress).
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -30,6 +30,28 @@ use crate::stats::ScanCounters;
 const PAGE: usize = 1000;
 
 impl HealReport {
+    /// Adds the outcome of one bucket's own heal ([`ErasureSet::heal_bucket`]).
+    pub(crate) fn record_bucket(&mut self, bucket: &str, r: &Result<HealResult>) {
+        match r {
+            Ok(r) => {
+                self.bucket_items_healed += r.healed.len() as u64;
+                if !r.failed.is_empty() {
+                    let reason = r
+                        .failed
+                        .iter()
+                        .map(|(d, why)| match d.is_empty() {
+                            true => why.clone(),
+                            false => format!("{d}: {why}"),
+                        })
+                        .collect::<Vec<_>>()
+                        .join("; ");
+                    self.fail(bucket, "", reason);
+                }
+            }
+            Err(e) => self.fail(bucket, "", format!("healing the bucket failed: {e}")),
+        }
+    }
+
     /// Adds the outcome of one object's heal.
     pub(crate) fn record(&mut self, bucket: &str, key: &str, r: &Result<HealResult>) {
         self.scanned += 1;
@@ -62,7 +84,7 @@ impl HealReport {
         }
     }
 
-    fn fail(&mut self, bucket: &str, key: &str, reason: String) {
+    pub(crate) fn fail(&mut self, bucket: &str, key: &str, reason: String) {
         self.failed += 1;
         if self.failed_objects.len() < REPORT_DETAILS {
             self.failed_objects.push(FailedObject {
@@ -76,17 +98,25 @@ impl HealReport {
     }
 }
 
+/// The keys of one listing page, with their latest version's size.
+type PageKeys = VecDeque<(String, u64)>;
+
 /// A walk over the objects of one set: its buckets (or one), each listed a page at a time.
-struct Cursor {
+pub(crate) struct Cursor {
     buckets: VecDeque<String>,
     prefix: String,
-    /// The bucket being listed, the marker of its next page, and the keys of this page.
-    current: Option<(String, Option<String>, VecDeque<String>)>,
+    /// The bucket being listed, the marker of its next page, and the keys of this page with
+    /// their latest version's size.
+    current: Option<(String, Option<String>, PageKeys)>,
 }
 
 impl Cursor {
     /// Starts a walk of `bucket` (which must exist), or of every bucket of `set`.
-    async fn new(set: &Arc<ErasureSet>, bucket: Option<&str>, prefix: &str) -> Result<Cursor> {
+    pub(crate) async fn new(
+        set: &Arc<ErasureSet>,
+        bucket: Option<&str>,
+        prefix: &str,
+    ) -> Result<Cursor> {
         let buckets = match bucket {
             Some(b) => {
                 set.require_bucket(b).await?;
@@ -111,20 +141,33 @@ impl Cursor {
         self.buckets.len()
     }
 
+    /// The buckets of the walk not yet started.
+    pub(crate) fn buckets(&self) -> Vec<String> {
+        self.buckets.iter().cloned().collect()
+    }
+
     /// The next object as `(bucket, key)`; `Err((bucket, error))` when a bucket's listing fails
     /// (the walk goes on with the next bucket); `None` at the end.
     async fn next(
         &mut self,
         set: &Arc<ErasureSet>,
     ) -> Option<std::result::Result<(String, String), (String, Error)>> {
+        Some(self.next_sized(set).await?.map(|(b, k, _)| (b, k)))
+    }
+
+    /// [`Cursor::next`] with the size of the object's latest version (0 for a delete marker).
+    pub(crate) async fn next_sized(
+        &mut self,
+        set: &Arc<ErasureSet>,
+    ) -> Option<std::result::Result<(String, String, u64), (String, Error)>> {
         loop {
             if self.current.is_none() {
                 let b = self.buckets.pop_front()?;
                 self.current = Some((b, None, VecDeque::new()));
             }
             let (bucket, marker, keys) = self.current.as_mut()?;
-            if let Some(key) = keys.pop_front() {
-                return Some(Ok((bucket.clone(), key)));
+            if let Some((key, size)) = keys.pop_front() {
+                return Some(Ok((bucket.clone(), key, size)));
             }
             if marker.as_deref() == Some("") {
                 // The last page was read.
@@ -140,7 +183,7 @@ impl Cursor {
             // Keys whose latest version is a delete marker have versions to heal too.
             match set.list_objects_with(bucket, opts, true).await {
                 Ok(page) => {
-                    keys.extend(page.objects.into_iter().map(|o| o.key));
+                    keys.extend(page.objects.into_iter().map(|o| (o.key, o.size)));
                     *marker = match (page.is_truncated, page.next_marker) {
                         (true, Some(m)) => Some(m),
                         // Done after these keys; an empty marker says so.
@@ -171,6 +214,14 @@ pub(crate) async fn heal_sets(
     for set in sets {
         let mut cursor = Cursor::new(set, bucket, prefix).await?;
         report.buckets = report.buckets.max(cursor.buckets_left() as u64);
+        if bucket.is_none() {
+            let r = set.heal_system_configs().await;
+            report.record_bucket(quarry_disk::SYSTEM_CONFIG, &Ok(r));
+        }
+        for b in cursor.buckets() {
+            let r = set.heal_bucket(&b).await;
+            report.record_bucket(&b, &r);
+        }
         while let Some(item) = cursor.next(set).await {
             match item {
                 Ok((b, k)) => {
@@ -260,6 +311,17 @@ async fn scan_pass(sets: &[Weak<ErasureSet>], c: &ScanCounters, rate: u32) -> bo
                 continue;
             }
         };
+        let r = set.heal_system_configs().await;
+        if !r.failed.is_empty() {
+            debug!(result = ?r, "scanner: could not heal the system configuration");
+        }
+        for b in cursor.buckets() {
+            pacer.wait().await;
+            match set.heal_bucket(&b).await {
+                Ok(r) if r.failed.is_empty() => {}
+                r => debug!(bucket = b, result = ?r, "scanner: could not heal the bucket"),
+            }
+        }
         drop(set);
         loop {
             pacer.wait().await;

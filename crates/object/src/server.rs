@@ -65,6 +65,8 @@ pub struct ErasureServer {
     deployment_id: Uuid,
     /// The background scanner's counters; `None` when it is off.
     scan: Option<Arc<ScanCounters>>,
+    /// The heal jobs started on this node.
+    heal_jobs: Arc<crate::heal_job::HealJobs>,
     /// The cluster this server is a node of (set once by `open_cluster`); unset: a single node.
     cluster: std::sync::OnceLock<Arc<dyn crate::api::ClusterView>>,
     /// The drives' states as [`ObjectLayer::stats`] last asked them, and when: a scrape of
@@ -89,7 +91,7 @@ impl ErasureServer {
     /// start. Drives keep the position they were formatted with, whatever order they are given
     /// in; a fresh (replaced) drive takes the position of the missing one.
     pub async fn open_local(paths: Vec<PathBuf>, cfg: ObjectConfig) -> Result<Arc<ErasureServer>> {
-        let (deployment_id, drives) = Self::format_local(paths).await?;
+        let (deployment_id, drives) = Self::format_local_with(paths, cfg.orphan_sweep).await?;
         let drives = drives
             .into_iter()
             .map(|d| Arc::new(d) as Arc<dyn Drive>)
@@ -101,6 +103,14 @@ impl ErasureServer {
     /// them: returns the deployment id and the drives in set order, ready for [`Self::open`].
     /// Tests use it to wrap the drives (e.g. in a fault injector) before the set sees them.
     pub async fn format_local(paths: Vec<PathBuf>) -> Result<(Uuid, Vec<LocalDrive>)> {
+        Self::format_local_with(paths, quarry_disk::SweepSchedule::from_env()).await
+    }
+
+    /// [`Self::format_local`], each drive's orphan sweep on `sweep`.
+    pub async fn format_local_with(
+        paths: Vec<PathBuf>,
+        sweep: quarry_disk::SweepSchedule,
+    ) -> Result<(Uuid, Vec<LocalDrive>)> {
         if paths.is_empty() || paths.len() > 16 {
             return Err(Error::Internal(format!(
                 "a single node takes 1 to 16 drives, not {}",
@@ -109,7 +119,7 @@ impl ErasureServer {
         }
         let mut drives = Vec::with_capacity(paths.len());
         for p in &paths {
-            let d = LocalDrive::open(p.clone())
+            let d = LocalDrive::open_with_sweep(p.clone(), sweep)
                 .await
                 .map_err(|e| Error::Internal(format!("cannot open drive {}: {e}", p.display())))?;
             drives.push(d);
@@ -216,6 +226,7 @@ impl ErasureServer {
             sets,
             deployment_id,
             scan,
+            heal_jobs: Default::default(),
             cluster: std::sync::OnceLock::new(),
             drive_states: tokio::sync::Mutex::new(None),
         }))
@@ -469,6 +480,7 @@ impl ObjectLayer for ErasureServer {
         if let Some(scan) = &self.scan {
             stats.scan = scan.snapshot();
         }
+        stats.heal_jobs = self.heal_jobs.stats();
         if let Some(view) = self.cluster.get() {
             let plane = view.data_plane();
             let d = plane.stats;
@@ -487,6 +499,26 @@ impl ObjectLayer for ErasureServer {
             stats.pools = vec![("data", set.buffers.stats())];
         }
         stats
+    }
+
+    async fn start_heal_job(
+        &self,
+        bucket: Option<&str>,
+        prefix: &str,
+    ) -> Result<crate::heal_job::HealJobStatus> {
+        if let Some(b) = bucket {
+            check_bucket_name(b).map_err(|_| Error::BucketNotFound)?;
+            self.only_set().require_bucket(b).await?;
+        }
+        crate::heal_job::start(&self.heal_jobs, &self.sets, bucket, prefix)
+    }
+
+    async fn heal_job(&self, id: &str) -> Result<Option<crate::heal_job::HealJobStatus>> {
+        Ok(self.heal_jobs.get(id))
+    }
+
+    async fn heal_jobs(&self) -> Result<Vec<crate::heal_job::HealJobStatus>> {
+        Ok(self.heal_jobs.list())
     }
 
     async fn reset_data_plane(&self, peer: Option<&str>) -> Result<usize> {

@@ -144,6 +144,8 @@ pub struct LayerStats {
     pub heal_given_up_total: u64,
     /// The background scanner.
     pub scan: ScanStats,
+    /// The heal jobs of this node ([`crate::ErasureServer::start_heal_job`]).
+    pub heal_jobs: crate::heal_job::HealJobStats,
     /// Shard traffic per data-plane backend of this node (empty on a single node).
     pub data_planes: Vec<DataPlaneFigures>,
     /// Shard traffic per backend and peer (empty on a single node).

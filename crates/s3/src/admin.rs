@@ -7,6 +7,10 @@
 //!   every bucket) under the prefix now, and answers what was done ([`HealReportJson`]).
 //! - `GET /quarry/admin/v1/heal/status`: the heal queue, the retry list and the background
 //!   scanner ([`HealStatusJson`]).
+//! - `POST /quarry/admin/v1/heal/jobs[?bucket=B[&prefix=P]]`: starts a heal job in the
+//!   background and answers its first status, with its id ([`HealJobJson`]).
+//! - `GET /quarry/admin/v1/heal/jobs/<id>`: one job's status; `GET /quarry/admin/v1/heal/jobs`:
+//!   every job this node keeps (`{"jobs": [...]}`).
 //! - `GET /quarry/admin/v1/info`: the deployment as this node sees it now: nodes (and whether
 //!   each answers), sets, drives with their space, totals, internode traffic ([`InfoJson`]).
 //! - `GET /quarry/admin/v1/drives`: every drive with its set, node, state and space, and the
@@ -46,6 +50,13 @@ pub enum AdminOp {
     },
     /// `GET /quarry/admin/v1/heal/status`.
     HealStatus,
+    /// `POST /quarry/admin/v1/heal/jobs[?bucket=B[&prefix=P]]`.
+    StartHealJob {
+        bucket: Option<String>,
+        prefix: String,
+    },
+    /// `GET /quarry/admin/v1/heal/jobs/<id>` (`None`: `GET .../heal/jobs`, every job).
+    HealJob { id: Option<String> },
     /// `GET /quarry/admin/v1/info`.
     Info,
     /// `GET /quarry/admin/v1/drives`.
@@ -65,6 +76,8 @@ impl AdminOp {
         match self {
             AdminOp::Heal { .. } => "AdminHeal",
             AdminOp::HealStatus => "AdminHealStatus",
+            AdminOp::StartHealJob { .. } => "AdminStartHealJob",
+            AdminOp::HealJob { .. } => "AdminHealJob",
             AdminOp::Info => "AdminInfo",
             AdminOp::Drives => "AdminDrives",
             AdminOp::Metrics => "AdminMetrics",
@@ -105,6 +118,20 @@ fn parse_call(method: &Method, path: &str, query: &Query) -> Result<AdminOp, S3E
             Method::POST,
         ),
         "heal/status" => (AdminOp::HealStatus, Method::GET),
+        "heal/jobs" if *method == Method::POST => (
+            AdminOp::StartHealJob {
+                bucket: non_empty("bucket"),
+                prefix: query.get("prefix").unwrap_or("").to_owned(),
+            },
+            Method::POST,
+        ),
+        "heal/jobs" => (AdminOp::HealJob { id: None }, Method::GET),
+        job if job.starts_with("heal/jobs/") && !job["heal/jobs/".len()..].contains('/') => (
+            AdminOp::HealJob {
+                id: Some(job["heal/jobs/".len()..].to_owned()),
+            },
+            Method::GET,
+        ),
         "info" => (AdminOp::Info, Method::GET),
         "drives" => (AdminOp::Drives, Method::GET),
         "metrics" => (AdminOp::Metrics, Method::GET),
@@ -144,6 +171,41 @@ pub(crate) async fn handle(ctx: &ReqCtx, op: AdminOp) -> ApiResult<Response> {
         AdminOp::HealStatus => {
             let stats = ctx.layer().stats().await;
             json(&HealStatusJson::from(&stats))
+        }
+        AdminOp::StartHealJob { bucket, prefix } => {
+            if bucket.is_none() && !prefix.is_empty() {
+                return Err(ApiError::new(
+                    S3ErrorCode::InvalidArgument,
+                    "A heal by prefix needs a bucket (`bucket=`).",
+                ));
+            }
+            let s = ctx
+                .layer()
+                .start_heal_job(bucket.as_deref(), &prefix)
+                .await?;
+            tracing::info!(job = s.id, bucket = bucket.as_deref().unwrap_or("*"), prefix,
+                user = %ctx.auth.access_key, "admin heal job started");
+            json(&HealJobJson::from(&s))
+        }
+        AdminOp::HealJob { id: Some(id) } => match ctx.layer().heal_job(&id).await? {
+            Some(s) => json(&HealJobJson::from(&s)),
+            None => Err(ApiError::new(
+                S3ErrorCode::InvalidArgument,
+                format!(
+                    "No heal job {id} on this node: jobs are kept in memory by the node that runs them (the last {}), so ask the node it was started on.",
+                    quarry_object::KEPT_JOBS
+                ),
+            )),
+        },
+        AdminOp::HealJob { id: None } => {
+            let jobs: Vec<HealJobJson> = ctx
+                .layer()
+                .heal_jobs()
+                .await?
+                .iter()
+                .map(HealJobJson::from)
+                .collect();
+            json(&serde_json::json!({ "jobs": jobs }))
         }
         AdminOp::Info => {
             let info = ctx.layer().info().await?;
@@ -207,6 +269,60 @@ fn json<T: Serialize>(value: &T) -> ApiResult<Response> {
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     Ok(response)
+}
+
+/// A heal job's status, as JSON.
+#[derive(Debug, Serialize)]
+pub struct HealJobJson {
+    pub id: String,
+    pub bucket: Option<String>,
+    pub prefix: String,
+    /// counting, healing, verifying, done or failed.
+    pub phase: &'static str,
+    pub error: Option<String>,
+    pub started_ns: i64,
+    pub finished_ns: Option<i64>,
+    pub elapsed_secs: f64,
+    pub total_objects: Option<u64>,
+    pub total_bytes: Option<u64>,
+    pub bytes_scanned: u64,
+    pub bytes_healed: u64,
+    /// Objects checked per second so far.
+    pub rate: f64,
+    /// Seconds left in the healing phase, once the total is known and the rate is not 0.
+    pub eta_secs: Option<f64>,
+    pub verify_checked: u64,
+    pub verify_missing: u64,
+    pub verify_failed: u64,
+    pub bucket_items_healed: u64,
+    /// What the healing phase did, as the synchronous heal answers it.
+    pub report: HealReportJson,
+}
+
+impl From<&quarry_object::HealJobStatus> for HealJobJson {
+    fn from(s: &quarry_object::HealJobStatus) -> Self {
+        HealJobJson {
+            id: s.id.clone(),
+            bucket: s.bucket.clone(),
+            prefix: s.prefix.clone(),
+            phase: s.phase.as_str(),
+            error: s.error.clone(),
+            started_ns: s.started_ns,
+            finished_ns: s.finished_ns,
+            elapsed_secs: s.elapsed_secs,
+            total_objects: s.total_objects,
+            total_bytes: s.total_bytes,
+            bytes_scanned: s.bytes_scanned,
+            bytes_healed: s.bytes_healed,
+            rate: s.rate(),
+            eta_secs: s.eta_secs(),
+            verify_checked: s.verify_checked,
+            verify_missing: s.verify_missing,
+            verify_failed: s.verify_failed,
+            bucket_items_healed: s.report.bucket_items_healed,
+            report: HealReportJson::from(&s.report),
+        }
+    }
 }
 
 /// The answer to a heal: what [`HealReport`] says, as JSON.
@@ -597,6 +713,31 @@ mod tests {
         assert_eq!(
             p(Method::GET, "/quarry/admin/v1/heal"),
             Some(Err(S3ErrorCode::MethodNotAllowed))
+        );
+        assert_eq!(
+            p(Method::POST, "/quarry/admin/v1/heal/jobs?bucket=b&prefix=x"),
+            Some(Ok(AdminOp::StartHealJob {
+                bucket: Some("b".into()),
+                prefix: "x".into()
+            }))
+        );
+        assert_eq!(
+            p(Method::GET, "/quarry/admin/v1/heal/jobs"),
+            Some(Ok(AdminOp::HealJob { id: None }))
+        );
+        assert_eq!(
+            p(Method::GET, "/quarry/admin/v1/heal/jobs/heal-1a-2"),
+            Some(Ok(AdminOp::HealJob {
+                id: Some("heal-1a-2".into())
+            }))
+        );
+        assert_eq!(
+            p(Method::DELETE, "/quarry/admin/v1/heal/jobs/heal-1a-2"),
+            Some(Err(S3ErrorCode::MethodNotAllowed))
+        );
+        assert_eq!(
+            p(Method::GET, "/quarry/admin/v1/heal/jobs/a/b"),
+            Some(Err(S3ErrorCode::InvalidRequest))
         );
         assert_eq!(
             p(Method::GET, "/quarry/admin/v1/info"),

@@ -397,7 +397,8 @@ impl Metrics {
                 u8::from(d.online)
             );
         }
-        let gauges: [(&str, &str, &str, u64); 15] = [
+        let jobs = &layer.heal_jobs;
+        let gauges: [(&str, &str, &str, u64); 23] = [
             (
                 "quarry_heal_queue_length",
                 "gauge",
@@ -475,6 +476,54 @@ impl Metrics {
                 "counter",
                 "Full passes of the background scanner.",
                 layer.scan.passes_total,
+            ),
+            (
+                "quarry_heal_jobs_running",
+                "gauge",
+                "Heal jobs of this node not yet finished.",
+                jobs.running,
+            ),
+            (
+                "quarry_heal_jobs_started_total",
+                "counter",
+                "Heal jobs started on this node.",
+                jobs.started_total,
+            ),
+            (
+                "quarry_heal_job_objects_scanned_total",
+                "counter",
+                "Objects heal jobs checked.",
+                jobs.objects_scanned_total,
+            ),
+            (
+                "quarry_heal_job_objects_healed_total",
+                "counter",
+                "Objects heal jobs rewrote on at least one drive.",
+                jobs.objects_healed_total,
+            ),
+            (
+                "quarry_heal_job_objects_failed_total",
+                "counter",
+                "Objects heal jobs could not check or heal on every drive.",
+                jobs.objects_failed_total,
+            ),
+            (
+                "quarry_heal_job_bytes_scanned_total",
+                "counter",
+                "Bytes of the objects heal jobs checked (latest versions).",
+                jobs.bytes_scanned_total,
+            ),
+            (
+                "quarry_heal_job_bytes_healed_total",
+                "counter",
+                "Bytes of the objects heal jobs rewrote (latest versions).",
+                jobs.bytes_healed_total,
+            ),
+            (
+                "quarry_heal_job_verify_missing_total",
+                "counter",
+                "Drive copies a heal job's verification still had to rewrite after its healing pass (0 when heals complete).",
+                jobs.verify_missing_total,
             ),
             (
                 "quarry_get_copied_bytes_total",

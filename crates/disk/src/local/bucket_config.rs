@@ -111,6 +111,30 @@ impl LocalDrive {
         }
     }
 
+    /// The names of the blobs of `bucket`, sorted. Files that are not valid names (a write's
+    /// temporary file) are left out.
+    pub(super) fn list_bucket_configs_sync(&self, bucket: &str) -> Result<Vec<String>> {
+        let dir = self.bucket_config_dir(bucket)?;
+        self.check_config_owner(bucket)?;
+        let entries = match fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if is_not_found(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry?;
+            let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+                continue;
+            };
+            if validate_config_name(&name).is_ok() && entry.file_type()?.is_file() {
+                names.push(name);
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
     /// Removes every blob of `bucket` (the bucket is being deleted or created anew).
     pub(super) fn clear_bucket_configs(&self, bucket: &str) -> Result<()> {
         let dir = self.bucket_config_dir(bucket)?;

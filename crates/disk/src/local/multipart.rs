@@ -188,6 +188,41 @@ impl LocalDrive {
         Ok(parts)
     }
 
+    /// Reads exactly `len` bytes at `offset` of the shard file of part `part` (in its data dir
+    /// `data_dir`) of an upload: what a heal rebuilds another drive's copy of the part from.
+    pub(super) fn read_part_shard_sync(
+        &self,
+        upload: (&str, &str, &str),
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        len: usize,
+    ) -> Result<Vec<u8>> {
+        use std::os::unix::fs::FileExt;
+        let (bucket, key, upload_id) = upload;
+        let dir = self.existing_upload_dir(bucket, key, upload_id)?;
+        let path = dir.join(data_dir.to_string()).join(part_file_name(part));
+        let file = match fs::File::open(&path) {
+            Ok(f) => f,
+            Err(e) if is_not_found(&e) => return Err(DriveError::FileNotFound),
+            Err(e) => return Err(e.into()),
+        };
+        let file_len = file.metadata()?.len();
+        if offset
+            .checked_add(len as u64)
+            .is_none_or(|end| end > file_len)
+        {
+            return Err(DriveError::Truncated {
+                offset,
+                wanted: len,
+                len: file_len,
+            });
+        }
+        let mut buf = vec![0u8; len];
+        file.read_exact_at(&mut buf, offset)?;
+        Ok(buf)
+    }
+
     pub(super) fn stage_parts_sync(
         &self,
         bucket: &str,

@@ -44,6 +44,9 @@ use crate::path::{part_file_name, validate_bucket, META_FILE, SYS_DIR, TMP_FILE_
 /// The default minimum age of an orphan before the sweep removes it.
 pub const DEFAULT_ORPHAN_MIN_AGE: Duration = Duration::from_secs(15 * 60);
 
+/// The default pause between two periodic passes of the sweep.
+pub const DEFAULT_ORPHAN_SWEEP_INTERVAL: Duration = Duration::from_secs(60 * 60);
+
 /// Environment variable that overrides [`DEFAULT_ORPHAN_MIN_AGE`] for the sweep started by
 /// [`LocalDrive::open`], in whole seconds (tests use a short one).
 pub const ORPHAN_MIN_AGE_ENV: &str = "QUARRY_ORPHAN_MIN_AGE";
@@ -125,13 +128,20 @@ impl LocalDrive {
 
     /// Runs [`LocalDrive::sweep_orphans`] on the blocking pool, then once more `min_age` later
     /// (so that orphans left by the crash just before this start, too young for the first pass,
-    /// go as well), and logs the counts of each pass. Needs a tokio runtime.
-    pub fn spawn_orphan_sweep(&self, min_age: Duration) -> tokio::task::JoinHandle<()> {
+    /// go as well), then every `schedule.every` (if set) for as long as the runtime runs, and
+    /// logs the counts of each pass. Needs a tokio runtime.
+    pub fn spawn_orphan_sweep(&self, schedule: SweepSchedule) -> tokio::task::JoinHandle<()> {
         let drive = self.clone();
+        let SweepSchedule { min_age, every } = schedule;
         tokio::spawn(async move {
-            for pass in 1..=2u32 {
-                if pass == 2 {
-                    tokio::time::sleep(min_age).await;
+            for pass in 1u64.. {
+                match pass {
+                    1 => {}
+                    2 => tokio::time::sleep(min_age).await,
+                    _ => match every {
+                        Some(every) => tokio::time::sleep(every).await,
+                        None => return,
+                    },
                 }
                 let d = drive.clone();
                 let r = match tokio::task::spawn_blocking(move || d.sweep_orphans(min_age)).await {
@@ -156,9 +166,36 @@ impl LocalDrive {
     }
 }
 
-/// The minimum age for the sweep started at open: [`ORPHAN_MIN_AGE_ENV`] if set and valid,
-/// else [`DEFAULT_ORPHAN_MIN_AGE`].
-pub(super) fn orphan_min_age_from_env() -> Duration {
+/// When the orphan sweep of a drive runs: at open, `min_age` later, then every `every`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SweepSchedule {
+    /// Nothing younger than this is removed.
+    pub min_age: Duration,
+    /// Pause between two periodic passes; `None`: only the two passes after open.
+    pub every: Option<Duration>,
+}
+
+impl Default for SweepSchedule {
+    fn default() -> Self {
+        SweepSchedule {
+            min_age: DEFAULT_ORPHAN_MIN_AGE,
+            every: Some(DEFAULT_ORPHAN_SWEEP_INTERVAL),
+        }
+    }
+}
+
+impl SweepSchedule {
+    /// The default schedule, with the minimum age from [`ORPHAN_MIN_AGE_ENV`] if set and valid.
+    pub fn from_env() -> SweepSchedule {
+        SweepSchedule {
+            min_age: orphan_min_age_from_env(),
+            ..SweepSchedule::default()
+        }
+    }
+}
+
+/// The minimum age from [`ORPHAN_MIN_AGE_ENV`] if set and valid, else [`DEFAULT_ORPHAN_MIN_AGE`].
+fn orphan_min_age_from_env() -> Duration {
     match std::env::var(ORPHAN_MIN_AGE_ENV) {
         Ok(s) => match s.trim().parse::<u64>() {
             Ok(secs) => Duration::from_secs(secs),

@@ -273,6 +273,18 @@ drive_protocol! {
     DeleteVersion = 32 { bucket: String, key: String, version_id: Option<Uuid> } -> (),
         check names_bk(bucket, key),
         call |d| d.delete_version(&bucket, &key, version_id).await;
+    /// The names of a bucket's configuration blobs (what a heal compares).
+    ListBucketConfigs = 33 { bucket: String } -> Vec<String>,
+        check validate_bucket(bucket),
+        call |d| d.list_bucket_configs(&bucket).await;
+    /// A range of a multipart upload's part shard file (what a heal rebuilds a copy from).
+    ReadPartShard = 34 {
+        bucket: String, key: String, upload_id: String, data_dir: Uuid, part: u32, offset: u64,
+        len: u64,
+    } -> Bytes,
+        check names_upload(bucket, key, upload_id),
+        call |d| d.read_part_shard((&bucket, &key, &upload_id), data_dir, part, offset,
+            platform_len(len)?).await;
 }
 
 /// A successful answer. Each method has exactly one kind of answer (its table entry's type).
@@ -297,6 +309,8 @@ pub enum Response {
     Format(Option<FormatV1>),
     /// The versions of a key, newest first.
     Metas(Vec<ObjectMeta>),
+    /// Names (of a bucket's configuration blobs).
+    Names(Vec<String>),
 }
 
 impl From<()> for Response {
@@ -329,6 +343,7 @@ response_from! {
     Vec<UploadMeta> => Uploads,
     Option<FormatV1> => Format,
     Vec<ObjectMeta> => Metas,
+    Vec<String> => Names,
 }
 
 impl Codec for Response {
@@ -348,6 +363,7 @@ impl Codec for Response {
             Response::Uploads(u) => tagged(b, 11, u),
             Response::Format(f) => tagged(b, 12, f),
             Response::Metas(m) => tagged(b, 13, m),
+            Response::Names(n) => tagged(b, 14, n),
         }
     }
 
@@ -367,6 +383,7 @@ impl Codec for Response {
             11 => Response::Uploads(b.get_value()?),
             12 => Response::Format(b.get_value()?),
             13 => Response::Metas(b.get_value()?),
+            14 => Response::Names(b.get_value()?),
             kind => {
                 return Err(CodecError::Unknown {
                     what: "drive response kind",

@@ -100,6 +100,16 @@ fn all_requests() -> Vec<Request> {
             key: k.clone(),
             version_id: None,
         },
+        Request::ListBucketConfigs { bucket: b.clone() },
+        Request::ReadPartShard {
+            bucket: b.clone(),
+            key: k.clone(),
+            upload_id: "0b8c3d9e-1f2a-4b3c-8d4e-5f6a7b8c9d0e".into(),
+            data_dir: u,
+            part: 3,
+            offset: 4096,
+            len: 70_000,
+        },
         Request::WriteMeta {
             bucket: b.clone(),
             key: k.clone(),
@@ -258,6 +268,8 @@ fn all_responses() -> Vec<Response> {
             m
         }]),
         Response::Metas(vec![]),
+        Response::Names(vec!["cors".into(), "versioning".into()]),
+        Response::Names(vec![]),
         Response::Writer(Uuid::new_v4()),
         Response::Format(None),
         Response::Format(Some(FormatV1::new(

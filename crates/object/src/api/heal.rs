@@ -15,7 +15,11 @@ pub struct HealReport {
     pub healed: u64,
     /// Drive copies rewritten, over all objects.
     pub healed_drives: u64,
-    /// Objects that could not be checked or healed on every drive (and listings that failed).
+    /// Bucket state set right, one per drive and item: a bucket directory made, a configuration
+    /// blob or an upload's metadata written, a leftover removed.
+    pub bucket_items_healed: u64,
+    /// Objects that could not be checked or healed on every drive, and buckets whose own state
+    /// (directory, configuration, uploads) could not be, and listings that failed.
     pub failed: u64,
     /// The first [`REPORT_DETAILS`] healed objects.
     pub healed_objects: Vec<HealedObject>,
@@ -38,7 +42,7 @@ pub struct HealedObject {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FailedObject {
     pub bucket: String,
-    /// Empty when the bucket's listing itself failed.
+    /// Empty when the bucket's listing or its own state's heal failed.
     pub key: String,
     /// Why: `drive: error` for each drive left unhealed, or the error of the whole heal.
     pub reason: String,

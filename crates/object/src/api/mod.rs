@@ -474,6 +474,29 @@ pub trait ObjectLayer: Send + Sync + 'static {
         Err(crate::Error::NotImplemented("cluster info"))
     }
 
+    /// Starts a heal of `bucket` (or every bucket) under `prefix` in the background, as a job
+    /// followed by its id ([`ObjectLayer::heal_job`]): counted, healed, then verified (see
+    /// `heal_job.rs`). `BucketNotFound` when `bucket` does not exist. The default answers
+    /// `NotImplemented`.
+    async fn start_heal_job(
+        &self,
+        _bucket: Option<&str>,
+        _prefix: &str,
+    ) -> Result<crate::HealJobStatus> {
+        Err(crate::Error::NotImplemented("heal jobs"))
+    }
+
+    /// The status of heal job `id` started on this node; `None` when this node has no such job
+    /// (kept in memory: the last [`crate::KEPT_JOBS`]).
+    async fn heal_job(&self, _id: &str) -> Result<Option<crate::HealJobStatus>> {
+        Err(crate::Error::NotImplemented("heal jobs"))
+    }
+
+    /// Every heal job this node keeps, oldest first.
+    async fn heal_jobs(&self) -> Result<Vec<crate::HealJobStatus>> {
+        Err(crate::Error::NotImplemented("heal jobs"))
+    }
+
     /// Heals every object of `bucket` (or of every bucket) whose key starts with `prefix`: reads
     /// and verifies every shard, rewrites the copies that are missing, outdated or corrupt, and
     /// reports what it did and what it could not. `BucketNotFound` when `bucket` does not exist.

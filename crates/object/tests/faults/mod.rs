@@ -724,6 +724,33 @@ impl Drive for FaultyDrive {
         self.after(&d, r)
     }
 
+    async fn read_part_shard(
+        &self,
+        upload: (&str, &str, &str),
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        len: usize,
+    ) -> Result<Bytes, DriveError> {
+        self.before(
+            Kind::Read,
+            &format!(
+                "read_part_shard {} {} {} {}",
+                upload.0, upload.1, upload.2, part
+            ),
+        )
+        .await?;
+        self.inner
+            .read_part_shard(upload, data_dir, part, offset, len)
+            .await
+    }
+
+    async fn list_bucket_configs(&self, bucket: &str) -> Result<Vec<String>, DriveError> {
+        self.before(Kind::Read, &format!("list_bucket_configs {}", bucket))
+            .await?;
+        self.inner.list_bucket_configs(bucket).await
+    }
+
     async fn create_upload(&self, meta: &UploadMeta) -> Result<(), DriveError> {
         let d = self
             .before(
