@@ -99,6 +99,16 @@ impl ObjectKey {
         PartKey(k)
     }
 
+    /// 16 bytes derived from this key, a label and `data` (HKDF-SHA256): values that are
+    /// stable for the object and say nothing about `data` without the key (e.g. an ETag that
+    /// must not reveal the plaintext's MD5).
+    pub fn derive16(&self, label: &[u8], data: &[u8]) -> [u8; 16] {
+        let k = hkdf32(&self.0 .0, &[], &[label, data]).expect("HKDF-SHA256 expands to 32 bytes");
+        let mut out = [0u8; 16];
+        out.copy_from_slice(&k.expose()[..16]);
+        out
+    }
+
     /// Seals this key under `secret` (named `key_id`) for `context`.
     pub fn seal(&self, key_id: &str, secret: &Secret32, context: &[u8]) -> Result<SealedKey> {
         if key_id.len() > u8::MAX as usize {

@@ -213,6 +213,11 @@ impl Decryptor {
         }
     }
 
+    /// Stored bytes still expected.
+    pub fn stored_remaining(&self) -> u64 {
+        self.enc_remaining
+    }
+
     /// Plaintext bytes not handed out yet.
     pub fn remaining(&self) -> u64 {
         self.remaining
