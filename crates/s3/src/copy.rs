@@ -253,6 +253,7 @@ pub async fn copy_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Res
         }),
     };
     let precondition = write_precondition(headers)?;
+    crate::sse::refuse_if_bucket_default(ctx.layer(), bucket, "A copy").await?;
 
     let info = ctx
         .layer()
