@@ -474,3 +474,138 @@ async fn the_drives_hold_no_plaintext_and_damage_is_an_error() {
     // An undamaged neighbour still reads.
     assert_eq!(get_all(&c, "small").await, &data[..1000]);
 }
+
+/// How an object is (to be) encrypted in the copy test.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    Plain,
+    S3,
+    Kms,
+    C(u8),
+}
+
+#[tokio::test]
+async fn copy_between_sse_c_sse_s3_sse_kms_and_plain() {
+    let s = TestServer::start_https(4).await;
+    s.create_bucket(B).await;
+    let c = s.client();
+    let data = random_bytes(100_000);
+    let sources = [Mode::Plain, Mode::S3, Mode::Kms, Mode::C(1)];
+    let dests = [Mode::Plain, Mode::S3, Mode::Kms, Mode::C(2)];
+    for (i, src) in sources.iter().enumerate() {
+        let skey = format!("src{i}");
+        let mut put = c
+            .put_object()
+            .bucket(B)
+            .key(&skey)
+            .body(data.clone().into());
+        put = match *src {
+            Mode::Plain => put,
+            Mode::S3 => put.server_side_encryption(ServerSideEncryption::Aes256),
+            Mode::Kms => put
+                .server_side_encryption(ServerSideEncryption::AwsKms)
+                .ssekms_key_id("testkey-1"),
+            Mode::C(seed) => {
+                let (k, m) = customer(seed);
+                put.sse_customer_algorithm("AES256")
+                    .sse_customer_key(k)
+                    .sse_customer_key_md5(m)
+            }
+        };
+        put.send()
+            .await
+            .unwrap_or_else(|e| panic!("PUT {src:?}: {}", describe(&e)));
+        for (j, dst) in dests.iter().enumerate() {
+            let dkey = format!("dst{i}{j}");
+            let mut cp = c
+                .copy_object()
+                .bucket(B)
+                .key(&dkey)
+                .copy_source(format!("{B}/{skey}"));
+            if let Mode::C(seed) = *src {
+                let (k, m) = customer(seed);
+                cp = cp
+                    .copy_source_sse_customer_algorithm("AES256")
+                    .copy_source_sse_customer_key(k)
+                    .copy_source_sse_customer_key_md5(m);
+            }
+            cp = match *dst {
+                Mode::Plain => cp,
+                Mode::S3 => cp.server_side_encryption(ServerSideEncryption::Aes256),
+                Mode::Kms => cp
+                    .server_side_encryption(ServerSideEncryption::AwsKms)
+                    .ssekms_key_id("testkey-2"),
+                Mode::C(seed) => {
+                    let (k, m) = customer(seed);
+                    cp.sse_customer_algorithm("AES256")
+                        .sse_customer_key(k)
+                        .sse_customer_key_md5(m)
+                }
+            };
+            let out = cp
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("COPY {src:?} -> {dst:?}: {}", describe(&e)));
+            let mut get = c.get_object().bucket(B).key(&dkey);
+            if let Mode::C(seed) = *dst {
+                let (k, m) = customer(seed);
+                get = get
+                    .sse_customer_algorithm("AES256")
+                    .sse_customer_key(k)
+                    .sse_customer_key_md5(m);
+            }
+            let got = get
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("GET copy {src:?} -> {dst:?}: {}", describe(&e)));
+            match *dst {
+                Mode::Plain => assert_eq!(got.server_side_encryption, None),
+                Mode::S3 => {
+                    assert_eq!(
+                        out.server_side_encryption,
+                        Some(ServerSideEncryption::Aes256)
+                    );
+                    assert_eq!(
+                        got.server_side_encryption,
+                        Some(ServerSideEncryption::Aes256)
+                    );
+                }
+                Mode::Kms => {
+                    assert_eq!(out.ssekms_key_id.as_deref(), Some("testkey-2"));
+                    assert_eq!(got.ssekms_key_id.as_deref(), Some("testkey-2"));
+                }
+                Mode::C(_) => {
+                    assert_eq!(out.sse_customer_algorithm.as_deref(), Some("AES256"));
+                    assert_eq!(got.sse_customer_algorithm.as_deref(), Some("AES256"));
+                }
+            }
+            let body = got.body.collect().await.unwrap().to_vec();
+            assert_bytes_eq(&body, &data, &format!("copy {src:?} -> {dst:?}"));
+        }
+    }
+    // An SSE-C source without its key, or with another key: refused.
+    assert_s3_error(
+        c.copy_object()
+            .bucket(B)
+            .key("x")
+            .copy_source(format!("{B}/src3"))
+            .send()
+            .await,
+        400,
+        "InvalidRequest",
+    );
+    let (k, m) = customer(9);
+    assert_s3_error(
+        c.copy_object()
+            .bucket(B)
+            .key("x")
+            .copy_source(format!("{B}/src3"))
+            .copy_source_sse_customer_algorithm("AES256")
+            .copy_source_sse_customer_key(k)
+            .copy_source_sse_customer_key_md5(m)
+            .send()
+            .await,
+        400,
+        "InvalidArgument",
+    );
+}
