@@ -183,6 +183,10 @@ pub fn free_port() -> u16 {
 /// Spreads the front node of cluster test servers over the nodes.
 static NEXT_FRONT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
+/// The master keys every test server's key service has: `testkey-1` (the default) and
+/// `testkey-2`.
+pub const KMS_TEST_KEYS: &str = "testkey-1:MTExMTExMTExMTExMTExMTExMTExMTExMTExMTExMTE=,testkey-2:MjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjI=";
+
 impl TestServer {
     /// Starts a server on `drives` fresh temporary drive directories, with the fixed test
     /// credentials (a cluster of `drives` nodes in cluster mode, see [`TestServer`]).
@@ -379,6 +383,8 @@ impl TestServer {
         cmd.env("QUARRY_METRICS_TOKEN", METRICS_TOKEN);
         // No web console: its default port would be shared by every test server.
         cmd.env("QUARRY_CONSOLE_ADDRESS", "off");
+        // The built-in key service with the key ids ceph/s3-tests asks for (SSE-S3, SSE-KMS).
+        cmd.env("QUARRY_KMS_SECRET_KEY", KMS_TEST_KEYS);
         // A variable set empty with `set_env` is removed instead (to test a default).
         for (k, v) in &self.env {
             if v.is_empty() {

@@ -32,6 +32,7 @@ mod rdma;
 mod restart;
 mod secrets;
 mod sigv2;
+mod sse;
 mod tls;
 mod topology;
 mod versioning;

@@ -89,6 +89,7 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
         }],
         domains: settings.domains.clone(),
         metrics: settings.metrics.clone(),
+        sse: sse_config()?,
     };
     serve_s3(listener, layer, cfg, limits(&settings), tls, &settings).await
 }
@@ -164,6 +165,7 @@ async fn run_cluster(mut settings: Settings, soft_fds: u64) -> anyhow::Result<()
         }],
         domains: settings.domains.clone(),
         metrics: settings.metrics.clone(),
+        sse: sse_config()?,
     };
     let crate::cluster::Node {
         layer, http, _rpc, ..
@@ -438,4 +440,22 @@ async fn shutdown_signal() {
         () = ctrl_c => tracing::info!("SIGINT: shutting down"),
         () = term => tracing::info!("SIGTERM: shutting down"),
     }
+}
+
+/// Server-side encryption from the environment (see `quarry_s3::sse::SseConfig::from_env`).
+fn sse_config() -> anyhow::Result<quarry_s3::sse::SseConfig> {
+    let cfg = quarry_s3::sse::SseConfig::from_env(|k| std::env::var(k).ok())
+        .map_err(|e| anyhow::anyhow!("server-side encryption: {e}"))?;
+    match &cfg.kms {
+        Some(k) => {
+            tracing::info!(keys = ?k.key_ids(), default = k.default_key_id(), "key service: built-in, master keys loaded")
+        }
+        None => tracing::info!(
+            "no key service configured (QUARRY_KMS_SECRET_KEY): SSE-S3 and SSE-KMS are refused"
+        ),
+    }
+    if cfg.allow_http_sse_c {
+        tracing::warn!("QUARRY_SSE_C_ALLOW_HTTP=1: SSE-C keys are accepted over plain HTTP");
+    }
+    Ok(cfg)
 }

@@ -133,7 +133,11 @@ impl ErasureSet {
         // Strictly newer than the version it replaces, so it wins wherever both are seen.
         let mod_time_ns = self.now_ns().max(current.mod_time_ns.saturating_add(1));
         let rewrite = |mut m: quarry_disk::ObjectMeta| {
-            m.headers = metadata.headers.clone();
+            // The reserved entries (how the data is encrypted) describe the data, which stays.
+            let mut headers = metadata.headers.clone();
+            headers.retain(|k, _| !k.starts_with(crate::sse::PREFIX));
+            headers.extend(crate::sse::reserved(&m.headers));
+            m.headers = headers;
             m.user_meta = metadata.user_meta.clone();
             m.mod_time_ns = mod_time_ns;
             m

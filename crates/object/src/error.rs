@@ -92,6 +92,13 @@ pub enum Error {
         /// Nodes that did not answer the last attempt (down, or timed out).
         unreachable: usize,
     },
+    /// The object is encrypted and the read gave no way to open its key (a plain GET of an
+    /// encrypted object; an SSE-C object read without its key).
+    #[error("the object is encrypted; its key must be given to read it")]
+    KeyRequired,
+    /// The key given does not open the object's sealed key (a wrong SSE-C key).
+    #[error("the key given does not open this object")]
+    WrongKey,
     /// The operation is not implemented by this object layer.
     #[error("{0} is not implemented")]
     NotImplemented(&'static str),

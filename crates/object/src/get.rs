@@ -9,11 +9,12 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::stream::{FuturesUnordered, StreamExt};
 use quarry_buf::PooledBuf;
+use quarry_crypt::{Decryptor, PackageRange};
 use quarry_disk::{DriveError, ObjectMeta, PartInfo};
 use quarry_erasure::{bitrot, Erasure};
 use tracing::warn;
 
-use crate::api::{GetObjectReader, HttpRange, ObjectStream};
+use crate::api::{GetObjectReader, HttpRange, KeyOpener, ObjectStream};
 use crate::error::{Error, Result};
 use crate::set::{object_info, ErasureSet};
 use crate::stats::SetCounters;
@@ -412,7 +413,8 @@ impl ErasureSet {
         self.get_object_version(bucket, key, None, range).await
     }
 
-    /// GET of one version (`None`: the latest); see [`ErasureSet::resolve_version`].
+    /// GET of one version (`None`: the latest); see [`ErasureSet::resolve_version`]. An
+    /// encrypted version is refused (`KeyRequired`): see [`ErasureSet::get_object_decrypted`].
     pub async fn get_object_version(
         self: &Arc<Self>,
         bucket: &str,
@@ -420,12 +422,88 @@ impl ErasureSet {
         version: Option<crate::api::VersionId>,
         range: Option<HttpRange>,
     ) -> Result<GetObjectReader> {
+        self.get_object_decrypted(bucket, key, version, range, None)
+            .await
+    }
+
+    /// GET of one version, opening an encrypted one's key with `opener` (`KeyRequired`
+    /// without one). A plain version reads as ever: its healthy path copies nothing.
+    pub async fn get_object_decrypted(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        version: Option<crate::api::VersionId>,
+        range: Option<HttpRange>,
+        opener: Option<&KeyOpener>,
+    ) -> Result<GetObjectReader> {
         let (meta, metas) = self.resolve_version(bucket, key, version).await?;
         let info = object_info(bucket, key, &meta);
+        if !info.is_encrypted() {
+            let (offset, len) = match range {
+                Some(r) => r.resolve(meta.size)?,
+                None => (0, meta.size),
+            };
+            return self
+                .read_range(bucket, key, meta, metas, info, offset, len)
+                .await;
+        }
+        crate::sse::check_format(&meta)?;
+        let opener = opener.ok_or(Error::KeyRequired)?;
+        let object_key = opener(&info)?;
         let (offset, len) = match range {
-            Some(r) => r.resolve(meta.size)?,
-            None => (0, meta.size),
+            Some(r) => r.resolve(info.size)?,
+            None => (0, info.size),
         };
+        // The packages holding the range, part by part; one stored range covers them all.
+        let mut decryptors = Vec::new();
+        let (mut from, mut to) = (None, 0u64);
+        let (mut plain_at, mut stored_at) = (0u64, 0u64);
+        for p in &meta.parts {
+            let plain = crate::sse::part_plain_size(p.size)?;
+            let (s, e) = (offset.max(plain_at), (offset + len).min(plain_at + plain));
+            // An empty read (an empty object) still opens its first part's empty package.
+            if s < e || (len == 0 && decryptors.is_empty()) {
+                let (s, e) = if s < e { (s, e) } else { (plain_at, plain_at) };
+                let pr = PackageRange::new(plain, s - plain_at, e - s);
+                from.get_or_insert(stored_at + pr.enc_offset);
+                to = stored_at + pr.enc_offset + pr.enc_len;
+                decryptors.push(Decryptor::new(&object_key.part_key(p.number), plain, &pr));
+            }
+            plain_at += plain;
+            stored_at += p.size;
+        }
+        let from = from.unwrap_or(0);
+        let stored = self
+            .read_range(bucket, key, meta, metas, info.clone(), from, to - from)
+            .await?;
+        let mut body = crate::sse::decrypt_stream(stored.body, decryptors);
+        // The first piece is opened before the answer is given, so a key or data that does not
+        // authenticate gets an S3 error instead of a 200 whose body breaks off.
+        let first = body.next().await;
+        let body: ObjectStream = match first {
+            None => Box::pin(futures::stream::empty()),
+            Some(Err(e)) => return Err(e),
+            Some(Ok(b)) => Box::pin(futures::stream::iter([Ok(b)]).chain(body)),
+        };
+        Ok(GetObjectReader {
+            info,
+            range: (offset, len),
+            body,
+        })
+    }
+
+    /// The stored bytes `offset..offset+len` of a version, as its GET body.
+    #[allow(clippy::too_many_arguments)]
+    async fn read_range(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        meta: ObjectMeta,
+        metas: Vec<Option<ObjectMeta>>,
+        info: crate::api::ObjectInfo,
+        offset: u64,
+        len: u64,
+    ) -> Result<GetObjectReader> {
         let reader = Arc::new(ShardReader::new(self.clone(), bucket, key, &meta, metas)?);
         let mut blocks = plan(&reader.erasure, &meta.parts, offset, len).into_iter();
         let parts = Arc::new(meta.parts.clone());

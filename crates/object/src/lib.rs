@@ -27,6 +27,7 @@ pub mod runtime;
 mod scanner;
 mod server;
 mod set;
+mod sse;
 mod stats;
 pub mod topology;
 mod versions;

@@ -339,7 +339,9 @@ impl ErasureSet {
             }
         };
         let limit = opts.size.unwrap_or(MAX_PART_SIZE).min(MAX_PART_SIZE);
-        let Streamed { size, md5: digest } = sink
+        let Streamed {
+            size, md5: digest, ..
+        } = sink
             .stream(
                 &erasure,
                 body,
@@ -353,6 +355,7 @@ impl ErasureSet {
                         h.update(block);
                     }
                 },
+                None,
             )
             .await?;
         let checksum = hasher.map(|h| h.finish());
@@ -791,7 +794,11 @@ impl ErasureSet {
             .iter()
             .map(|p| crate::api::ObjectPart {
                 number: p.number,
-                size: p.size,
+                size: if crate::sse::is_encrypted(&meta) {
+                    crate::sse::part_plain_size(p.size).unwrap_or(0)
+                } else {
+                    p.size
+                },
             })
             .collect();
         Ok((object_info(bucket, key, &meta), parts))

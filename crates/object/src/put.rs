@@ -8,6 +8,7 @@ use std::sync::Arc;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use quarry_buf::{BufPool, PooledBuf};
+use quarry_crypt::{Encryptor, PartKey};
 use quarry_disk::{
     Drive, DriveError, ErasureInfo, ObjectMeta, PartInfo, ShardWriter, META_VERSION,
 };
@@ -144,7 +145,11 @@ pub(crate) struct BodyBounds {
 
 /// What [`ShardSink::stream`] wrote.
 pub(crate) struct Streamed {
+    /// Bytes of the body (the plaintext).
     pub size: u64,
+    /// Bytes erasure coded: `size`, or the sealed size when encrypting.
+    pub stored: u64,
+    /// MD5 of the body.
     pub md5: [u8; 16],
 }
 
@@ -284,15 +289,36 @@ impl ShardSink {
         body: ByteStream,
         bounds: BodyBounds,
         mut on_block: impl FnMut(&[u8]),
+        seal: Option<&PartKey>,
     ) -> Result<Streamed> {
-        let mut reader = BlockReader::new(body, erasure.block_size());
+        // Encrypting: blocks of whole packages, each sealed into exactly one erasure block.
+        // The last block must be known as such before it is sealed (its final package is
+        // flagged), so the next block is read before a block is sealed.
+        let mut enc = seal.map(Encryptor::new);
+        let plain_block = match enc {
+            Some(_) => crate::sse::plain_block(erasure.block_size()),
+            None => erasure.block_size(),
+        };
+        debug_assert!(
+            enc.is_none() || crate::sse::stored_block(plain_block) == erasure.block_size(),
+            "a sealed block is one erasure block"
+        );
+        let mut reader = BlockReader::new(body, plain_block);
         let mut md5 = Md5Server::global().stream();
         let mut size: u64 = 0;
+        let mut stored: u64 = 0;
+        let mut ahead: Option<Bytes> = None;
+        let mut first = true;
         loop {
-            let block = reader.next_block().await.map_err(Error::Body)?;
-            if block.is_empty() {
+            let block = match ahead.take() {
+                Some(b) => b,
+                None => reader.next_block().await.map_err(Error::Body)?,
+            };
+            // An empty encrypted object is still one (empty, authenticated) package.
+            if block.is_empty() && !(first && enc.is_some()) {
                 break;
             }
+            first = false;
             size += block.len() as u64;
             if let Some(limit) = bounds.limit.filter(|&l| size > l) {
                 return Err(Error::EntityTooLarge { limit });
@@ -300,7 +326,30 @@ impl ShardSink {
             // Waits for the previous block's MD5, then hands this one over.
             md5.update(block.clone()).await;
             on_block(&block);
-            self.write_block(erasure, &block).await?;
+            match &mut enc {
+                None => {
+                    stored += block.len() as u64;
+                    self.write_block(erasure, &block).await?;
+                }
+                Some(e) => {
+                    let next = if block.is_empty() {
+                        Bytes::new()
+                    } else {
+                        reader.next_block().await.map_err(Error::Body)?
+                    };
+                    let last = next.is_empty();
+                    let mut sealed =
+                        BytesMut::with_capacity(Encryptor::sealed_len(block.len(), last));
+                    e.seal(&block, last, &mut sealed)
+                        .map_err(|e| Error::Internal(e.to_string()))?;
+                    stored += sealed.len() as u64;
+                    self.write_block(erasure, &sealed).await?;
+                    if last {
+                        break;
+                    }
+                    ahead = Some(next);
+                }
+            }
         }
         if let Some(declared) = bounds.declared.filter(|&d| size < d) {
             return Err(Error::IncompleteBody {
@@ -312,7 +361,7 @@ impl ShardSink {
         if bounds.content_md5.is_some_and(|want| want != md5) {
             return Err(Error::BadDigest);
         }
-        Ok(Streamed { size, md5 })
+        Ok(Streamed { size, stored, md5 })
     }
 
     pub(crate) async fn write_block(&mut self, erasure: &Erasure, block: &[u8]) -> Result<()> {
@@ -496,8 +545,19 @@ impl ErasureSet {
         if let Some(p) = &opts.precondition {
             self.check_precondition(bucket, key, p).await?;
         }
-        let erasure = self.new_erasure()?;
-        self.check_space(erasure.shard_file_size(opts.size.unwrap_or(0)))
+        let mut opts = opts;
+        let encryption = opts.encryption.take();
+        let erasure = match &encryption {
+            None => self.new_erasure()?,
+            Some(_) => {
+                self.new_erasure_with_block(crate::sse::stored_block(self.cfg.block_size))?
+            }
+        };
+        let stored_estimate = match (&encryption, opts.size) {
+            (Some(_), Some(n)) => quarry_crypt::encrypted_size(n),
+            (_, n) => n.unwrap_or(0),
+        };
+        self.check_space(erasure.shard_file_size(stored_estimate))
             .await?;
         let distribution = self.distribution(bucket, key);
         let tmp_id = self.new_id();
@@ -517,7 +577,12 @@ impl ErasureSet {
             write_quorum,
             self.buffers.clone(),
         );
-        let Streamed { size, md5: digest } = sink
+        let part_key = encryption.as_ref().map(|e| e.key.part_key(1));
+        let Streamed {
+            stored,
+            md5: digest,
+            ..
+        } = sink
             .stream(
                 &erasure,
                 body,
@@ -527,8 +592,17 @@ impl ErasureSet {
                     content_md5: opts.content_md5,
                 },
                 |_| {},
+                part_key.as_ref(),
             )
             .await?;
+        let etag = match &encryption {
+            Some(e) if !e.etag_is_md5 => crate::sse::keyed_etag(&e.key, &digest),
+            _ => hex::encode(digest),
+        };
+        let mut headers = opts.headers;
+        if let Some(e) = &encryption {
+            crate::sse::record(&mut headers, e);
+        }
         let mut checksums = opts.checksums;
         if let Some(late) = &opts.late_checksums {
             checksums.extend((late.0)());
@@ -546,18 +620,18 @@ impl ErasureSet {
             version: META_VERSION,
             version_id,
             delete_marker: false,
-            size,
+            size: stored,
             mod_time_ns: self.now_ns(),
-            etag: hex::encode(digest),
-            headers: opts.headers,
+            etag: etag.clone(),
+            headers,
             user_meta: opts.user_meta,
             checksums,
             erasure: erasure_info(&erasure, &distribution),
             data_dir: if inline { None } else { Some(data_dir) },
             parts: vec![PartInfo {
                 number: 1,
-                size,
-                etag: hex::encode(digest),
+                size: stored,
+                etag,
             }],
             inline: None,
         };

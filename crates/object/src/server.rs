@@ -647,6 +647,19 @@ impl ObjectLayer for ErasureServer {
             .await
     }
 
+    async fn get_object_decrypted(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+        range: Option<HttpRange>,
+        opener: KeyOpener,
+    ) -> Result<GetObjectReader> {
+        self.object_set(bucket, key)?
+            .get_object_decrypted(bucket, key, version, range, Some(&opener))
+            .await
+    }
+
     async fn object_version_info(
         &self,
         bucket: &str,

@@ -1,6 +1,6 @@
 //! One erasure set: a fixed list of drives that together hold every object hashed to the set.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -157,6 +157,14 @@ impl ErasureSet {
             )));
         }
         Erasure::new(n - m, m, self.cfg.block_size).map_err(|e| Error::Internal(e.to_string()))
+    }
+
+    /// The code new objects are written with, with another block size (encrypted objects:
+    /// a block of sealed packages).
+    pub(crate) fn new_erasure_with_block(&self, block_size: usize) -> Result<Erasure> {
+        let e = self.new_erasure()?;
+        Erasure::new(e.data_shards(), e.parity_shards(), block_size)
+            .map_err(|e| Error::Internal(e.to_string()))
     }
 
     /// Read quorum for set-level answers (buckets, listing): that of new objects.
@@ -459,14 +467,23 @@ impl ErasureSet {
 }
 
 /// The S3-facing description of an object from its metadata.
+/// An encrypted version shows its plaintext size and its encryption record (never the
+/// reserved entries as headers).
 pub(crate) fn object_info(bucket: &str, key: &str, meta: &ObjectMeta) -> ObjectInfo {
+    let (headers, encryption, size) = if crate::sse::is_encrypted(meta) {
+        let (headers, record) = crate::sse::split(&meta.headers);
+        (headers, record, crate::sse::plain_size(meta))
+    } else {
+        (meta.headers.clone(), BTreeMap::new(), meta.size)
+    };
     ObjectInfo {
         bucket: bucket.to_string(),
         key: key.to_string(),
-        size: meta.size,
+        size,
         mod_time_ns: meta.mod_time_ns,
         etag: meta.etag.clone(),
-        headers: meta.headers.clone(),
+        headers,
+        encryption,
         user_meta: meta.user_meta.clone(),
         checksums: meta.checksums.clone(),
         parts: meta.parts.len(),

@@ -989,6 +989,7 @@ mod tests {
                 ],
                 domains: vec![],
                 metrics: Default::default(),
+                sse: Default::default(),
             };
             let response = app(layer, Arc::new(AlwaysReady), cfg)
                 .oneshot(req)

@@ -197,6 +197,14 @@ pub fn object_error(e: ObjectError) -> ApiError {
                 )
             }
         }
+        ObjectError::KeyRequired => ApiError::new(
+            C::InvalidRequest,
+            "The object was stored using a form of Server Side Encryption. The correct parameters must be provided to retrieve the object.",
+        ),
+        ObjectError::WrongKey => ApiError::new(
+            C::InvalidArgument,
+            "The provided encryption key does not match the key the object was stored with.",
+        ),
         ObjectError::NotImplemented(what) => ApiError::new(
             C::NotImplemented,
             format!("{what} is not implemented by this server."),

@@ -169,6 +169,11 @@ pub fn needs(endpoint: &Endpoint, headers: &HeaderMap) -> Result<Vec<Need>, S3Er
         E::GetBucketVersioning { bucket } => vec![b("s3:GetBucketVersioning", bucket)],
         E::PutBucketVersioning { bucket } => vec![b("s3:PutBucketVersioning", bucket)],
         E::ListObjectVersions { bucket, .. } => vec![b("s3:ListBucketVersions", bucket)],
+        E::GetBucketEncryption { bucket } => vec![b("s3:GetEncryptionConfiguration", bucket)],
+        // AWS has no DeleteBucketEncryption action: deleting the rule is putting none.
+        E::PutBucketEncryption { bucket } | E::DeleteBucketEncryption { bucket } => {
+            vec![b("s3:PutEncryptionConfiguration", bucket)]
+        }
         E::GetBucketCors { bucket } => vec![b("s3:GetBucketCORS", bucket)],
         // AWS has no DeleteBucketCORS action: deleting the configuration is putting none.
         E::PutBucketCors { bucket } | E::DeleteBucketCors { bucket } => {

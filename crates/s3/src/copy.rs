@@ -25,7 +25,7 @@ use crate::api_error::{ApiError, ApiResult};
 use crate::error::S3ErrorCode;
 use crate::get::etag_list_matches;
 use crate::headers::{
-    check_acl_headers, check_storage_class, check_unsupported_headers, stored_headers,
+    check_acl_headers, check_storage_class, check_unsupported_headers_but_sse, stored_headers,
     user_metadata, write_precondition,
 };
 use crate::server::ReqCtx;
@@ -156,12 +156,6 @@ pub fn check_copy_conditions(
     Ok(())
 }
 
-/// Headers that CopyObject refuses beyond those PutObject refuses.
-const UNSUPPORTED_COPY_HEADERS: &[(&str, &str)] = &[(
-    "x-amz-copy-source-server-side-encryption",
-    "Server-side encryption",
-)];
-
 fn check_copy_headers(headers: &HeaderMap) -> ApiResult<()> {
     // `x-amz-tagging-directive: COPY` copies the (absent) tags: nothing to refuse.
     let mut rest = headers.clone();
@@ -171,17 +165,10 @@ fn check_copy_headers(headers: &HeaderMap) -> ApiResult<()> {
     {
         rest.remove("x-amz-tagging-directive");
     }
-    check_unsupported_headers(&rest)?;
+    // Server-side encryption headers (the copy's and its source's) are crate::sse's.
+    check_unsupported_headers_but_sse(&rest)?;
     check_acl_headers(&rest)?;
     check_storage_class(&rest)?;
-    for name in rest.keys() {
-        if let Some((_, what)) = UNSUPPORTED_COPY_HEADERS
-            .iter()
-            .find(|(prefix, _)| name.as_str().starts_with(prefix))
-        {
-            return Err(ApiError::not_implemented(what));
-        }
-    }
     Ok(())
 }
 
@@ -253,6 +240,17 @@ pub async fn copy_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Res
         }),
     };
     let precondition = write_precondition(headers)?;
+    let sse_cfg = &ctx.state.sse;
+    let source_customer = crate::sse::customer_key(
+        headers,
+        crate::sse::COPY_SOURCE_CUSTOMER,
+        ctx.secure(),
+        sse_cfg.allow_http_sse_c,
+    )?;
+    let dest_sse = match crate::sse::write_request(headers, ctx.secure(), sse_cfg)? {
+        Some(r) => Some(r),
+        None => crate::sse::bucket_default(ctx, bucket).await?,
+    };
 
     let info = ctx
         .layer()
@@ -269,12 +267,13 @@ pub async fn copy_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Res
         ));
     }
     let compute = checksum_to_compute(requested, &info);
-    // Onto itself, something must change: the metadata, or the checksum algorithm.
-    // A copy of a named version onto its key restores it: that changes the key.
+    // Onto itself, something must change: the metadata, the checksum algorithm or the
+    // encryption. A copy of a named version onto its key restores it: that changes the key.
     let onto_itself = source.bucket == bucket && source.key == key && source.version.is_none();
     if onto_itself
         && directive == MetadataDirective::Copy
         && !(requested.is_some() && compute.is_some())
+        && dest_sse.is_none()
     {
         return Err(ApiError::new(
             S3ErrorCode::InvalidRequest,
@@ -282,6 +281,18 @@ pub async fn copy_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Res
              without changing the object's metadata, storage class, website redirect location \
              or encryption attributes.",
         ));
+    }
+    if info.is_encrypted() || dest_sse.is_some() || source_customer.is_some() {
+        let copy = EncryptedCopy {
+            source: &source,
+            info: &info,
+            source_customer,
+            dest_sse,
+            metadata,
+            compute,
+            precondition,
+        };
+        return encrypted_copy(ctx, bucket, key, copy).await;
     }
     let opts = CopyOptions {
         metadata,
@@ -300,6 +311,111 @@ pub async fn copy_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Res
     crate::versioning::version_header(ctx, bucket, out, &copied).await?;
     let mut source_header = http::HeaderMap::new();
     crate::versioning::version_header(ctx, &source.bucket, &mut source_header, &info).await?;
+    if let Some(v) = source_header.remove("x-amz-version-id") {
+        out.insert("x-amz-copy-source-version-id", v);
+    }
+    Ok(response)
+}
+
+/// A copy whose source or destination is encrypted.
+struct EncryptedCopy<'a> {
+    source: &'a CopySource,
+    info: &'a ObjectInfo,
+    source_customer: Option<quarry_crypt::CustomerKey>,
+    dest_sse: Option<crate::sse::SseRequest>,
+    metadata: Option<ReplaceMetadata>,
+    compute: Option<ChecksumAlgorithm>,
+    precondition: Option<quarry_object::WritePrecondition>,
+}
+
+/// Copies through the front end: the source opened with its key (SSE-C from the
+/// `x-amz-copy-source-...-customer-*` headers, the key service otherwise), streamed into a PUT
+/// sealed with a new object key for the destination (or in clear), never whole in memory.
+async fn encrypted_copy(
+    ctx: &ReqCtx,
+    bucket: &str,
+    key: &str,
+    c: EncryptedCopy<'_>,
+) -> ApiResult<Response> {
+    let sse_cfg = &ctx.state.sse;
+    crate::sse::check_read_headers(c.info, c.source_customer.as_ref())?;
+    let (opener, refusal) = crate::sse::opener(sse_cfg, c.source_customer.clone());
+    let reader = ctx
+        .layer()
+        .get_object_decrypted(
+            &c.source.bucket,
+            &c.source.key,
+            c.source.version,
+            None,
+            opener,
+        )
+        .await
+        .map_err(|e| crate::sse::refusal_or(&refusal, e))?;
+    // The conditions were checked on this version: copy exactly it.
+    if reader.info.etag != c.info.etag || reader.info.mod_time_ns != c.info.mod_time_ns {
+        return Err(S3ErrorCode::PreconditionFailed.into());
+    }
+    let (headers, user_meta) = match c.metadata {
+        Some(m) => (m.headers, m.user_meta),
+        None => (reader.info.headers.clone(), reader.info.user_meta.clone()),
+    };
+    let sums = c.compute.map(computed_checksum);
+    let tap = sums.as_ref().map(|s| s.tap.clone());
+    let body: quarry_object::ByteStream =
+        Box::pin(futures::StreamExt::map(reader.body, move |item| {
+            let data = item.map_err(|e| std::io::Error::other(e.to_string()))?;
+            if let Some(tap) = &tap {
+                tap(&data);
+            }
+            Ok(data)
+        }));
+    let (checksums, late_checksums) = match sums {
+        Some(s) => (BTreeMap::new(), Some(s.result)),
+        None => (
+            reader
+                .info
+                .checksums
+                .iter()
+                .filter(|(_, v)| !v.contains('-'))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect(),
+            None,
+        ),
+    };
+    let encryption = c
+        .dest_sse
+        .as_ref()
+        .map(|r| {
+            crate::sse::new_encryption(
+                sse_cfg,
+                bucket,
+                key,
+                r,
+                crate::sse::bucket_key_requested(&ctx.parts.headers),
+            )
+        })
+        .transpose()?;
+    let dest_md5 = match &c.dest_sse {
+        Some(crate::sse::SseRequest::C(k)) => Some(k.md5_b64()),
+        _ => None,
+    };
+    let put = quarry_object::PutOptions {
+        size: Some(c.info.size),
+        headers,
+        user_meta,
+        checksums,
+        precondition: c.precondition,
+        late_checksums,
+        encryption,
+        ..Default::default()
+    };
+    let copied = ctx.layer().put_object(bucket, key, body, put).await?;
+    let mut response = xml_response(copy_result_xml(&copied));
+    let out = response.headers_mut();
+    crate::sse::response_headers(out, &copied, dest_md5.as_deref());
+    crate::versioning::version_header(ctx, bucket, out, &copied).await?;
+    let mut source_header = http::HeaderMap::new();
+    crate::versioning::version_header(ctx, &c.source.bucket, &mut source_header, c.info).await?;
     if let Some(v) = source_header.remove("x-amz-version-id") {
         out.insert("x-amz-copy-source-version-id", v);
     }
@@ -410,17 +526,13 @@ mod tests {
             S3ErrorCode::InvalidArgument
         );
         assert!(check_copy_headers(&h(&[("x-amz-tagging-directive", "COPY")])).is_ok());
-        for (name, value) in [
-            ("x-amz-tagging-directive", "REPLACE"),
-            ("x-amz-copy-source-server-side-encryption-customer-key", "x"),
-            ("x-amz-server-side-encryption", "AES256"),
-        ] {
-            assert_eq!(
-                check_copy_headers(&h(&[(name, value)])).unwrap_err().code(),
-                S3ErrorCode::NotImplemented,
-                "{name}"
-            );
-        }
+        assert!(check_copy_headers(&h(&[("x-amz-server-side-encryption", "AES256")])).is_ok());
+        assert_eq!(
+            check_copy_headers(&h(&[("x-amz-tagging-directive", "REPLACE")]))
+                .unwrap_err()
+                .code(),
+            S3ErrorCode::NotImplemented
+        );
     }
 
     fn info(etag: &str, mod_time_ns: i64) -> ObjectInfo {

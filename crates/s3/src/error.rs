@@ -58,6 +58,8 @@ pub enum S3ErrorCode {
     /// A request body stalled: nothing, or too little, arrived within the body timeout.
     RequestTimeout,
     RequestTimeTooSkewed,
+    /// GetBucketEncryption of a bucket without a default encryption rule.
+    ServerSideEncryptionConfigurationNotFoundError,
     ServiceUnavailable,
     SignatureDoesNotMatch,
     SlowDown,
@@ -109,6 +111,9 @@ impl S3ErrorCode {
             MissingSecurityHeader => "MissingSecurityHeader",
             NoSuchBucket => "NoSuchBucket",
             NoSuchCORSConfiguration => "NoSuchCORSConfiguration",
+            ServerSideEncryptionConfigurationNotFoundError => {
+                "ServerSideEncryptionConfigurationNotFoundError"
+            }
             NoSuchKey => "NoSuchKey",
             NoSuchUpload => "NoSuchUpload",
             NoSuchVersion => "NoSuchVersion",
@@ -135,9 +140,12 @@ impl S3ErrorCode {
             | RequestTimeTooSkewed => StatusCode::FORBIDDEN,
             ExpiredToken => StatusCode::BAD_REQUEST,
             BucketAlreadyExists | BucketAlreadyOwnedByYou | BucketNotEmpty => StatusCode::CONFLICT,
-            NoSuchBucket | NoSuchCORSConfiguration | NoSuchKey | NoSuchUpload | NoSuchVersion => {
-                StatusCode::NOT_FOUND
-            }
+            NoSuchBucket
+            | NoSuchCORSConfiguration
+            | NoSuchKey
+            | NoSuchUpload
+            | NoSuchVersion
+            | ServerSideEncryptionConfigurationNotFoundError => StatusCode::NOT_FOUND,
             InvalidRange | InvalidPartNumber => StatusCode::RANGE_NOT_SATISFIABLE,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             MissingContentLength => StatusCode::LENGTH_REQUIRED,
@@ -199,6 +207,9 @@ impl S3ErrorCode {
             MissingSecurityHeader => "Your request is missing a required header.",
             NoSuchBucket => "The specified bucket does not exist.",
             NoSuchCORSConfiguration => "The CORS configuration does not exist",
+            ServerSideEncryptionConfigurationNotFoundError => {
+                "The server side encryption configuration was not found"
+            }
             NoSuchKey => "The specified key does not exist.",
             NoSuchUpload => "The specified multipart upload does not exist. The upload ID might not be valid, or the multipart upload might have been aborted or completed.",
             NoSuchVersion => "The specified version does not exist.",

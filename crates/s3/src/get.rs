@@ -169,6 +169,14 @@ pub async fn get_object(
         }
     };
     let headers = &ctx.parts.headers;
+    let customer = crate::sse::customer_key(
+        headers,
+        crate::sse::CUSTOMER,
+        ctx.secure(),
+        ctx.state.sse.allow_http_sse_c,
+    )?;
+    let customer_md5 = customer.as_ref().map(|c| c.md5_b64());
+    crate::sse::refuse_write_headers_on_read(headers)?;
     let range = match headers.get(header::RANGE) {
         Some(v) => parse_range(&String::from_utf8_lossy(v.as_bytes()))?,
         None => None,
@@ -190,6 +198,13 @@ pub async fn get_object(
             .layer()
             .object_version_info(bucket, key, version)
             .await?;
+        // An SSE-C object answers only to its key (checked without reading data).
+        if info.is_encrypted() || customer.is_some() {
+            crate::sse::check_read_headers(&info, customer.as_ref())?;
+            if customer.is_some() {
+                crate::sse::open_key(&ctx.state.sse, &info, customer.as_ref())?;
+            }
+        }
         check_preconditions(headers, &info)?;
         let span = match range {
             Some(r) => r.resolve(info.size)?,
@@ -203,6 +218,7 @@ pub async fn get_object(
             checksum_mode,
             overrides,
         );
+        crate::sse::response_headers(response.headers_mut(), &info, customer_md5.as_deref());
         version_header(ctx, bucket, response.headers_mut(), &info).await?;
         return Ok(response);
     }
@@ -214,10 +230,15 @@ pub async fn get_object(
             .await?;
         check_preconditions(headers, &info)?;
     }
+    let (opener, refusal) = crate::sse::opener(&ctx.state.sse, customer.clone());
     let reader = ctx
         .layer()
-        .get_object_version(bucket, key, version, range)
-        .await?;
+        .get_object_decrypted(bucket, key, version, range, opener)
+        .await
+        .map_err(|e| crate::sse::refusal_or(&refusal, e))?;
+    if customer.is_some() && !reader.info.is_encrypted() {
+        crate::sse::check_read_headers(&reader.info, customer.as_ref())?;
+    }
     let stream = reader
         .body
         .inspect_err(|e| tracing::error!(error = %e, "object body stream failed"));
@@ -228,6 +249,11 @@ pub async fn get_object(
         range.is_some(),
         checksum_mode,
         overrides,
+    );
+    crate::sse::response_headers(
+        response.headers_mut(),
+        &reader.info,
+        customer_md5.as_deref(),
     );
     version_header(ctx, bucket, response.headers_mut(), &reader.info).await?;
     Ok(response)

@@ -68,8 +68,21 @@ pub(crate) fn set_header(out: &mut HeaderMap, name: &str, value: &str) {
 }
 
 pub(crate) fn check_unsupported_headers(headers: &HeaderMap) -> ApiResult<()> {
+    check_unsupported(headers, false)
+}
+
+/// [`check_unsupported_headers`] for the calls that implement server-side encryption (their
+/// SSE headers are checked by [`crate::sse`]).
+pub(crate) fn check_unsupported_headers_but_sse(headers: &HeaderMap) -> ApiResult<()> {
+    check_unsupported(headers, true)
+}
+
+fn check_unsupported(headers: &HeaderMap, sse: bool) -> ApiResult<()> {
     for name in headers.keys() {
         let name = name.as_str();
+        if sse && name.starts_with("x-amz-server-side-encryption") {
+            continue;
+        }
         if let Some((_, what)) = UNSUPPORTED_HEADERS
             .iter()
             .find(|(prefix, _)| name.starts_with(prefix))

@@ -244,6 +244,7 @@ pub async fn create_multipart_upload(ctx: &ReqCtx, bucket: &str, key: &str) -> A
     check_unsupported_headers(headers)?;
     check_acl_headers(headers)?;
     check_storage_class(headers)?;
+    crate::sse::refuse_if_bucket_default(ctx.layer(), bucket, "A multipart upload").await?;
     let algorithm = match headers.get("x-amz-checksum-algorithm") {
         None => None,
         Some(v) => {

@@ -470,6 +470,7 @@ async fn upload(
     let file_type = file.content_type().map(|m| m.to_string());
     let headers = form_headers(&form, file_type.as_deref())?;
     check_acl_headers(&headers)?;
+    crate::sse::refuse_if_bucket_default(&*state.layer, bucket, "A browser upload").await?;
     let opts = PutOptions {
         size: None,
         content_md5: None,

@@ -15,7 +15,7 @@ use quarry_object::{ByteStream, LateChecksums, PutOptions};
 use crate::api_error::{ApiError, ApiResult};
 use crate::error::S3ErrorCode;
 use crate::headers::{
-    check_acl_headers, check_storage_class, check_unsupported_headers, checksum_headers,
+    check_acl_headers, check_storage_class, check_unsupported_headers_but_sse, checksum_headers,
     content_md5, stored_headers, user_metadata, write_precondition,
 };
 use crate::server::ReqCtx;
@@ -27,7 +27,28 @@ pub const MAX_PUT_SIZE: u64 = 5 * 1024 * 1024 * 1024;
 
 pub async fn put_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Response> {
     let headers = &ctx.parts.headers;
-    check_unsupported_headers(headers)?;
+    check_unsupported_headers_but_sse(headers)?;
+    let sse = crate::sse::write_request(headers, ctx.secure(), &ctx.state.sse)?;
+    let sse = match sse {
+        Some(r) => Some(r),
+        None => crate::sse::bucket_default(ctx, bucket).await?,
+    };
+    let encryption = sse
+        .as_ref()
+        .map(|r| {
+            crate::sse::new_encryption(
+                &ctx.state.sse,
+                bucket,
+                key,
+                r,
+                crate::sse::bucket_key_requested(headers),
+            )
+        })
+        .transpose()?;
+    let customer_md5 = match &sse {
+        Some(crate::sse::SseRequest::C(c)) => Some(c.md5_b64()),
+        _ => None,
+    };
     check_acl_headers(headers)?;
     check_storage_class(headers)?;
     // No length at all (`Transfer-Encoding: chunked`, or aws-chunked without a decoded length):
@@ -72,6 +93,7 @@ pub async fn put_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Resp
                 .into_iter()
                 .collect()
         }))),
+        encryption,
     };
     let info = ctx.layer().put_object(bucket, key, body, opts).await?;
 
@@ -80,6 +102,7 @@ pub async fn put_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Resp
         response.headers_mut().insert(ETAG, etag);
     }
     checksum_headers(response.headers_mut(), &info);
+    crate::sse::response_headers(response.headers_mut(), &info, customer_md5.as_deref());
     crate::versioning::version_header(ctx, bucket, response.headers_mut(), &info).await?;
     Ok(response)
 }

@@ -110,6 +110,15 @@ pub enum Endpoint {
     DeleteObjects {
         bucket: String,
     },
+    GetBucketEncryption {
+        bucket: String,
+    },
+    PutBucketEncryption {
+        bucket: String,
+    },
+    DeleteBucketEncryption {
+        bucket: String,
+    },
     GetBucketCors {
         bucket: String,
     },
@@ -245,6 +254,9 @@ impl Endpoint {
             | E::GetBucketVersioning { bucket }
             | E::PutBucketVersioning { bucket }
             | E::ListObjectVersions { bucket, .. }
+            | E::GetBucketEncryption { bucket }
+            | E::PutBucketEncryption { bucket }
+            | E::DeleteBucketEncryption { bucket }
             | E::GetBucketCors { bucket }
             | E::PutBucketCors { bucket }
             | E::DeleteBucketCors { bucket }
@@ -287,6 +299,9 @@ impl Endpoint {
             Endpoint::GetBucketVersioning { .. } => "GetBucketVersioning",
             Endpoint::PutBucketVersioning { .. } => "PutBucketVersioning",
             Endpoint::ListObjectVersions { .. } => "ListObjectVersions",
+            Endpoint::GetBucketEncryption { .. } => "GetBucketEncryption",
+            Endpoint::PutBucketEncryption { .. } => "PutBucketEncryption",
+            Endpoint::DeleteBucketEncryption { .. } => "DeleteBucketEncryption",
             Endpoint::GetBucketCors { .. } => "GetBucketCors",
             Endpoint::PutBucketCors { .. } => "PutBucketCors",
             Endpoint::DeleteBucketCors { .. } => "DeleteBucketCors",
@@ -641,6 +656,9 @@ fn bucket_endpoint(method: &Method, query: &Query, bucket: String) -> Result<End
     match (method.clone(), sub) {
         (Method::GET, Some("location")) => Ok(Endpoint::GetBucketLocation { bucket }),
         (Method::POST, Some("delete")) => Ok(Endpoint::DeleteObjects { bucket }),
+        (Method::GET, Some("encryption")) => Ok(Endpoint::GetBucketEncryption { bucket }),
+        (Method::PUT, Some("encryption")) => Ok(Endpoint::PutBucketEncryption { bucket }),
+        (Method::DELETE, Some("encryption")) => Ok(Endpoint::DeleteBucketEncryption { bucket }),
         (Method::GET, Some("cors")) => Ok(Endpoint::GetBucketCors { bucket }),
         (Method::PUT, Some("cors")) => Ok(Endpoint::PutBucketCors { bucket }),
         (Method::DELETE, Some("cors")) => Ok(Endpoint::DeleteBucketCors { bucket }),

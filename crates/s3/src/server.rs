@@ -34,7 +34,7 @@ use crate::error::{error_xml, S3Error, S3ErrorCode};
 use crate::router::{self, Endpoint, Query, RouteError};
 use crate::signature::{self, AuthConfig, Authenticated, Credentials};
 use crate::{
-    acl, attributes, authz, bucket, copy, delete, get, list, multipart, post_object, put,
+    acl, attributes, authz, bucket, copy, delete, get, list, multipart, post_object, put, sse,
     versioning,
 };
 
@@ -51,6 +51,8 @@ pub struct S3Config {
     pub domains: Vec<String>,
     /// Who may read `/metrics`.
     pub metrics: crate::metrics::MetricsAccess,
+    /// Server-side encryption: the key service, SSE-C over HTTP.
+    pub sse: crate::sse::SseConfig,
 }
 
 /// The answer of a readiness probe.
@@ -408,6 +410,7 @@ fn app_with(
             .filter(|d| !d.is_empty())
             .collect(),
         cors: CorsCache::default(),
+        sse: cfg.sse,
         ids: RequestIds::new(),
         metrics: Arc::default(),
     });
@@ -424,6 +427,7 @@ pub(crate) struct AppState {
     /// Virtual-host domains, lower-case, without a trailing dot.
     domains: Vec<String>,
     pub cors: CorsCache,
+    pub sse: crate::sse::SseConfig,
     ids: RequestIds,
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
     /// How long a request body may stall (every body a handler reads goes through it).
@@ -484,6 +488,14 @@ impl ReqCtx {
 
     pub fn region(&self) -> &str {
         &self.state.region
+    }
+
+    /// Whether the request came over TLS (HTTPS).
+    pub fn secure(&self) -> bool {
+        self.parts
+            .extensions
+            .get::<authz::ConnInfo>()
+            .is_some_and(|c| c.secure)
     }
 
     /// The request body, de-chunked and verified against its signature and checksums. An error
@@ -796,6 +808,9 @@ async fn dispatch(
             attributes::get_object_attributes(&ctx, &bucket, &key).await
         }
         E::DeleteObjects { bucket } => delete::delete_objects(&ctx, &bucket).await,
+        E::GetBucketEncryption { bucket } => sse::get_bucket_encryption(&ctx, &bucket).await,
+        E::PutBucketEncryption { bucket } => sse::put_bucket_encryption(&ctx, &bucket).await,
+        E::DeleteBucketEncryption { bucket } => sse::delete_bucket_encryption(&ctx, &bucket).await,
         E::GetBucketCors { bucket } => cors::get_bucket_cors(&ctx, &bucket).await,
         E::PutBucketCors { bucket } => cors::put_bucket_cors(&ctx, &bucket).await,
         E::DeleteBucketCors { bucket } => cors::delete_bucket_cors(&ctx, &bucket).await,

@@ -281,6 +281,7 @@ impl Harness {
             credentials: vec![Credentials::new(AK, SK)],
             domains: vec!["s3.quarry.test".into()],
             metrics: Default::default(),
+            sse: Default::default(),
         };
         Harness {
             router: app(layer, Arc::new(Probe(ready)), cfg),

@@ -55,7 +55,47 @@ pub struct ObjectInfo {
     pub delete_marker: bool,
     /// The key's latest version (set by ListObjectVersions; true elsewhere).
     pub is_latest: bool,
+    /// How the data is encrypted at rest: the front end's record (see [`Encryption::record`]);
+    /// empty for an object stored in clear. `size` is the plaintext size either way.
+    pub encryption: BTreeMap<String, String>,
 }
+
+impl ObjectInfo {
+    /// Whether the object's data is encrypted at rest.
+    pub fn is_encrypted(&self) -> bool {
+        !self.encryption.is_empty()
+    }
+}
+
+/// Encryption at rest of a new object (see `crate::sse`): its data is sealed in packages
+/// (crates/crypt) before erasure coding, so shards and bitrot hashes cover ciphertext.
+#[derive(Clone)]
+pub struct Encryption {
+    /// The object's own key; its parts' packages are sealed with keys derived from it.
+    pub key: quarry_crypt::ObjectKey,
+    /// What the front end needs to open `key` again (the sealed key, the kind of encryption,
+    /// the key id...): names of `[a-z0-9-]`, stored with the version as reserved entries and
+    /// given back in [`ObjectInfo::encryption`]. Never the key itself.
+    pub record: BTreeMap<String, String>,
+    /// The ETag is the MD5 of the plaintext (SSE-S3, as AWS); otherwise a value derived from
+    /// that MD5 and the object key, which says nothing about the plaintext (SSE-C, SSE-KMS).
+    pub etag_is_md5: bool,
+}
+
+impl std::fmt::Debug for Encryption {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Encryption")
+            .field("record", &self.record)
+            .field("etag_is_md5", &self.etag_is_md5)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Opens the key of an encrypted object for a read, from its info (its
+/// [`ObjectInfo::encryption`] record): the front end's policy (an SSE-C key from the request,
+/// the key service for SSE-S3 and SSE-KMS). Its error is the read's answer.
+pub type KeyOpener =
+    std::sync::Arc<dyn Fn(&ObjectInfo) -> Result<quarry_crypt::ObjectKey> + Send + Sync>;
 
 /// One part of a stored object: its number and size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -136,6 +176,8 @@ pub struct PutOptions {
     /// Checksums only known once the body has ended (an aws-chunked trailer): called after the
     /// last body byte was read and before the commit; its entries are added to `checksums`.
     pub late_checksums: Option<LateChecksums>,
+    /// Encrypt the data at rest; `None` stores it in clear. `size` stays the plaintext's.
+    pub encryption: Option<Encryption>,
 }
 
 /// A source of checksums filled in while a body streams (see [`PutOptions::late_checksums`]):
@@ -398,6 +440,23 @@ pub trait ObjectLayer: Send + Sync + 'static {
             None => self.get_object(bucket, key, range).await,
             Some(_) => Err(crate::Error::NotImplemented("versions")),
         }
+    }
+
+    /// GET of one version that opens an encrypted object's data with `opener` (a plain object
+    /// reads as with [`ObjectLayer::get_object_version`]). `range` is of the plaintext; only
+    /// the packages holding it are read and opened. A package that fails authentication is an
+    /// error, never plaintext. (`get_object_version` refuses encrypted objects with
+    /// `KeyRequired`: their bytes never leave in ciphertext.)
+    async fn get_object_decrypted(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+        range: Option<HttpRange>,
+        opener: KeyOpener,
+    ) -> Result<GetObjectReader> {
+        let _ = opener;
+        self.get_object_version(bucket, key, version, range).await
     }
 
     /// HEAD of one version; errors as [`ObjectLayer::get_object_version`].

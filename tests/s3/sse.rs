@@ -1,0 +1,611 @@
+//! Server-side encryption with aws-sdk-s3: SSE-S3, SSE-KMS and SSE-C round trips with their
+//! response headers, AWS's refusals (missing, wrong or mismatched SSE-C keys, SSE-C over plain
+//! HTTP, unknown KMS keys), bucket default encryption, ranges across package boundaries, no
+//! plaintext on the drives, and damage beyond parity read as an error. Every test server has
+//! the key service `KMS_TEST_KEYS` (testkey-1, testkey-2).
+
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use quarry_integration::aws_sdk_s3::types::{
+    ServerSideEncryption, ServerSideEncryptionByDefault, ServerSideEncryptionConfiguration,
+    ServerSideEncryptionRule,
+};
+use quarry_integration::aws_sdk_s3::Client;
+use quarry_integration::*;
+
+const B: &str = "sse";
+
+fn b64(b: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(b)
+}
+
+/// An SSE-C key and its MD5 header, from one byte.
+fn customer(seed: u8) -> (String, String) {
+    let k = [seed; 32];
+    (b64(&k), md5_b64(&k))
+}
+
+async fn get_all(c: &Client, key: &str) -> Vec<u8> {
+    c.get_object()
+        .bucket(B)
+        .key(key)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {key}: {}", describe(&e)))
+        .body
+        .collect()
+        .await
+        .unwrap()
+        .to_vec()
+}
+
+fn files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(files(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+fn drive_files(s: &TestServer) -> Vec<PathBuf> {
+    (0..s.drive_count())
+        .flat_map(|i| files(s.drive_path(i)))
+        .collect()
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+#[tokio::test]
+async fn sse_s3_and_sse_kms_round_trip_with_their_headers() {
+    let s = TestServer::start(4).await;
+    s.create_bucket(B).await;
+    let c = s.client();
+    let data = random_bytes(300_000);
+
+    let put = c
+        .put_object()
+        .bucket(B)
+        .key("s3")
+        .server_side_encryption(ServerSideEncryption::Aes256)
+        .body(data.clone().into())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("PUT: {}", describe(&e)));
+    assert_eq!(
+        put.server_side_encryption,
+        Some(ServerSideEncryption::Aes256)
+    );
+    // SSE-S3: the ETag is the MD5 of the data, as AWS gives it.
+    assert_eq!(put.e_tag.as_deref(), Some(etag_of(&data).as_str()));
+    let got = c.get_object().bucket(B).key("s3").send().await.unwrap();
+    assert_eq!(
+        got.server_side_encryption,
+        Some(ServerSideEncryption::Aes256)
+    );
+    assert_eq!(got.content_length, Some(data.len() as i64));
+    assert_bytes_eq(
+        &got.body.collect().await.unwrap().to_vec(),
+        &data,
+        "SSE-S3 GET",
+    );
+    let head = c.head_object().bucket(B).key("s3").send().await.unwrap();
+    assert_eq!(head.content_length, Some(data.len() as i64));
+    assert_eq!(
+        head.server_side_encryption,
+        Some(ServerSideEncryption::Aes256)
+    );
+
+    // A range across the first package boundary (64 KiB) and one inside a later package.
+    for (a, z) in [
+        (65_530u64, 65_545u64),
+        (200_000, 200_009),
+        (0, 299_999),
+        (299_990, 299_999),
+    ] {
+        let r = c
+            .get_object()
+            .bucket(B)
+            .key("s3")
+            .range(format!("bytes={a}-{z}"))
+            .send()
+            .await
+            .unwrap();
+        let body = r.body.collect().await.unwrap().to_vec();
+        assert_bytes_eq(&body, &data[a as usize..=z as usize], "SSE-S3 range");
+    }
+
+    let ctx = b64(br#"{"project":"quarry"}"#);
+    let put = c
+        .put_object()
+        .bucket(B)
+        .key("kms")
+        .server_side_encryption(ServerSideEncryption::AwsKms)
+        .ssekms_key_id("testkey-2")
+        .ssekms_encryption_context(&ctx)
+        .body(data.clone().into())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("PUT kms: {}", describe(&e)));
+    assert_eq!(
+        put.server_side_encryption,
+        Some(ServerSideEncryption::AwsKms)
+    );
+    assert_eq!(put.ssekms_key_id.as_deref(), Some("testkey-2"));
+    let got = c.get_object().bucket(B).key("kms").send().await.unwrap();
+    assert_eq!(got.ssekms_key_id.as_deref(), Some("testkey-2"));
+    assert_bytes_eq(
+        &got.body.collect().await.unwrap().to_vec(),
+        &data,
+        "SSE-KMS GET",
+    );
+
+    // Refusals beside the passing calls above.
+    assert_s3_error(
+        c.put_object()
+            .bucket(B)
+            .key("nokey")
+            .server_side_encryption(ServerSideEncryption::AwsKms)
+            .ssekms_key_id("no-such-key")
+            .body(b"x".to_vec().into())
+            .send()
+            .await,
+        400,
+        "InvalidArgument",
+    );
+    let r = s
+        .signed(
+            "PUT",
+            &format!("/{B}/bad"),
+            &[("x-amz-server-side-encryption-aws-kms-key-id", "testkey-2")],
+            b"x".to_vec(),
+        )
+        .await;
+    expect_raw_error(r, 400, "InvalidArgument").await;
+
+    // Listings show plaintext sizes.
+    let list = c.list_objects_v2().bucket(B).send().await.unwrap();
+    for o in list.contents() {
+        assert_eq!(o.size, Some(data.len() as i64), "{:?}", o.key);
+    }
+}
+
+#[tokio::test]
+async fn sse_c_over_https_needs_its_key() {
+    let s = TestServer::start_https(4).await;
+    s.create_bucket(B).await;
+    let c = s.client();
+    let data = random_bytes(200_000);
+    let (key, md5) = customer(7);
+    let (other, other_md5) = customer(8);
+
+    let put = c
+        .put_object()
+        .bucket(B)
+        .key("c")
+        .sse_customer_algorithm("AES256")
+        .sse_customer_key(&key)
+        .sse_customer_key_md5(&md5)
+        .body(data.clone().into())
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("PUT: {}", describe(&e)));
+    assert_eq!(put.sse_customer_algorithm.as_deref(), Some("AES256"));
+    assert_eq!(put.sse_customer_key_md5.as_deref(), Some(md5.as_str()));
+    // Not the MD5 of the data (AWS: SSE-C ETags are not).
+    assert_ne!(put.e_tag.as_deref(), Some(etag_of(&data).as_str()));
+
+    let got = c
+        .get_object()
+        .bucket(B)
+        .key("c")
+        .sse_customer_algorithm("AES256")
+        .sse_customer_key(&key)
+        .sse_customer_key_md5(&md5)
+        .range("bytes=65000-140000")
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET: {}", describe(&e)));
+    assert_eq!(got.sse_customer_algorithm.as_deref(), Some("AES256"));
+    assert_bytes_eq(
+        &got.body.collect().await.unwrap().to_vec(),
+        &data[65_000..=140_000],
+        "SSE-C range",
+    );
+    let head = c
+        .head_object()
+        .bucket(B)
+        .key("c")
+        .sse_customer_algorithm("AES256")
+        .sse_customer_key(&key)
+        .sse_customer_key_md5(&md5)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.content_length, Some(data.len() as i64));
+
+    // No key, another key, a key whose MD5 is not its own.
+    assert_s3_error(
+        c.get_object().bucket(B).key("c").send().await,
+        400,
+        "InvalidRequest",
+    );
+    let head = c.head_object().bucket(B).key("c").send().await;
+    assert_eq!(head.as_ref().err().and_then(error_status), Some(400));
+    assert_s3_error(
+        c.get_object()
+            .bucket(B)
+            .key("c")
+            .sse_customer_algorithm("AES256")
+            .sse_customer_key(&other)
+            .sse_customer_key_md5(&other_md5)
+            .send()
+            .await,
+        400,
+        "InvalidArgument",
+    );
+    let head = c
+        .head_object()
+        .bucket(B)
+        .key("c")
+        .sse_customer_algorithm("AES256")
+        .sse_customer_key(&other)
+        .sse_customer_key_md5(&other_md5)
+        .send()
+        .await;
+    assert_eq!(head.as_ref().err().and_then(error_status), Some(400));
+    assert_s3_error(
+        c.put_object()
+            .bucket(B)
+            .key("c2")
+            .sse_customer_algorithm("AES256")
+            .sse_customer_key(&key)
+            .sse_customer_key_md5(&other_md5)
+            .body(b"x".to_vec().into())
+            .send()
+            .await,
+        400,
+        "InvalidArgument",
+    );
+    // SSE-C headers for an object that is not SSE-C.
+    c.put_object()
+        .bucket(B)
+        .key("plain")
+        .body(b"plain".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    assert_s3_error(
+        c.get_object()
+            .bucket(B)
+            .key("plain")
+            .sse_customer_algorithm("AES256")
+            .sse_customer_key(&key)
+            .sse_customer_key_md5(&md5)
+            .send()
+            .await,
+        400,
+        "InvalidRequest",
+    );
+}
+
+#[tokio::test]
+async fn sse_c_is_refused_over_plain_http_unless_allowed() {
+    let mut s = TestServer::start_single(4).await;
+    s.create_bucket(B).await;
+    let (key, md5) = customer(3);
+    let put = |c: Client| {
+        let (key, md5) = (key.clone(), md5.clone());
+        async move {
+            c.put_object()
+                .bucket(B)
+                .key("c")
+                .sse_customer_algorithm("AES256")
+                .sse_customer_key(key)
+                .sse_customer_key_md5(md5)
+                .body(b"secret".to_vec().into())
+                .send()
+                .await
+        }
+    };
+    assert_s3_error(put(s.client()).await, 400, "InvalidRequest");
+    s.set_env("QUARRY_SSE_C_ALLOW_HTTP", "1");
+    s.restart().await;
+    put(s.client())
+        .await
+        .unwrap_or_else(|e| panic!("PUT allowed over HTTP: {}", describe(&e)));
+}
+
+#[tokio::test]
+async fn bucket_default_encryption_applies_to_writes_without_headers() {
+    let s = TestServer::start(4).await;
+    s.create_bucket(B).await;
+    let c = s.client();
+    let missing = c.get_bucket_encryption().bucket(B).send().await;
+    assert_s3_error(
+        missing,
+        404,
+        "ServerSideEncryptionConfigurationNotFoundError",
+    );
+    let rule = |alg: ServerSideEncryption, key: Option<&str>| {
+        ServerSideEncryptionConfiguration::builder()
+            .rules(
+                ServerSideEncryptionRule::builder()
+                    .apply_server_side_encryption_by_default(
+                        ServerSideEncryptionByDefault::builder()
+                            .sse_algorithm(alg)
+                            .set_kms_master_key_id(key.map(str::to_string))
+                            .build()
+                            .unwrap(),
+                    )
+                    .build(),
+            )
+            .build()
+            .unwrap()
+    };
+    c.put_bucket_encryption()
+        .bucket(B)
+        .server_side_encryption_configuration(rule(ServerSideEncryption::AwsKms, Some("testkey-2")))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("PutBucketEncryption: {}", describe(&e)));
+    let got = c.get_bucket_encryption().bucket(B).send().await.unwrap();
+    let conf = got.server_side_encryption_configuration.unwrap();
+    let r = &conf.rules()[0];
+    let d = r.apply_server_side_encryption_by_default().unwrap();
+    assert_eq!(d.sse_algorithm(), &ServerSideEncryption::AwsKms);
+    assert_eq!(d.kms_master_key_id(), Some("testkey-2"));
+
+    let put = c
+        .put_object()
+        .bucket(B)
+        .key("by-default")
+        .body(b"hello".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        put.server_side_encryption,
+        Some(ServerSideEncryption::AwsKms)
+    );
+    assert_eq!(put.ssekms_key_id.as_deref(), Some("testkey-2"));
+    assert_eq!(get_all(&c, "by-default").await, b"hello");
+    // An unknown key is refused when the rule is set.
+    assert_s3_error(
+        c.put_bucket_encryption()
+            .bucket(B)
+            .server_side_encryption_configuration(rule(ServerSideEncryption::AwsKms, Some("nope")))
+            .send()
+            .await,
+        400,
+        "InvalidArgument",
+    );
+
+    c.delete_bucket_encryption().bucket(B).send().await.unwrap();
+    let put = c
+        .put_object()
+        .bucket(B)
+        .key("after")
+        .body(b"clear".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put.server_side_encryption, None);
+    let head = c
+        .head_object()
+        .bucket(B)
+        .key("by-default")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        head.server_side_encryption,
+        Some(ServerSideEncryption::AwsKms)
+    );
+}
+
+#[tokio::test]
+async fn the_drives_hold_no_plaintext_and_damage_is_an_error() {
+    let s = TestServer::start(4).await;
+    s.create_bucket(B).await;
+    let c = s.client();
+    let marker = b"QUARRY-SSE-MARKER-91c2d";
+    let mut data = Vec::new();
+    while data.len() < 3 << 20 {
+        data.extend_from_slice(marker);
+    }
+    for (key, len) in [("big", data.len()), ("small", 1000)] {
+        c.put_object()
+            .bucket(B)
+            .key(key)
+            .server_side_encryption(ServerSideEncryption::Aes256)
+            .body(data[..len].to_vec().into())
+            .send()
+            .await
+            .unwrap();
+    }
+    let all = drive_files(&s);
+    assert!(!all.is_empty());
+    for p in &all {
+        let b = std::fs::read(p).unwrap_or_default();
+        assert!(!contains(&b, marker), "plaintext in {}", p.display());
+    }
+    // Control: the same bytes in clear are found.
+    c.put_object()
+        .bucket(B)
+        .key("clear")
+        .body(data[..1000].to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    assert!(drive_files(&s)
+        .iter()
+        .any(|p| contains(&std::fs::read(p).unwrap_or_default(), marker)));
+
+    // The same byte flipped in every shard file of "big": beyond parity, so the GET fails
+    // (bitrot or authentication), never answering wrong plaintext.
+    let shards: Vec<PathBuf> = drive_files(&s)
+        .into_iter()
+        .filter(|p| p.to_string_lossy().contains("/big/") && p.ends_with("part.1"))
+        .collect();
+    assert_eq!(shards.len(), 4, "{shards:?}");
+    for p in &shards {
+        let mut b = std::fs::read(p).unwrap();
+        b[40] ^= 0x01;
+        std::fs::write(p, b).unwrap();
+    }
+    match c.get_object().bucket(B).key("big").send().await {
+        Err(_) => {}
+        Ok(r) => match r.body.collect().await {
+            Err(_) => {}
+            Ok(b) => panic!("a damaged object read back {} bytes", b.to_vec().len()),
+        },
+    }
+    // An undamaged neighbour still reads.
+    assert_eq!(get_all(&c, "small").await, &data[..1000]);
+}
+
+/// How an object is (to be) encrypted in the copy test.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    Plain,
+    S3,
+    Kms,
+    C(u8),
+}
+
+#[tokio::test]
+async fn copy_between_sse_c_sse_s3_sse_kms_and_plain() {
+    let s = TestServer::start_https(4).await;
+    s.create_bucket(B).await;
+    let c = s.client();
+    let data = random_bytes(100_000);
+    let sources = [Mode::Plain, Mode::S3, Mode::Kms, Mode::C(1)];
+    let dests = [Mode::Plain, Mode::S3, Mode::Kms, Mode::C(2)];
+    for (i, src) in sources.iter().enumerate() {
+        let skey = format!("src{i}");
+        let mut put = c
+            .put_object()
+            .bucket(B)
+            .key(&skey)
+            .body(data.clone().into());
+        put = match *src {
+            Mode::Plain => put,
+            Mode::S3 => put.server_side_encryption(ServerSideEncryption::Aes256),
+            Mode::Kms => put
+                .server_side_encryption(ServerSideEncryption::AwsKms)
+                .ssekms_key_id("testkey-1"),
+            Mode::C(seed) => {
+                let (k, m) = customer(seed);
+                put.sse_customer_algorithm("AES256")
+                    .sse_customer_key(k)
+                    .sse_customer_key_md5(m)
+            }
+        };
+        put.send()
+            .await
+            .unwrap_or_else(|e| panic!("PUT {src:?}: {}", describe(&e)));
+        for (j, dst) in dests.iter().enumerate() {
+            let dkey = format!("dst{i}{j}");
+            let mut cp = c
+                .copy_object()
+                .bucket(B)
+                .key(&dkey)
+                .copy_source(format!("{B}/{skey}"));
+            if let Mode::C(seed) = *src {
+                let (k, m) = customer(seed);
+                cp = cp
+                    .copy_source_sse_customer_algorithm("AES256")
+                    .copy_source_sse_customer_key(k)
+                    .copy_source_sse_customer_key_md5(m);
+            }
+            cp = match *dst {
+                Mode::Plain => cp,
+                Mode::S3 => cp.server_side_encryption(ServerSideEncryption::Aes256),
+                Mode::Kms => cp
+                    .server_side_encryption(ServerSideEncryption::AwsKms)
+                    .ssekms_key_id("testkey-2"),
+                Mode::C(seed) => {
+                    let (k, m) = customer(seed);
+                    cp.sse_customer_algorithm("AES256")
+                        .sse_customer_key(k)
+                        .sse_customer_key_md5(m)
+                }
+            };
+            let out = cp
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("COPY {src:?} -> {dst:?}: {}", describe(&e)));
+            let mut get = c.get_object().bucket(B).key(&dkey);
+            if let Mode::C(seed) = *dst {
+                let (k, m) = customer(seed);
+                get = get
+                    .sse_customer_algorithm("AES256")
+                    .sse_customer_key(k)
+                    .sse_customer_key_md5(m);
+            }
+            let got = get
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("GET copy {src:?} -> {dst:?}: {}", describe(&e)));
+            match *dst {
+                Mode::Plain => assert_eq!(got.server_side_encryption, None),
+                Mode::S3 => {
+                    assert_eq!(
+                        out.server_side_encryption,
+                        Some(ServerSideEncryption::Aes256)
+                    );
+                    assert_eq!(
+                        got.server_side_encryption,
+                        Some(ServerSideEncryption::Aes256)
+                    );
+                }
+                Mode::Kms => {
+                    assert_eq!(out.ssekms_key_id.as_deref(), Some("testkey-2"));
+                    assert_eq!(got.ssekms_key_id.as_deref(), Some("testkey-2"));
+                }
+                Mode::C(_) => {
+                    assert_eq!(out.sse_customer_algorithm.as_deref(), Some("AES256"));
+                    assert_eq!(got.sse_customer_algorithm.as_deref(), Some("AES256"));
+                }
+            }
+            let body = got.body.collect().await.unwrap().to_vec();
+            assert_bytes_eq(&body, &data, &format!("copy {src:?} -> {dst:?}"));
+        }
+    }
+    // An SSE-C source without its key, or with another key: refused.
+    assert_s3_error(
+        c.copy_object()
+            .bucket(B)
+            .key("x")
+            .copy_source(format!("{B}/src3"))
+            .send()
+            .await,
+        400,
+        "InvalidRequest",
+    );
+    let (k, m) = customer(9);
+    assert_s3_error(
+        c.copy_object()
+            .bucket(B)
+            .key("x")
+            .copy_source(format!("{B}/src3"))
+            .copy_source_sse_customer_algorithm("AES256")
+            .copy_source_sse_customer_key(k)
+            .copy_source_sse_customer_key_md5(m)
+            .send()
+            .await,
+        400,
+        "InvalidArgument",
+    );
+}
