@@ -216,7 +216,13 @@ async fn read_frame<R: AsyncRead + Unpin>(
             Decoded::Need(n) => {
                 // `n` is bounded by the maximum frame: the header was checked first.
                 buf.reserve(n - buf.len());
-                if r.read_buf(buf).await? == 0 {
+                let got = match r.read_buf(buf).await {
+                    // A TLS peer that closes without close_notify (it crashed or was killed):
+                    // the same as a TCP peer closing between frames.
+                    Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && buf.is_empty() => 0,
+                    other => other?,
+                };
+                if got == 0 {
                     if buf.is_empty() {
                         return Ok(None);
                     }
