@@ -7,6 +7,10 @@
 //!   bulk frame with its keyed-BLAKE3 tag, and the read straight into the requester's pooled
 //!   buffer, tag checked. One transfer at a time.
 //! - `dataplane/tcp-read-1MiB-x4`: four such reads at once (the default connections per peer).
+//! - `dataplane/tls-read-1MiB`, `dataplane/tls-read-1MiB-x4`: the same over internode mutual TLS
+//!   (TLS 1.3, AES-GCM from aws-lc-rs; `https://` drive URLs) from a second server, beside them:
+//!   what TLS costs the TCP data plane (one TLS encryption at the holder, one decryption and a
+//!   copy out of rustls's buffer at the requester).
 //! - `dataplane/control-rpc-read-1MiB`: the same read as a control-plane call (`ReadShard` in a
 //!   control frame, HMAC-SHA256, read into the connection's buffer), which is how shard bytes
 //!   travelled before the data plane: the baseline.
@@ -17,15 +21,16 @@
 use std::hint::black_box;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use quarry_disk::{Drive, LocalDrive};
 use quarry_net::drive_proto::{self, Request};
 use quarry_net::{
-    ClusterSecret, DataPlane, DriveServer, Identity, RpcClient, RpcConfig, RpcServer, ShardRange,
-    TcpDataPlane, TcpDataPlaneConfig,
+    ClusterSecret, DataPlane, DriveServer, Identity, InternodeTls, RpcClient, RpcConfig, RpcServer,
+    ShardRange, TcpDataPlane, TcpDataPlaneConfig,
 };
+use quarry_tls::generate::{write_certs_dir, Ca, Validity};
 use uuid::Uuid;
 
 const LEN: usize = 1 << 20;
@@ -52,7 +57,18 @@ fn dataplane(c: &mut Criterion) {
     .expect("tempdir");
     let dd = Uuid::new_v4();
     let data: Vec<u8> = (0..LEN).map(|i| (i as u8).wrapping_mul(167)).collect();
-    let (server, dp) = rt.block_on(async {
+    let tls = {
+        let ca = Ca::new("bench CA", Validity::days(2)).expect("CA");
+        let leaf = ca
+            .issue(&["127.0.0.1".to_string()], Validity::days(2))
+            .expect("certificate");
+        write_certs_dir(&dir.path().join("certs"), &leaf, &ca.pem().cert).expect("certs");
+        let set = quarry_tls::certs::load_dir(&dir.path().join("certs"), SystemTime::now())
+            .expect("read certs")
+            .expect("a certificate");
+        InternodeTls::fixed(quarry_tls::internode::configs(&set).expect("internode TLS"))
+    };
+    let (server, dp, tls_server, tls_dp) = rt.block_on(async {
         let local = LocalDrive::open(dir.path().join("d0"))
             .await
             .expect("drive");
@@ -61,18 +77,34 @@ fn dataplane(c: &mut Criterion) {
         std::fs::create_dir_all(&shard_dir).expect("dir");
         std::fs::write(shard_dir.join("part.1"), &data).expect("shard");
         let drives: Vec<Arc<dyn Drive>> = vec![Arc::new(local)];
+        let handler = Arc::new(DriveServer::new(drives));
         let server = RpcServer::bind(
             "127.0.0.1:0",
             identity("server"),
             RpcConfig::default(),
-            Arc::new(DriveServer::new(drives)),
+            handler.clone(),
         )
         .await
         .expect("server");
         let config = TcpDataPlaneConfig::from_rpc(&RpcConfig::default());
         let dp = Arc::new(TcpDataPlane::new(identity("client"), config).expect("plane"));
-        (server, dp)
+        let tls_config = RpcConfig {
+            tls: Some(tls.clone()),
+            ..RpcConfig::default()
+        };
+        let tls_server = RpcServer::bind(
+            "127.0.0.1:0",
+            identity("server"),
+            tls_config.clone(),
+            handler,
+        )
+        .await
+        .expect("TLS server");
+        let config = TcpDataPlaneConfig::from_rpc(&tls_config);
+        let tls_dp = Arc::new(TcpDataPlane::new(identity("client"), config).expect("plane"));
+        (server, dp, tls_server, tls_dp)
     });
+    let tls_addr = tls_server.local_addr().to_string();
     let addr = server.local_addr().to_string();
     let range = ShardRange {
         bucket: "b",
@@ -84,6 +116,10 @@ fn dataplane(c: &mut Criterion) {
     };
     // Check once that the bytes are right, outside the measurement.
     let got = rt.block_on(dp.read_shard(&addr, 0, &range)).expect("read");
+    assert!(got.into_bytes()[..] == data[..]);
+    let got = rt
+        .block_on(tls_dp.read_shard(&tls_addr, 0, &range))
+        .expect("read over TLS");
     assert!(got.into_bytes()[..] == data[..]);
 
     let mut group = c.benchmark_group("dataplane");
@@ -103,6 +139,26 @@ fn dataplane(c: &mut Criterion) {
         b.iter(|| {
             rt.block_on(async {
                 let reads = (0..4).map(|_| dp.read_shard(&addr, 0, &range));
+                for r in futures_join(reads).await {
+                    black_box(r.expect("read").len());
+                }
+            })
+        })
+    });
+    group.throughput(Throughput::Bytes(LEN as u64));
+    group.bench_function("tls-read-1MiB", |b| {
+        b.iter(|| {
+            let d = rt
+                .block_on(tls_dp.read_shard(&tls_addr, 0, &range))
+                .expect("read");
+            black_box(d.len());
+        })
+    });
+    group.throughput(Throughput::Bytes(4 * LEN as u64));
+    group.bench_function("tls-read-1MiB-x4", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let reads = (0..4).map(|_| tls_dp.read_shard(&tls_addr, 0, &range));
                 for r in futures_join(reads).await {
                     black_box(r.expect("read").len());
                 }
@@ -140,6 +196,7 @@ fn dataplane(c: &mut Criterion) {
     });
     group.finish();
     drop(server);
+    drop(tls_server);
 }
 
 /// Runs the futures concurrently on the current task (no extra dependency for join_all).

@@ -91,6 +91,10 @@ pub struct TestServer {
     env: Vec<(String, String)>,
     /// HTTPS: the test CA whose certificate every node serves (see [`TestServer::start_https`]).
     tls: Option<TestTls>,
+    /// The drive URLs are `https://`: internode mutual TLS (see [`TestServer::start_cluster_tls`]).
+    internode_tls: bool,
+    /// Certificate directories of single nodes, instead of [`TestTls::dir`].
+    node_certs: Vec<(usize, PathBuf)>,
 }
 
 /// The TLS set-up of an HTTPS test server: a CA of its own, and the certificate directory
@@ -233,6 +237,21 @@ impl TestServer {
         Self::launch_with(nodes, per_node, Some(set_size), CredentialMode::Fixed, true).await
     }
 
+    /// Starts a cluster over `https://` drive URLs: S3 over HTTPS and internode mutual TLS, every
+    /// node with a certificate for 127.0.0.1 of one test CA (also in their `CAs/`).
+    pub async fn start_cluster_tls(nodes: usize, per_node: usize, set_size: usize) -> TestServer {
+        let mut s = Self::prepare(nodes, per_node, Some(set_size), CredentialMode::Fixed, true);
+        s.internode_tls = true;
+        s.launch_prepared().await
+    }
+
+    /// Starts node `i` from now on with the certificate directory `dir` instead of the test
+    /// CA's (e.g. a certificate of another CA).
+    pub fn set_node_certs(&mut self, i: usize, dir: &Path) {
+        self.node_certs.retain(|(n, _)| *n != i);
+        self.node_certs.push((i, dir.to_path_buf()));
+    }
+
     async fn launch(
         nodes: usize,
         per_node: usize,
@@ -243,6 +262,18 @@ impl TestServer {
     }
 
     async fn launch_with(
+        nodes: usize,
+        per_node: usize,
+        set_size: Option<usize>,
+        mode: CredentialMode,
+        https: bool,
+    ) -> TestServer {
+        Self::prepare(nodes, per_node, set_size, mode, https)
+            .launch_prepared()
+            .await
+    }
+
+    fn prepare(
         nodes: usize,
         per_node: usize,
         set_size: Option<usize>,
@@ -294,19 +325,25 @@ impl TestServer {
             set_size,
             env: Vec::new(),
             tls: None,
+            internode_tls: false,
+            node_certs: Vec::new(),
         };
         if https {
             s.tls = Some(TestTls::create(&s.root.path().join("certs")));
         }
+        s
+    }
+
+    async fn launch_prepared(mut self) -> TestServer {
         // Another test may take a port between our probe and the server's bind: retry on new ones.
         for attempt in 0..3 {
-            for p in &mut s.procs {
+            for p in &mut self.procs {
                 p.port = free_port();
             }
-            match s.spawn_and_wait().await {
-                Ok(()) => return s,
+            match self.spawn_and_wait().await {
+                Ok(()) => return self,
                 Err(e) if attempt < 2 && e.contains("in use") => {
-                    s.kill();
+                    self.kill();
                     continue;
                 }
                 Err(e) => panic!("{e}"),
@@ -323,7 +360,8 @@ impl TestServer {
             .enumerate()
             .map(|(i, d)| {
                 format!(
-                    "http://127.0.0.1:{}{}",
+                    "{}://127.0.0.1:{}{}",
+                    if self.internode_tls { "https" } else { "http" },
                     self.procs[i / per_node].port,
                     d.display()
                 )
@@ -378,7 +416,12 @@ impl TestServer {
         cmd.env("HOME", self.root.path());
         cmd.env_remove("QUARRY_CERTS_DIR");
         if let Some(t) = &self.tls {
-            cmd.env("QUARRY_CERTS_DIR", &t.dir);
+            let dir = self
+                .node_certs
+                .iter()
+                .find(|(n, _)| *n == node)
+                .map_or(&t.dir, |(_, d)| d);
+            cmd.env("QUARRY_CERTS_DIR", dir);
         }
         cmd.env("QUARRY_METRICS_TOKEN", METRICS_TOKEN);
         // No web console: its default port would be shared by every test server.

@@ -412,3 +412,256 @@ async fn a_client_that_stalls_in_its_handshake_is_dropped_at_the_header_timeout(
     // Control: a client that completes its handshake is served.
     s.client().list_buckets().send().await.unwrap();
 }
+
+/// Runs `cmd` for at most `limit` (then kills it): its exit code (`None`: killed) and output.
+fn run_for(cmd: &mut Command, limit: Duration) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("out");
+    let f = std::fs::File::create(&path).expect("output file");
+    let mut child = cmd
+        .stdin(std::process::Stdio::null())
+        .stdout(f.try_clone().expect("clone"))
+        .stderr(f)
+        .spawn()
+        .expect("spawn quarry");
+    let t0 = Instant::now();
+    let code = loop {
+        if let Ok(Some(st)) = child.try_wait() {
+            break st.code();
+        }
+        if t0.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    (code, std::fs::read_to_string(&path).unwrap_or_default())
+}
+
+/// Waits up to `limit` for `check`; how long it took.
+async fn wait_until(limit: Duration, mut check: impl FnMut() -> bool) -> Option<Duration> {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if check() {
+            return Some(t0.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
+}
+
+/// Whether the node log of `s`'s node `i` holds a line with every one of `words`.
+fn logged(s: &TestServer, i: usize, words: &[&str]) -> bool {
+    s.node_log_tail(i, 2000)
+        .lines()
+        .any(|l| words.iter().all(|w| l.contains(w)))
+}
+
+/// Four nodes over `https://` drive URLs: S3 and every internode byte over TLS. Objects go in
+/// and out through different nodes, a node is killed and comes back and is healed over TLS, and
+/// a plain client speaking the internode protocol gets nothing.
+#[tokio::test]
+async fn a_cluster_over_https_urls_serves_heals_and_refuses_plain_peers() {
+    if cluster_mode() {
+        // It starts its own cluster: the cluster stage of scripts/test would only repeat it.
+        return;
+    }
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    // 4 nodes x 1 drive: one 2+2 set spanning them, so every object crosses nodes.
+    let mut s = TestServer::start_cluster_tls(4, 1, 4).await;
+    assert!(s.drive_args().iter().all(|a| a.starts_with("https://")));
+    for i in 0..4 {
+        assert!(
+            logged(&s, i, &["joining the cluster", "internode_tls=true"]),
+            "node {i} did not say it runs internode TLS:\n{}",
+            s.node_log_tail(i, 30)
+        );
+    }
+    s.create_bucket("itls").await;
+    let big = random_bytes(3 << 20);
+    put_bytes(&s.node_client(0), "itls", "big", &big).await;
+    put_bytes(&s.node_client(1), "itls", "small", b"small body").await;
+    assert_eq!(get_bytes(&s.node_client(2), "itls", "big").await, big);
+    assert_eq!(
+        get_bytes(&s.node_client(3), "itls", "small").await,
+        b"small body"
+    );
+    let listed = s
+        .node_client(3)
+        .list_objects_v2()
+        .bucket("itls")
+        .send()
+        .await
+        .unwrap();
+    let keys: Vec<_> = listed.contents().iter().filter_map(|o| o.key()).collect();
+    assert_eq!(keys, ["big", "small"]);
+
+    // A plain client on the internode protocol: the connection is closed, nothing answered.
+    let mut plain = tokio::net::TcpStream::connect(("127.0.0.1", s.node_port(2)))
+        .await
+        .unwrap();
+    // The node may close (even reset) the connection before all of it is written.
+    let _ = plain.write_all(b"QHSK\x02\x01\x00\x10").await;
+    let _ = plain.write_all(&[0u8; 16]).await;
+    let mut got = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(5), plain.read_to_end(&mut got)).await;
+    assert!(
+        matches!(read, Ok(Ok(0)) | Ok(Err(_))),
+        "a plain internode client got {got:02x?} ({read:?})"
+    );
+    wait_until(Duration::from_secs(5), || {
+        logged(&s, 2, &["internode connection refused", "https://"])
+    })
+    .await
+    .unwrap_or_else(|| panic!("no refusal logged:\n{}", s.node_log_tail(2, 20)));
+
+    // Node 4 goes down; writes go on through the others; it comes back and is healed over TLS.
+    s.kill_node(3);
+    let mut missed = Vec::new();
+    for i in 0..6 {
+        let key = format!("during/{i}");
+        let body = random_bytes(if i % 2 == 0 { 300 << 10 } else { 100 });
+        put_bytes(&s.node_client(i % 3), "itls", &key, &body).await;
+        missed.push((key, body));
+    }
+    let down = s.drive_path(3).to_path_buf();
+    assert!(read_meta(&down, "itls", "during/0").is_none());
+    s.start_node(3).await;
+    let took = wait_until(Duration::from_secs(90), || {
+        missed
+            .iter()
+            .all(|(k, _)| read_meta(&down, "itls", k).is_some())
+    })
+    .await
+    .unwrap_or_else(|| {
+        panic!(
+            "the returned node was not healed within 90 s; its log:\n{}",
+            s.node_log_tail(3, 40)
+        )
+    });
+    eprintln!("healed {} objects over TLS in {took:?}", missed.len());
+    // The healed drive serves: with two other nodes down, reads need it.
+    s.kill_node(1);
+    s.kill_node(2);
+    for (k, body) in &missed {
+        assert_eq!(&get_bytes(&s.node_client(0), "itls", k).await, body, "{k}");
+    }
+}
+
+/// A node whose certificate another CA signed gets nothing from its peers: they refuse it at the
+/// TLS handshake and say why, it says why it cannot reach them, and the cluster goes on serving.
+#[tokio::test]
+async fn a_node_with_a_certificate_of_another_ca_is_refused_by_its_peers() {
+    if cluster_mode() {
+        // It starts its own cluster: the cluster stage of scripts/test would only repeat it.
+        return;
+    }
+    // 2 nodes x 2 drives, one set of 4: either node alone keeps read quorum.
+    let mut s = TestServer::start_cluster_tls(2, 2, 4).await;
+    s.create_bucket("foreign").await;
+    put_bytes(&s.node_client(0), "foreign", "k", b"before").await;
+    s.kill_node(1);
+    let other = Ca::new("another CA", Validity::days(2)).unwrap();
+    let dir = s.root().join("foreign-certs");
+    let leaf = issue(&other, &["127.0.0.1", "localhost"], Validity::days(2));
+    // It even trusts the cluster's CA: what it lacks is a certificate the cluster trusts.
+    write_certs_dir(&dir, &leaf, s.tls().unwrap().ca_pem()).unwrap();
+    let port = s.node_port(1);
+    let (code, out) = run_for(
+        Command::new(quarry_bin())
+            .arg("server")
+            .args(s.drive_args())
+            .args(["--set-size", "4", "--address"])
+            .arg(format!("127.0.0.1:{port}"))
+            .env("QUARRY_ROOT_USER", ACCESS_KEY)
+            .env("QUARRY_ROOT_PASSWORD", SECRET_KEY)
+            .env("QUARRY_CERTS_DIR", &dir)
+            .env("HOME", s.root())
+            .env("RUST_LOG", "info"),
+        Duration::from_secs(6),
+    );
+    assert_eq!(code, None, "it runs on, without its peers:\n{out}");
+    assert!(
+        out.contains("TLS with") && out.contains("refused this node's certificate"),
+        "the refused node must say TLS is why it cannot reach its peers:\n{out}"
+    );
+    assert!(
+        logged(
+            &s,
+            0,
+            &["internode handshake refused", "not signed by a CA"]
+        ),
+        "node 1 must say why it refused:\n{}",
+        s.node_log_tail(0, 30)
+    );
+    // The cluster still serves, and the node comes back with its own certificate.
+    assert_eq!(
+        get_bytes(&s.node_client(0), "foreign", "k").await,
+        b"before"
+    );
+    s.start_node(1).await;
+    assert_eq!(
+        get_bytes(&s.node_client(1), "foreign", "k").await,
+        b"before"
+    );
+}
+
+/// `https://` drive URLs without the cluster's CA in the certificate directory stop the start
+/// with the reason; mixed schemes too.
+#[test]
+fn https_urls_need_a_ca_and_one_scheme() {
+    if cluster_mode() {
+        // It starts its own cluster: the cluster stage of scripts/test would only repeat it.
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let ca = Ca::new("cluster CA", Validity::days(2)).unwrap();
+    let certs = root.path().join("certs");
+    write_certs_dir(
+        &certs,
+        &issue(&ca, &["127.0.0.1"], Validity::days(2)),
+        &ca.pem().cert,
+    )
+    .unwrap();
+    std::fs::remove_dir_all(certs.join("CAs")).unwrap();
+    let port = free_port();
+    let drives = |scheme2: &str| {
+        vec![
+            format!("https://127.0.0.1:{port}{}/d1", root.path().display()),
+            format!(
+                "{scheme2}://127.0.0.1:{}{}/d2",
+                free_port(),
+                root.path().display()
+            ),
+        ]
+    };
+    let start = |args: Vec<String>, certs: &Path| {
+        run_for(
+            Command::new(quarry_bin())
+                .arg("server")
+                .args(args)
+                .arg("--address")
+                .arg(format!("127.0.0.1:{port}"))
+                .env("QUARRY_ROOT_USER", ACCESS_KEY)
+                .env("QUARRY_ROOT_PASSWORD", SECRET_KEY)
+                .env("QUARRY_CERTS_DIR", certs)
+                .env("HOME", root.path()),
+            Duration::from_secs(20),
+        )
+    };
+    let (code, out) = start(drives("https"), &certs);
+    assert!(code.is_some_and(|c| c != 0), "{out}");
+    assert!(
+        out.contains("internode TLS") && out.contains("CAs"),
+        "{out}"
+    );
+    let (code, out) = start(drives("http"), &certs);
+    assert!(code.is_some_and(|c| c != 0), "{out}");
+    assert!(out.contains("mix http:// and https://"), "{out}");
+    let empty = root.path().join("no-certs");
+    std::fs::create_dir_all(&empty).unwrap();
+    let (code, out) = start(drives("https"), &empty);
+    assert!(code.is_some_and(|c| c != 0), "{out}");
+    assert!(out.contains("no certificate in"), "{out}");
+}

@@ -1,12 +1,19 @@
 //! Cluster mode of `quarry server`: one port for S3 and the internode RPC, the node service, and
 //! joining the cluster.
 //!
-//! A node listens on one address, as MinIO does: an accepted connection whose first bytes are the
-//! internode handshake magic goes to the RPC server, any other to the S3 server. Nothing is read
-//! to decide: the bytes are peeked, so each server sees the connection from its first byte.
+//! A node listens on one address, as MinIO does, and each accepted connection goes to the RPC
+//! server or to the S3 server by its first bytes, peeked, never read, so each server sees the
+//! connection from its first byte:
+//! - the internode handshake magic: a plain internode connection, served when the drive URLs are
+//!   `http://`, closed at once (with a log line) when they are `https://`;
+//! - a TLS ClientHello that offers the ALPN protocol `quarry-internode/2`: an internode TLS
+//!   connection, served (the RPC server then requires a client certificate of the cluster's CA)
+//!   when the drive URLs are `https://`, closed at once otherwise;
+//! - anything else: S3 (HTTP, or HTTPS with the S3 certificates, whose ALPN is http/1.1).
+//!
 //! Connections whose first bytes have not come yet take one of a fixed number of slots (carved
 //! out of `--max-connections`) for at most [`SNIFF_TIMEOUT`]; when all are taken the oldest is
-//! closed, so connections that send nothing (or one byte) neither pile up nor keep a peer's
+//! closed, so connections that send nothing (or a part) neither pile up nor keep a peer's
 //! handshake from being seen. Waiting for more bytes is a readiness event, never a timer.
 
 use std::net::SocketAddr;
@@ -18,11 +25,14 @@ use anyhow::{bail, Context};
 use quarry_disk::{Drive, LocalDrive};
 use quarry_net::rdma::{choose_backend, Backend, RdmaMode, RdmaSettings};
 use quarry_net::rpc::{LogThrottle, PreAuth};
-use quarry_net::{ClusterSecret, DriveServer, Identity, RpcClient, RpcConfig, RpcServer};
+use quarry_net::{
+    ClusterSecret, DriveServer, Identity, InternodeTls, RpcClient, RpcConfig, RpcServer,
+};
 use quarry_node::dsync::{DistLockerConfig, LockServer, DEFAULT_MAX_ENTRIES};
 use quarry_node::{cluster_id, open_cluster, ClusterSpec, NodeService};
 use quarry_object::topology::Topology;
 use quarry_object::{ErasureServer, ObjectConfig};
+use quarry_tls::CertStore;
 use tokio::io::Interest;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -59,17 +69,30 @@ impl axum::serve::Listener for HttpIncoming {
     }
 }
 
+/// Where the shared port sends a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    S3,
+    Internode,
+    /// Closed at once: internode traffic of the other scheme (plain to a TLS cluster, or TLS
+    /// to a plain one).
+    Refuse(&'static str),
+}
+
 /// Accepts on `listener` and hands each connection to the RPC or the S3 side by its first bytes;
 /// at most `sniff_slots` connections wait for theirs at once (see the module doc).
+/// `internode_tls`: the drive URLs are `https://`.
 fn split_port(
     listener: TcpListener,
     sniff_slots: usize,
+    internode_tls: bool,
 ) -> std::io::Result<(HttpIncoming, mpsc::Receiver<(TcpStream, SocketAddr)>)> {
     let local = listener.local_addr()?;
     let (http_tx, http_rx) = mpsc::channel(HANDOFF_QUEUE);
     let (rpc_tx, rpc_rx) = mpsc::channel(HANDOFF_QUEUE);
     let sniffing = PreAuth::new(sniff_slots);
     let throttle = LogThrottle::new(Duration::from_secs(10));
+    let refusals = Arc::new(LogThrottle::new(Duration::from_secs(10)));
     tokio::spawn(async move {
         loop {
             let (stream, peer) = match listener.accept().await {
@@ -92,21 +115,27 @@ fn split_port(
                 }
             }
             let (http_tx, rpc_tx) = (http_tx.clone(), rpc_tx.clone());
+            let refusals = refusals.clone();
             tokio::spawn(async move {
                 let Some(sniffed) = slot
                     .run(tokio::time::timeout(
                         SNIFF_TIMEOUT,
-                        starts_with_magic(&stream),
+                        route(&stream, internode_tls),
                     ))
                     .await
                 else {
                     // Cut to make room for a newer connection: dropping it closes it.
                     return;
                 };
-                let tx = if matches!(sniffed, Ok(Ok(true))) {
-                    rpc_tx
-                } else {
-                    http_tx
+                let tx = match sniffed {
+                    Ok(Ok(Route::Internode)) => rpc_tx,
+                    Ok(Ok(Route::Refuse(why))) => {
+                        if let Some(held) = refusals.allow() {
+                            tracing::warn!(%peer, held_back = held, "internode connection refused: {why}");
+                        }
+                        return;
+                    }
+                    _ => http_tx,
                 };
                 let _ = tx.send((stream, peer)).await;
             });
@@ -115,34 +144,106 @@ fn split_port(
     Ok((HttpIncoming { rx: http_rx, local }, rpc_rx))
 }
 
-/// What the first bytes of a connection say: `Some(true)` the internode magic, `Some(false)`
-/// anything else (or the end of the stream), `None` a prefix of the magic so far.
-fn classify(first: &[u8]) -> Option<bool> {
+/// What the first bytes of a connection are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum First {
+    /// The internode handshake magic.
+    Magic,
+    /// A TLS handshake record (content type 22, version 3.x).
+    Tls,
+    /// Anything else, or the end of the stream.
+    Other,
+}
+
+/// What the first bytes of a connection say; `None` while they are a prefix of the magic or of
+/// a TLS record header.
+fn classify(first: &[u8]) -> Option<First> {
     let magic = quarry_net::auth::HS_MAGIC;
-    let n = first.len().min(magic.len());
-    if n == 0 || first[..n] != magic[..n] {
-        Some(false)
-    } else if n == magic.len() {
-        Some(true)
-    } else {
-        None
+    match first {
+        [] => Some(First::Other),
+        [0x16] => None,
+        [0x16, 0x03, ..] => Some(First::Tls),
+        _ => {
+            let n = first.len().min(magic.len());
+            if first[..n] != magic[..n] {
+                Some(First::Other)
+            } else if n == magic.len() {
+                Some(First::Magic)
+            } else {
+                None
+            }
+        }
     }
 }
 
-/// Whether the connection's first bytes are the internode handshake magic (peeked, not read).
-/// While only a prefix of it has come, the task sleeps until the socket's next readiness event
-/// (more bytes or the end of the stream): `try_io` clears the readiness it saw when the peek
-/// says "not enough yet", and `readable` waits for a newer one.
-async fn starts_with_magic(stream: &TcpStream) -> std::io::Result<bool> {
+/// Bytes of a TLS ClientHello looked at, at most: the largest handshake record a client sends
+/// (16 KiB of payload and its header). A hello that does not fit is not a Quarry node's.
+const MAX_HELLO: usize = 16 * 1024 + 5;
+
+/// Whether `bytes` (the start of a TLS connection) hold a ClientHello offering the internode
+/// ALPN protocol; `None` while the hello is not complete. Parsed by rustls itself.
+fn offers_internode(bytes: &[u8]) -> Option<bool> {
+    let mut acceptor = quarry_tls::rustls::server::Acceptor::default();
+    let mut rd = bytes;
+    while !rd.is_empty() {
+        match acceptor.read_tls(&mut rd) {
+            Ok(0) => break,
+            Ok(_) => {}
+            // More than a hello's worth of records: not a node's hello.
+            Err(_) => return Some(false),
+        }
+    }
+    match acceptor.accept() {
+        Ok(Some(accepted)) => Some(
+            accepted
+                .client_hello()
+                .alpn()
+                .is_some_and(|mut protocols| protocols.any(|p| p == quarry_tls::ALPN_INTERNODE)),
+        ),
+        Ok(None) if bytes.len() < MAX_HELLO => None,
+        Ok(None) | Err(_) => Some(false),
+    }
+}
+
+/// Where a connection goes, from its first bytes (peeked, not read). While they do not decide
+/// yet, the task sleeps until the socket's next readiness event (more bytes or the end of the
+/// stream): `try_io` clears the readiness it saw when the peek says "not enough yet", and
+/// `readable` waits for a newer one.
+async fn route(stream: &TcpStream, internode_tls: bool) -> std::io::Result<Route> {
+    let mut buf = vec![0u8; 8];
     loop {
         stream.readable().await?;
         let peeked = stream.try_io(Interest::READABLE, || {
-            let mut buf = [0u8; 4];
             let (n, _) = rustix::net::recv(stream, &mut buf[..], rustix::net::RecvFlags::PEEK)?;
-            classify(&buf[..n]).ok_or_else(|| std::io::ErrorKind::WouldBlock.into())
+            let first = &buf[..n];
+            let decided = match classify(first) {
+                None => None,
+                Some(First::Other) => Some(Route::S3),
+                Some(First::Magic) if internode_tls => Some(Route::Refuse(
+                    "a plain internode connection, but this node's drive URLs are https:// (internode TLS): start every node with the same drive URLs",
+                )),
+                Some(First::Magic) => Some(Route::Internode),
+                Some(First::Tls) => match offers_internode(first) {
+                    // Peek more: the whole hello (it grows past 8 bytes at once).
+                    None if n == buf.len() && buf.len() < MAX_HELLO => {
+                        return Ok(None);
+                    }
+                    None => None,
+                    Some(false) => Some(Route::S3),
+                    Some(true) if internode_tls => Some(Route::Internode),
+                    Some(true) => Some(Route::Refuse(
+                        "a peer asks for internode TLS, but this node's drive URLs are http://: start every node with the same drive URLs",
+                    )),
+                },
+            };
+            decided
+                .map(Some)
+                .ok_or_else(|| std::io::ErrorKind::WouldBlock.into())
         });
         match peeked {
-            Ok(internode) => return Ok(internode),
+            Ok(Some(route)) => return Ok(route),
+            // The buffer was full: peek again at once with room for the whole hello.
+            Ok(None) => buf.resize(MAX_HELLO, 0),
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(e) => return Err(e),
         }
@@ -260,7 +361,30 @@ pub struct Node {
     pub _rpc: RpcServer,
 }
 
-/// Binds the node's address, starts its internode service and joins the cluster.
+/// Internode TLS for `https://` drive URLs: the node's certificate and the cluster's CA from the
+/// certificate directory, or the reason it cannot run. `None` for `http://` URLs.
+pub fn internode_tls(
+    topology: &Topology,
+    certs: Option<&Arc<CertStore>>,
+    certs_dir: Option<&std::path::Path>,
+) -> anyhow::Result<Option<InternodeTls>> {
+    if !topology.tls {
+        return Ok(None);
+    }
+    let dir = certs_dir.map_or_else(|| "--certs-dir".to_owned(), |d| d.display().to_string());
+    let Some(store) = certs else {
+        bail!(
+            "the drive URLs are https://, which turns on internode TLS, but there is no certificate in {dir}: put the node's certificate (public.crt, private.key; it must cover this node's host name in the drive URLs) and the cluster's CA certificate (CAs/ca.crt) there, or use http:// drive URLs on a trusted network (see the README, \"TLS between nodes\")"
+        );
+    };
+    let tls = InternodeTls::from_store(store.clone()).with_context(|| {
+        format!("the drive URLs are https://, which turns on internode TLS: peers are verified against the cluster's CA in {dir}/CAs")
+    })?;
+    Ok(Some(tls))
+}
+
+/// Binds the node's address, starts its internode service and joins the cluster. `tls`: internode
+/// TLS ([`internode_tls`]).
 pub async fn start(
     topology: Topology,
     address: &str,
@@ -268,6 +392,7 @@ pub async fn start(
     cfg: ObjectConfig,
     rdma: &RdmaSettings,
     sniff_slots: usize,
+    tls: Option<InternodeTls>,
 ) -> anyhow::Result<Node> {
     let hostname = std::fs::read_to_string("/etc/hostname")
         .ok()
@@ -280,6 +405,21 @@ pub async fn start(
     };
     let node = topology.nodes[me].clone();
     let backend = choose_data_plane(rdma, address)?;
+    if tls.is_some() {
+        match &backend {
+            Backend::Verbs(d) => tracing::warn!(
+                device = %d.device,
+                "internode TLS is on (https:// drive URLs), but shard bytes between nodes go over RDMA verbs, which TLS cannot wrap: they cross the RDMA network unencrypted. Keep that network isolated (as every RDMA storage system requires), or set QUARRY_RDMA=off to send them over TLS"
+            ),
+            Backend::Tcp { .. } => tracing::info!(
+                "internode TLS: control RPC and data plane over mutual TLS with the cluster's CA"
+            ),
+        }
+    }
+    let rpc_config = RpcConfig {
+        tls: tls.clone(),
+        ..RpcConfig::default()
+    };
     // Each node scans its share of the sets, not all of them.
     let cfg = ObjectConfig {
         scan_share: Some((me, topology.nodes.len())),
@@ -305,14 +445,21 @@ pub async fn start(
         .await
         .with_context(|| format!("cannot listen on {address}"))?;
     let local = listener.local_addr()?;
-    let (http, rpc_rx) = split_port(listener, sniff_slots)?;
+    let (http, rpc_rx) = split_port(listener, sniff_slots, tls.is_some())?;
 
     let served: Vec<Arc<dyn Drive>> = local_drives
         .iter()
         .map(|d| Arc::new(d.clone()) as Arc<dyn Drive>)
         .collect();
-    let rpc = RpcClient::new(identity.clone(), RpcConfig::default());
-    let drive_server = verbs::wire(&backend, rdma, &identity, &rpc, DriveServer::new(served))?;
+    let rpc = RpcClient::new(identity.clone(), rpc_config.clone());
+    let drive_server = verbs::wire(
+        &backend,
+        rdma,
+        &identity,
+        &rpc,
+        &rpc_config,
+        DriveServer::new(served),
+    )?;
     let service = NodeService::new(
         Arc::new(drive_server),
         Arc::new(LockServer::new(DEFAULT_MAX_ENTRIES)),
@@ -323,7 +470,7 @@ pub async fn start(
         rpc_rx,
         local,
         identity.clone(),
-        RpcConfig::default(),
+        rpc_config,
         Arc::new(service),
     );
     tracing::info!(
@@ -333,6 +480,7 @@ pub async fn start(
         set_size = topology.set_size(),
         layout = %topology.fingerprint_hex(),
         data_plane = backend.name(),
+        internode_tls = tls.is_some(),
         "joining the cluster"
     );
     let spec = ClusterSpec {
@@ -376,6 +524,7 @@ mod verbs {
         rdma: &RdmaSettings,
         identity: &Identity,
         rpc: &RpcClient,
+        config: &RpcConfig,
         server: DriveServer,
     ) -> anyhow::Result<DriveServer> {
         let Backend::Verbs(d) = backend else {
@@ -414,7 +563,7 @@ mod verbs {
             .map_err(anyhow::Error::msg)
             .context("RDMA: cannot set up the holder side of the verbs data plane")?,
         );
-        let config = RpcConfig::default();
+        let config = config.clone();
         // Its own control connections (no cycle through the client that holds the plane).
         let control = RpcClient::new(identity.clone(), config.clone());
         let tcp = TcpDataPlane::with_pool(
@@ -449,13 +598,43 @@ mod tests {
 
     #[test]
     fn first_bytes_are_classified() {
-        assert_eq!(classify(b"QHSK\x01"), Some(true));
-        assert_eq!(classify(b"QHSK"), Some(true));
+        assert_eq!(classify(b"QHSK\x01"), Some(First::Magic));
+        assert_eq!(classify(b"QHSK"), Some(First::Magic));
         assert_eq!(classify(b"QH"), None);
         assert_eq!(classify(b"Q"), None);
-        assert_eq!(classify(b""), Some(false));
-        assert_eq!(classify(b"GET "), Some(false));
-        assert_eq!(classify(b"QX"), Some(false));
+        assert_eq!(classify(b""), Some(First::Other));
+        assert_eq!(classify(b"GET "), Some(First::Other));
+        assert_eq!(classify(b"QX"), Some(First::Other));
+        assert_eq!(classify(b"\x16"), None);
+        assert_eq!(classify(b"\x16\x03\x01\x02\x00"), Some(First::Tls));
+        assert_eq!(classify(b"\x16\x04"), Some(First::Other));
+    }
+
+    /// The first bytes a rustls client sends with `alpn`.
+    fn client_hello(alpn: &[&[u8]]) -> Vec<u8> {
+        let ca =
+            quarry_tls::generate::Ca::new("t", quarry_tls::generate::Validity::days(1)).unwrap();
+        let mut cfg = quarry_tls::client_config_trusting(ca.pem().cert.as_bytes()).unwrap();
+        cfg.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        let name = quarry_tls::rustls_pki_types::ServerName::try_from("127.0.0.1").unwrap();
+        let mut c = quarry_tls::rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
+        let mut out = Vec::new();
+        while c.wants_write() {
+            c.write_tls(&mut out).unwrap();
+        }
+        out
+    }
+
+    #[test]
+    fn a_client_hello_is_routed_by_its_alpn() {
+        let node = client_hello(&[quarry_tls::ALPN_INTERNODE]);
+        assert!(node.len() > 1000, "a post-quantum hello spans segments");
+        assert_eq!(offers_internode(&node), Some(true));
+        // Cut anywhere: not complete yet.
+        assert_eq!(offers_internode(&node[..node.len() / 2]), None);
+        assert_eq!(offers_internode(&client_hello(&[b"http/1.1"])), Some(false));
+        assert_eq!(offers_internode(&client_hello(&[])), Some(false));
+        assert_eq!(offers_internode(b"\x16\x03\x01\x00\x05hello"), Some(false));
     }
 
     #[test]

@@ -130,6 +130,11 @@ async fn run_cluster(mut settings: Settings, soft_fds: u64) -> anyhow::Result<()
     let reserve = crate::fdlimit::reserve(per_node, internode);
     let port = connection_limit(&settings, soft_fds, reserve)?;
     let tls = open_certs(&settings)?;
+    let internode_tls = crate::cluster::internode_tls(
+        &topology,
+        tls.as_ref(),
+        settings.certs_dir.as_ref().map(|(d, _)| d.as_path()),
+    )?;
     let sniff_slots = (port / 16).clamp(8, 256);
     settings.max_connections = port.saturating_sub(sniff_slots).max(1);
     let node = crate::cluster::start(
@@ -139,6 +144,7 @@ async fn run_cluster(mut settings: Settings, soft_fds: u64) -> anyhow::Result<()
         cfg,
         &settings.rdma,
         sniff_slots,
+        internode_tls,
     )
     .await?;
     let layout = node.layer.layout();

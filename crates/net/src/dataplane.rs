@@ -12,8 +12,8 @@
 //!
 //! A [`TcpDataPlane`] keeps a few **dedicated data connections** per peer
 //! ([`TcpDataPlaneConfig::connections_per_peer`]), separate from the control connections of the
-//! [`crate::RpcClient`]. Each is an ordinary internode connection: same port, same handshake magic
-//! and handshake ([`crate::auth`]), same [`crate::RpcServer`] and [`crate::Handler`] on the peer,
+//! [`crate::RpcClient`]. Each is an ordinary internode connection: same port, same TLS when the
+//! cluster uses it ([`crate::transport`]), same handshake magic and handshake ([`crate::auth`]), same [`crate::RpcServer`] and [`crate::Handler`] on the peer,
 //! so a node that shares one port between S3 and the internode RPC needs no new wiring, and nothing
 //! is read from a data connection before it is authenticated. What makes it a data connection is
 //! only how it is used:
@@ -58,7 +58,6 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use uuid::Uuid;
 
@@ -68,6 +67,7 @@ use crate::data::{BulkReceiver, BulkSender, DataError};
 use crate::drive_proto::{self, Request};
 use crate::lock;
 use crate::rpc::RpcConfig;
+use crate::transport::{self, InternodeStream, InternodeTls, OpenError};
 use crate::wire::{self, Frame, FrameKind, Header, Opener, Sealer, WireError};
 use quarry_buf::{BufPool, BufPoolConfig, BufPoolError, PooledBuf, DEFAULT_BUF_SIZE};
 /// The figures this module counts (plain types of the ground floor: see `quarry_buf::figures`).
@@ -202,6 +202,9 @@ pub enum DataPlaneError {
     },
     #[error("data-connection handshake with {peer} failed: {source}")]
     Handshake { peer: String, source: AuthError },
+    /// The TLS handshake of a data connection failed (see [`crate::RpcError::Tls`]).
+    #[error("data-connection TLS with {peer} failed: {reason}")]
+    Tls { peer: String, reason: String },
     /// The connection broke or closed mid-transfer (e.g. the peer died).
     #[error("data connection to {peer} broke: {source}")]
     ConnectionLost {
@@ -246,6 +249,7 @@ impl DataPlaneError {
                 | DataPlaneError::PeerDown { .. }
                 | DataPlaneError::Connect { .. }
                 | DataPlaneError::Handshake { .. }
+                | DataPlaneError::Tls { .. }
                 | DataPlaneError::ConnectionLost { .. }
         )
     }
@@ -257,6 +261,7 @@ impl DataPlaneError {
             DataPlaneError::PeerDown { .. } => "peer_down",
             DataPlaneError::Connect { .. } => "connect",
             DataPlaneError::Handshake { .. } => "handshake",
+            DataPlaneError::Tls { .. } => "tls",
             DataPlaneError::ConnectionLost { .. } => "connection_lost",
             DataPlaneError::Wire { .. } => "wire",
             DataPlaneError::Bulk { .. } => "bulk",
@@ -495,10 +500,12 @@ pub struct TcpDataPlaneConfig {
     pub buf_size: usize,
     /// Buffers in the pool.
     pub buffers: usize,
+    /// Internode mutual TLS: data connections are TLS connections (see [`crate::transport`]).
+    pub tls: Option<InternodeTls>,
 }
 
 impl TcpDataPlaneConfig {
-    /// Timeouts, back-off and frame size of `rpc`; four connections per peer; a pool of 256
+    /// Timeouts, back-off, frame size and TLS of `rpc`; four connections per peer; a pool of 256
     /// buffers of [`DEFAULT_BUF_SIZE`] (its memory becomes resident only as buffers are used).
     pub fn from_rpc(rpc: &RpcConfig) -> TcpDataPlaneConfig {
         TcpDataPlaneConfig {
@@ -512,6 +519,7 @@ impl TcpDataPlaneConfig {
             backoff_max: rpc.backoff_max,
             buf_size: DEFAULT_BUF_SIZE,
             buffers: 256,
+            tls: rpc.tls.clone(),
         }
     }
 }
@@ -762,38 +770,37 @@ impl TcpDataPlane {
         let c = &self.config;
         let peer = || addr.to_owned();
         let mut stream =
-            match tokio::time::timeout(c.connect_timeout, TcpStream::connect(addr)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(source)) => {
+            match transport::open(addr, c.tls.as_ref(), c.connect_timeout, c.handshake_timeout)
+                .await
+            {
+                Ok(s) => s,
+                Err(OpenError::Connect(source)) => {
                     return Err(DataPlaneError::Connect {
                         peer: peer(),
                         source,
                     })
                 }
-                Err(_) => {
-                    return Err(DataPlaneError::Connect {
+                Err(OpenError::Tls(reason)) => {
+                    return Err(DataPlaneError::Tls {
                         peer: peer(),
-                        source: std::io::Error::new(
-                            std::io::ErrorKind::TimedOut,
-                            format!("no connection within {:?}", c.connect_timeout),
-                        ),
+                        reason,
                     })
                 }
             };
-        stream
-            .set_nodelay(true)
-            .map_err(|source| DataPlaneError::Connect {
-                peer: peer(),
-                source,
-            })?;
         let handshake = auth::client_handshake(&mut stream, &self.identity, c.max_clock_skew);
         let session = match tokio::time::timeout(c.handshake_timeout, handshake).await {
             Ok(Ok(s)) => s,
             Ok(Err(source)) => {
+                if let Some(reason) = transport::tls_failure(&source) {
+                    return Err(DataPlaneError::Tls {
+                        peer: peer(),
+                        reason,
+                    });
+                }
                 return Err(DataPlaneError::Handshake {
                     peer: peer(),
                     source,
-                })
+                });
             }
             Err(_) => {
                 return Err(DataPlaneError::Handshake {
@@ -1001,7 +1008,7 @@ const PIPELINE: usize = 16;
 
 /// One authenticated data connection, used by one transfer at a time.
 struct DataConn {
-    stream: TcpStream,
+    stream: InternodeStream,
     sealer: Sealer,
     opener: Opener,
     bulk: BulkReceiver,

@@ -23,8 +23,9 @@
 //! What it is not: it knows nothing of objects, erasure sets or S3 (`quarry-node` wires it to the
 //! object layer); of drives it knows only the `Drive` trait of `quarry-disk`. The FFI of the verbs backend lives in `crates/verbs`, the only
 //! crate with `unsafe`.
-//! There is no TLS: frames are authenticated, not encrypted, so internode traffic belongs on a trusted
-//! network.
+//! [`transport`] opens and accepts every internode connection: plain TCP, or (a cluster with
+//! `https://` drive URLs) mutual TLS with the cluster's CA, under the same handshake and frames.
+//! The verbs data plane is never inside TLS: it needs an isolated RDMA network.
 #![forbid(unsafe_code)]
 
 pub mod auth;
@@ -38,6 +39,7 @@ pub mod methods;
 pub mod rdma;
 pub mod remote_drive;
 pub mod rpc;
+pub mod transport;
 #[cfg(feature = "verbs")]
 pub mod verbs_dataplane;
 pub mod wire;
@@ -58,5 +60,6 @@ pub use drive_server::{DriveServer, DriveServerConfig};
 pub use quarry_buf::{DataPlaneStats, PeerSnapshot, LATENCY_BUCKETS};
 pub use remote_drive::{RemoteDrive, RemoteDriveConfig};
 pub use rpc::{Handler, RpcClient, RpcConfig, RpcError, RpcServer};
+pub use transport::{InternodeStream, InternodeTls};
 #[cfg(feature = "verbs")]
 pub use verbs_dataplane::{VerbsConfig, VerbsDataPlane, VerbsDevice, VerbsResponder};

@@ -54,6 +54,9 @@ pub struct Topology {
     pub drives: Vec<DriveEndpoint>,
     /// Every set as indices into `drives`, in set position order.
     pub sets: Vec<Vec<usize>>,
+    /// The drive URLs are `https://`: internode traffic runs over mutual TLS. Every drive of a
+    /// deployment has the same scheme.
+    pub tls: bool,
 }
 
 /// Expands the ellipses of one argument: `{a...b}` with decimal bounds (zero-padded when `a`
@@ -140,20 +143,20 @@ pub fn is_cluster_args(args: &[String]) -> bool {
         .any(|a| a.starts_with("http://") || a.starts_with("https://"))
 }
 
-/// Splits `http://host:port/path` into `("host:port", "/path")`.
-fn parse_url(url: &str) -> Result<(String, PathBuf)> {
+/// Splits `http://host:port/path` (or `https://`) into `(https, "host:port", "/path")`.
+fn parse_url(url: &str) -> Result<(bool, String, PathBuf)> {
     let err = |why: &str| TopologyError::Url {
         url: url.to_string(),
         why: why.to_string(),
     };
-    let rest = if let Some(r) = url.strip_prefix("http://") {
-        r
-    } else if url.starts_with("https://") {
-        return Err(err(
-            "https is not supported for internode traffic yet; use http:// on a trusted network",
-        ));
+    let (tls, rest) = if let Some(r) = url.strip_prefix("http://") {
+        (false, r)
+    } else if let Some(r) = url.strip_prefix("https://") {
+        (true, r)
     } else {
-        return Err(err("expected http://HOST:PORT/PATH"));
+        return Err(err(
+            "expected http://HOST:PORT/PATH (or https:// for internode TLS)",
+        ));
     };
     let (host, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
@@ -173,7 +176,7 @@ fn parse_url(url: &str) -> Result<(String, PathBuf)> {
     }
     port.parse::<u16>()
         .map_err(|_| err(&format!("{port:?} is not a port")))?;
-    Ok((host.to_ascii_lowercase(), PathBuf::from(path)))
+    Ok((tls, host.to_ascii_lowercase(), PathBuf::from(path)))
 }
 
 impl Topology {
@@ -192,8 +195,18 @@ impl Topology {
         let mut drives = Vec::with_capacity(urls.len());
         let mut per_node: Vec<usize> = Vec::new();
         let mut seen = std::collections::HashSet::new();
+        let mut scheme: Option<(bool, String)> = None;
         for url in urls {
-            let (host, path) = parse_url(&url)?;
+            let (tls, host, path) = parse_url(&url)?;
+            match &scheme {
+                None => scheme = Some((tls, url.clone())),
+                Some((first, example)) if *first != tls => {
+                    return Err(TopologyError::Layout(format!(
+                        "drive URLs mix http:// and https:// ({example} and {url}): every drive of a deployment must use the same scheme (https:// for internode TLS)"
+                    )))
+                }
+                Some(_) => {}
+            }
             if !seen.insert((host.clone(), path.clone())) {
                 return Err(TopologyError::Layout(format!("drive {url} is given twice")));
             }
@@ -274,6 +287,7 @@ impl Topology {
             nodes,
             drives,
             sets,
+            tls: scheme.is_some_and(|(tls, _)| tls),
         })
     }
 
@@ -315,7 +329,10 @@ impl Topology {
     }
 
     /// A fingerprint of the layout: the same on every node started with the same drives and
-    /// set size, different otherwise. Nodes compare it before they talk.
+    /// set size, different otherwise. Nodes compare it before they talk. The URL scheme is not
+    /// part of it (an `https://` URL counts as its `http://` form): it says how nodes talk, not
+    /// where the data is, so turning internode TLS on keeps the fingerprint (and the cluster id
+    /// derived from it), and clusters running `http://` keep the one they had.
     pub fn fingerprint(&self) -> [u8; 32] {
         let mut h = blake3::Hasher::new();
         h.update(b"quarry-layout");
@@ -325,6 +342,10 @@ impl Topology {
             h.update(&(set.len() as u64).to_be_bytes());
             for &d in set {
                 let url = self.drives[d].url.to_ascii_lowercase();
+                let url = match url.strip_prefix("https://") {
+                    Some(rest) => format!("http://{rest}"),
+                    None => url,
+                };
                 h.update(&(url.len() as u64).to_be_bytes());
                 h.update(url.as_bytes());
             }
@@ -484,6 +505,31 @@ mod tests {
         assert_eq!(a.fingerprint(), b.fingerprint());
         assert_ne!(a.fingerprint(), c.fingerprint());
         assert_ne!(a.fingerprint(), d.fingerprint());
+        // The scheme is how nodes talk, not the layout.
+        let e = Topology::from_args(&s(&["https://h{1...4}:1/d{1...2}"]), Some(4)).unwrap();
+        assert!(e.tls && !a.tls);
+        assert_eq!(a.fingerprint(), e.fingerprint());
+        // Pinned: the fingerprint of http:// layouts is the one running clusters have.
+        let one = Topology::from_args(&s(&["http://a:1/d{1...2}"]), None).unwrap();
+        assert_eq!(one.fingerprint_hex(), PINNED_FINGERPRINT);
+    }
+
+    /// `http://a:1/d{1...2}`'s fingerprint before the scheme was left out of it.
+    const PINNED_FINGERPRINT: &str = "bf96f4d8b25ac607";
+
+    #[test]
+    fn one_scheme_per_deployment() {
+        let e = Topology::from_args(&s(&["http://a:1/d1", "https://b:1/d1"]), None).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains("mix http:// and https://") && msg.contains("https://b:1/d1"),
+            "{msg}"
+        );
+        let t = Topology::from_args(&s(&["https://a:1/d1", "HTTPS://b:1/d1"]), None);
+        assert!(t.is_err(), "the scheme is lower case, as in http://");
+        let t = Topology::from_args(&s(&["https://a:1/d1", "https://b:1/d1"]), None).unwrap();
+        assert!(t.tls);
+        assert_eq!(t.nodes, vec!["a:1", "b:1"]);
     }
 
     #[test]

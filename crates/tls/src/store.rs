@@ -19,6 +19,7 @@ use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use rustls_pki_types::ServerName;
 
 use crate::certs::{self, show_time, CertKey, CertSet, TlsError};
+use crate::internode::{self, InternodeConfigs};
 
 /// ALPN of HTTP/1.1, the only HTTP version the S3 server speaks.
 pub const ALPN_HTTP1: &[u8] = b"http/1.1";
@@ -31,6 +32,8 @@ pub struct Configs {
     pub certs: Arc<CertSet>,
     /// The S3 listener: TLS 1.3 and 1.2, ALPN http/1.1, SNI choosing among the certificates.
     pub s3: Arc<ServerConfig>,
+    /// Internode mutual TLS ([`crate::internode`]), when `CAs/` holds a CA certificate.
+    pub internode: Option<InternodeConfigs>,
 }
 
 /// The certificate directory of a running server (see the module doc).
@@ -80,8 +83,18 @@ impl CertStore {
         self.current().s3.clone()
     }
 
+    /// The internode configurations for a connection made or accepted now; [`TlsError::NoCas`]
+    /// when the directory trusts no CA (internode TLS cannot verify peers then).
+    pub fn internode(&self) -> Result<InternodeConfigs, TlsError> {
+        let c = self.current();
+        c.internode.clone().ok_or_else(|| TlsError::NoCas {
+            dir: c.certs.dir.join(certs::CAS_DIR),
+        })
+    }
+
     /// Reads the directory again and, if it holds a valid set of certificates, uses it from the
     /// next connection on. On error nothing changes (and the watcher waits for the next change).
+    /// A directory that trusted a CA (internode TLS) must still trust one.
     pub fn reload(&self) -> Result<(), TlsError> {
         let seen = certs::fingerprint(&self.dir);
         *self.seen.lock().unwrap_or_else(|e| e.into_inner()) = seen;
@@ -92,6 +105,11 @@ impl CertStore {
             }
         })?;
         let configs = build(set)?;
+        if configs.internode.is_none() && self.current().internode.is_some() {
+            return Err(TlsError::NoCas {
+                dir: self.dir.join(certs::CAS_DIR),
+            });
+        }
         warn_if_expiring(&configs.certs);
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(configs);
         Ok(())
@@ -203,9 +221,15 @@ fn build(set: CertSet) -> Result<Configs, TlsError> {
     s3.alpn_protocols = vec![ALPN_HTTP1.to_vec()];
     // Resumption by ticket (TLS 1.3 and 1.2): a client's next connections skip the full handshake.
     s3.ticketer = rustls::crypto::aws_lc_rs::Ticketer::new()?;
+    let internode = if certs.cas.is_empty() {
+        None
+    } else {
+        Some(internode::configs(&certs)?)
+    };
     Ok(Configs {
         certs,
         s3: Arc::new(s3),
+        internode,
     })
 }
 

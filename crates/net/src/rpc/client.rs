@@ -1,7 +1,7 @@
 //! The calling side: per-peer connection pools, request multiplexing, timeouts and back-off.
 //!
 //! Each peer has `connections_per_peer` slots, used round-robin; a slot connects lazily (TCP with
-//! `TCP_NODELAY`, then the handshake) and its connection is reused by every call until it breaks. On
+//! `TCP_NODELAY`, TLS if configured, then the handshake) and its connection is reused by every call until it breaks. On
 //! one connection any number of calls are in flight at once, told apart by request id: a reader task
 //! hands each response to the call waiting for its id, a writer task seals and writes requests.
 //!
@@ -19,7 +19,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 
@@ -28,6 +27,7 @@ use crate::auth::{self, AuthError, Identity};
 use crate::backoff::PeerBackoff;
 use crate::dataplane::{DataPlane, TcpDataPlane, TcpDataPlaneConfig};
 use crate::lock;
+use crate::transport::{self, OpenError};
 use crate::wire::{self, Frame, FrameKind};
 
 /// Counters of a client.
@@ -336,36 +336,38 @@ impl Peer {
 async fn connect(addr: &str, client: &Shared) -> Result<Conn, RpcError> {
     let config = &client.config;
     let peer = || addr.to_owned();
-    let mut stream =
-        match tokio::time::timeout(config.connect_timeout, TcpStream::connect(addr)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(source)) => {
-                return Err(RpcError::Connect {
-                    peer: peer(),
-                    source,
-                })
-            }
-            Err(_) => {
-                let source = std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("no connection within {:?}", config.connect_timeout),
-                );
-                return Err(RpcError::Connect {
-                    peer: peer(),
-                    source,
-                });
-            }
-        };
-    stream
-        .set_nodelay(true)
-        .map_err(|source| RpcError::Connect {
-            peer: peer(),
-            source,
-        })?;
+    let mut stream = match transport::open(
+        addr,
+        config.tls.as_ref(),
+        config.connect_timeout,
+        config.handshake_timeout,
+    )
+    .await
+    {
+        Ok(s) => s,
+        Err(OpenError::Connect(source)) => {
+            return Err(RpcError::Connect {
+                peer: peer(),
+                source,
+            })
+        }
+        Err(OpenError::Tls(reason)) => {
+            return Err(RpcError::Tls {
+                peer: peer(),
+                reason,
+            })
+        }
+    };
     let handshake = auth::client_handshake(&mut stream, &client.identity, config.max_clock_skew);
     let session = match tokio::time::timeout(config.handshake_timeout, handshake).await {
         Ok(Ok(s)) => s,
         Ok(Err(source)) => {
+            if let Some(reason) = transport::tls_failure(&source) {
+                return Err(RpcError::Tls {
+                    peer: peer(),
+                    reason,
+                });
+            }
             if let AuthError::UnsupportedVersion { .. } = source {
                 // Not a passing fault: said once per attempt, which the back-off spaces out.
                 tracing::warn!(peer = %addr, error = %source, "internode handshake refused");
@@ -390,7 +392,7 @@ async fn connect(addr: &str, client: &Shared) -> Result<Conn, RpcError> {
     let sealer = session.sealer(config.max_frame);
     let bulk = session.bulk_sender();
     let mut opener = session.opener(config.max_frame);
-    let (mut rd, wr) = stream.into_split();
+    let (mut rd, wr) = tokio::io::split(stream);
     let shared = Arc::new(ConnShared {
         peer: peer(),
         opened: Instant::now(),

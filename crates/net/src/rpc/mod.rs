@@ -1,4 +1,4 @@
-//! Control RPC over TCP: [`RpcClient`] (pooled, multiplexed, timed-out, backed-off calls to peers)
+//! Control RPC over TCP (or TLS over it, [`crate::transport`]): [`RpcClient`] (pooled, multiplexed, timed-out, backed-off calls to peers)
 //! and [`RpcServer`] (handshake, then dispatch of each request to a [`Handler`]).
 //!
 //! A call is `(method: u16, payload: Bytes) -> Result<Bytes, RpcError>`; payloads are opaque here (the
@@ -32,6 +32,7 @@ pub use server::{RpcServer, ServerStats};
 
 use crate::auth::AuthError;
 use crate::data::BulkSender;
+use crate::transport::InternodeTls;
 use crate::wire::{self, Decoded, Frame, Opener, Sealer, WireError};
 
 /// Error codes carried by error frames.
@@ -88,6 +89,9 @@ pub struct RpcConfig {
     /// Bytes of each of those buffers (a multiple of 4096); also the largest such body accepted
     /// (or `max_frame`, if larger).
     pub bulk_buf_size: usize,
+    /// Internode mutual TLS ([`crate::transport`]): with it, a client connects only over TLS and
+    /// a server accepts only TLS connections carrying a certificate of the cluster's CA.
+    pub tls: Option<InternodeTls>,
 }
 
 impl Default for RpcConfig {
@@ -107,6 +111,7 @@ impl Default for RpcConfig {
             max_connections: 256,
             bulk_buffers: 64,
             bulk_buf_size: quarry_buf::DEFAULT_BUF_SIZE,
+            tls: None,
         }
     }
 }
@@ -129,6 +134,10 @@ pub enum RpcError {
     },
     #[error("handshake with {peer} failed: {source}")]
     Handshake { peer: String, source: AuthError },
+    /// The TLS handshake failed: the peer's certificate is not of the cluster's CA or does not
+    /// cover its address, or it refused ours.
+    #[error("TLS with {peer} failed: {reason}")]
+    Tls { peer: String, reason: String },
     #[error("connection to {peer} closed: {reason}")]
     ConnectionClosed { peer: String, reason: String },
     #[error("request payload of {len} bytes exceeds the maximum frame payload of {max} bytes")]
@@ -168,6 +177,7 @@ impl RpcError {
             RpcError::Timeout { .. }
                 | RpcError::PeerDown { .. }
                 | RpcError::Connect { .. }
+                | RpcError::Tls { .. }
                 | RpcError::ConnectionClosed { .. }
         )
     }
@@ -206,7 +216,13 @@ async fn read_frame<R: AsyncRead + Unpin>(
             Decoded::Need(n) => {
                 // `n` is bounded by the maximum frame: the header was checked first.
                 buf.reserve(n - buf.len());
-                if r.read_buf(buf).await? == 0 {
+                let got = match r.read_buf(buf).await {
+                    // A TLS peer that closes without close_notify (it crashed or was killed):
+                    // the same as a TCP peer closing between frames.
+                    Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && buf.is_empty() => 0,
+                    other => other?,
+                };
+                if got == 0 {
                     if buf.is_empty() {
                         return Ok(None);
                     }

@@ -1,4 +1,6 @@
-//! The serving side: accept, handshake, then dispatch each request to the [`Handler`].
+//! The serving side: accept, handshake (TLS first when [`RpcConfig::tls`] is set: then a
+//! connection without a certificate of the cluster's CA ends there), then dispatch each request
+//! to the [`Handler`].
 //!
 //! Nothing is read from a connection as a request before its handshake succeeded. A connection
 //! that has not authenticated yet holds one of `max_handshakes` slots for at most
@@ -26,6 +28,7 @@ use super::{
     codes, read_frame, write_loop, Handler, LogThrottle, Outgoing, PreAuth, RpcConfig, RpcError,
 };
 use crate::auth::{self, Identity, Session};
+use crate::transport::{self, InternodeStream};
 use crate::wire::{self, Frame, FrameKind, FLAG_BULK, FLAG_BULK_BODY};
 use quarry_buf::{BufPool, BufPoolConfig};
 
@@ -247,9 +250,8 @@ async fn accept_loop<H: Handler>(
                     let handler = handler.clone();
                     let limit = limit.clone();
                     conns.spawn(async move {
-                        let mut stream = stream;
-                        let handshake = slot.run(handshake(&mut stream, peer, &ctx)).await;
-                        let Some(Some(session)) = handshake else { return };
+                        let handshake = slot.run(handshake(stream, peer, &ctx)).await;
+                        let Some(Some((stream, session))) = handshake else { return };
                         let Ok(permit) = limit.try_acquire_owned() else {
                             ctx.counters.connections_refused.fetch_add(1, Ordering::Relaxed);
                             if let Some(held) = ctx.refusals.allow() {
@@ -271,16 +273,33 @@ async fn accept_loop<H: Handler>(
     }
 }
 
-/// The server side of the handshake within `preauth_timeout`; failures are counted and logged
-/// (throttled).
-async fn handshake(stream: &mut TcpStream, peer: SocketAddr, ctx: &Ctx) -> Option<Session> {
+/// The server side of the handshakes, TLS (when configured) and then the internode one, each
+/// within `preauth_timeout`; failures are counted and logged (throttled).
+async fn handshake(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    ctx: &Ctx,
+) -> Option<(InternodeStream, Session)> {
     let config = &ctx.config;
-    let _ = stream.set_nodelay(true);
-    let handshake = auth::server_handshake(stream, &ctx.identity, config.max_clock_skew);
-    let error = match tokio::time::timeout(config.preauth_timeout, handshake).await {
-        Ok(Ok(s)) => return Some(s),
-        Ok(Err(e)) => e.to_string(),
-        Err(_) => format!("no handshake within {:?}", config.preauth_timeout),
+    let within = config.preauth_timeout;
+    let result = async {
+        let mut stream =
+            match tokio::time::timeout(within, transport::accept(tcp, config.tls.as_ref())).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => return Err(e),
+                Err(_) => return Err(format!("no TLS handshake within {within:?}")),
+            };
+        let handshake = auth::server_handshake(&mut stream, &ctx.identity, config.max_clock_skew);
+        match tokio::time::timeout(within, handshake).await {
+            Ok(Ok(s)) => Ok((stream, s)),
+            Ok(Err(e)) => Err(e.to_string()),
+            Err(_) => Err(format!("no handshake within {within:?}")),
+        }
+    }
+    .await;
+    let error = match result {
+        Ok(ok) => return Some(ok),
+        Err(e) => e,
     };
     ctx.counters
         .handshake_failures
@@ -292,7 +311,7 @@ async fn handshake(stream: &mut TcpStream, peer: SocketAddr, ctx: &Ctx) -> Optio
 }
 
 async fn serve<H: Handler>(
-    stream: TcpStream,
+    stream: InternodeStream,
     peer: SocketAddr,
     session: Session,
     ctx: Arc<Ctx>,
@@ -308,7 +327,7 @@ async fn serve<H: Handler>(
     let mut bulk_rx = session.bulk_receiver();
     let max_body = config.bulk_buf_size.max(config.max_frame as usize);
     let mut opener = session.opener(config.max_frame);
-    let (mut rd, wr) = stream.into_split();
+    let (mut rd, wr) = tokio::io::split(stream);
     let (tx, rx) = mpsc::channel::<Outgoing>(256);
     // Handlers and the writer live in this set: they end with the connection.
     let mut tasks = JoinSet::new();
