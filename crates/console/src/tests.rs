@@ -43,6 +43,7 @@ async fn env_with(ttl: Duration) -> Env {
             }],
             domains: vec![],
             metrics: Default::default(),
+            sse: Default::default(),
         },
     );
     let console = router(
