@@ -30,6 +30,7 @@ mod rdma;
 mod restart;
 mod secrets;
 mod sigv2;
+mod tagging;
 mod tls;
 mod topology;
 mod versioning;

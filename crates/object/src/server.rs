@@ -649,6 +649,18 @@ impl ObjectLayer for ErasureServer {
         }
     }
 
+    async fn update_object_headers(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+        update: HeadersUpdate,
+    ) -> Result<ObjectInfo> {
+        self.object_set(bucket, key)?
+            .update_headers(bucket, key, version, &update)
+            .await
+    }
+
     async fn list_object_versions(
         &self,
         bucket: &str,

@@ -9,7 +9,8 @@
 //! itself to change it); a source without a full-object checksum gets S3's default, CRC64NVME.
 //!
 //! A source `?versionId=` copies that version (a copy of an old version onto its own key restores
-//! it as a new latest version). Not here: server-side encryption and tagging.
+//! it as a new latest version). Tags follow `x-amz-tagging-directive` (see `tagging.rs`). Not
+//! here: server-side encryption.
 
 use axum::response::Response;
 use http::HeaderMap;
@@ -163,18 +164,10 @@ const UNSUPPORTED_COPY_HEADERS: &[(&str, &str)] = &[(
 )];
 
 fn check_copy_headers(headers: &HeaderMap) -> ApiResult<()> {
-    // `x-amz-tagging-directive: COPY` copies the (absent) tags: nothing to refuse.
-    let mut rest = headers.clone();
-    if rest
-        .get("x-amz-tagging-directive")
-        .is_some_and(|v| v.as_bytes() == b"COPY")
-    {
-        rest.remove("x-amz-tagging-directive");
-    }
-    check_unsupported_headers(&rest)?;
-    check_acl_headers(&rest)?;
-    check_storage_class(&rest)?;
-    for name in rest.keys() {
+    check_unsupported_headers(headers)?;
+    check_acl_headers(headers)?;
+    check_storage_class(headers)?;
+    for name in headers.keys() {
         if let Some((_, what)) = UNSUPPORTED_COPY_HEADERS
             .iter()
             .find(|(prefix, _)| name.as_str().starts_with(prefix))
@@ -268,6 +261,7 @@ pub async fn copy_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Res
             ),
         ));
     }
+    let tags = crate::tagging::copy_tags(headers, &info)?;
     let compute = checksum_to_compute(requested, &info);
     // Onto itself, something must change: the metadata, or the checksum algorithm.
     // A copy of a named version onto its key restores it: that changes the key.
@@ -290,6 +284,7 @@ pub async fn copy_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Res
         precondition,
         checksums: compute.map(computed_checksum),
         source_version_id: source.version,
+        tags: Some(tags),
     };
     let copied = ctx
         .layer()
@@ -410,8 +405,8 @@ mod tests {
             S3ErrorCode::InvalidArgument
         );
         assert!(check_copy_headers(&h(&[("x-amz-tagging-directive", "COPY")])).is_ok());
+        assert!(check_copy_headers(&h(&[("x-amz-tagging-directive", "REPLACE")])).is_ok());
         for (name, value) in [
-            ("x-amz-tagging-directive", "REPLACE"),
             ("x-amz-copy-source-server-side-encryption-customer-key", "x"),
             ("x-amz-server-side-encryption", "AES256"),
         ] {

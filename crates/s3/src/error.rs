@@ -36,6 +36,7 @@ pub enum S3ErrorCode {
     InvalidRange,
     InvalidRequest,
     InvalidStorageClass,
+    InvalidTag,
     InvalidURI,
     KeyTooLongError,
     /// The body of a browser POST upload is not well-formed multipart/form-data.
@@ -50,6 +51,7 @@ pub enum S3ErrorCode {
     NoSuchBucket,
     NoSuchCORSConfiguration,
     NoSuchKey,
+    NoSuchTagSet,
     NoSuchUpload,
     NoSuchVersion,
     NotImplemented,
@@ -98,6 +100,7 @@ impl S3ErrorCode {
             InvalidRange => "InvalidRange",
             InvalidRequest => "InvalidRequest",
             InvalidStorageClass => "InvalidStorageClass",
+            InvalidTag => "InvalidTag",
             InvalidURI => "InvalidURI",
             KeyTooLongError => "KeyTooLongError",
             MalformedPOSTRequest => "MalformedPOSTRequest",
@@ -110,6 +113,7 @@ impl S3ErrorCode {
             NoSuchBucket => "NoSuchBucket",
             NoSuchCORSConfiguration => "NoSuchCORSConfiguration",
             NoSuchKey => "NoSuchKey",
+            NoSuchTagSet => "NoSuchTagSet",
             NoSuchUpload => "NoSuchUpload",
             NoSuchVersion => "NoSuchVersion",
             NotImplemented => "NotImplemented",
@@ -135,9 +139,12 @@ impl S3ErrorCode {
             | RequestTimeTooSkewed => StatusCode::FORBIDDEN,
             ExpiredToken => StatusCode::BAD_REQUEST,
             BucketAlreadyExists | BucketAlreadyOwnedByYou | BucketNotEmpty => StatusCode::CONFLICT,
-            NoSuchBucket | NoSuchCORSConfiguration | NoSuchKey | NoSuchUpload | NoSuchVersion => {
-                StatusCode::NOT_FOUND
-            }
+            NoSuchBucket
+            | NoSuchCORSConfiguration
+            | NoSuchKey
+            | NoSuchTagSet
+            | NoSuchUpload
+            | NoSuchVersion => StatusCode::NOT_FOUND,
             InvalidRange | InvalidPartNumber => StatusCode::RANGE_NOT_SATISFIABLE,
             MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             MissingContentLength => StatusCode::LENGTH_REQUIRED,
@@ -186,6 +193,7 @@ impl S3ErrorCode {
             InvalidRange => "The requested range is not satisfiable.",
             InvalidRequest => "Invalid request.",
             InvalidStorageClass => "The storage class you specified is not valid.",
+            InvalidTag => "The tag provided was not a valid tag.",
             InvalidURI => "Couldn't parse the specified URI.",
             KeyTooLongError => "Your key is too long.",
             MetadataTooLarge => {
@@ -200,6 +208,7 @@ impl S3ErrorCode {
             NoSuchBucket => "The specified bucket does not exist.",
             NoSuchCORSConfiguration => "The CORS configuration does not exist",
             NoSuchKey => "The specified key does not exist.",
+            NoSuchTagSet => "The TagSet does not exist.",
             NoSuchUpload => "The specified multipart upload does not exist. The upload ID might not be valid, or the multipart upload might have been aborted or completed.",
             NoSuchVersion => "The specified version does not exist.",
             NotImplemented => "A header or query you provided implies functionality that is not implemented.",

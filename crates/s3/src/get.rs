@@ -391,6 +391,7 @@ pub fn object_headers(out: &mut HeaderMap, info: &ObjectInfo, with_checksums: bo
     if with_checksums {
         checksum_headers(out, info);
     }
+    crate::tagging::tagging_count_header(out, info);
 }
 
 #[cfg(test)]

@@ -41,6 +41,7 @@ mod put;
 pub mod router;
 pub mod server;
 pub mod signature;
+mod tagging;
 mod versioning;
 pub mod xml;
 

@@ -259,8 +259,10 @@ pub async fn create_multipart_upload(ctx: &ReqCtx, bucket: &str, key: &str) -> A
         }
     };
     let checksum = upload_checksum_requested(headers, algorithm)?;
+    let mut stored = stored_headers(headers)?;
+    crate::tagging::store_request_tags(headers, &mut stored)?;
     let opts = NewUploadOptions {
-        headers: stored_headers(headers)?,
+        headers: stored,
         user_meta: user_metadata(headers)?,
         checksum_algorithm: checksum.map(UploadChecksum::recorded),
     };

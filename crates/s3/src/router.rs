@@ -10,7 +10,7 @@
 //! is the key.
 //!
 //! Operations Quarry does not implement still get a name here ([`Endpoint::Unsupported`]) and
-//! answer `NotImplemented`: a request for `?versioning`, `?tagging`, a specific object version and
+//! answer `NotImplemented`: a request for `?lifecycle`, `?policy`, a part of a specific version and
 //! the like never falls through to a plain GET or PUT and succeeds silently.
 //!
 //! Health probes (`/health/live`, `/health/ready`) are anonymous `GET`/`HEAD` requests. Quarry
@@ -94,6 +94,31 @@ pub enum Endpoint {
         bucket: String,
         key: String,
         version: Option<VersionId>,
+    },
+    /// `GET|PUT|DELETE /bucket/key?tagging[&versionId=]`.
+    GetObjectTagging {
+        bucket: String,
+        key: String,
+        version: Option<VersionId>,
+    },
+    PutObjectTagging {
+        bucket: String,
+        key: String,
+        version: Option<VersionId>,
+    },
+    DeleteObjectTagging {
+        bucket: String,
+        key: String,
+        version: Option<VersionId>,
+    },
+    GetBucketTagging {
+        bucket: String,
+    },
+    PutBucketTagging {
+        bucket: String,
+    },
+    DeleteBucketTagging {
+        bucket: String,
     },
     GetBucketVersioning {
         bucket: String,
@@ -242,6 +267,12 @@ impl Endpoint {
             | E::GetObjectAttributes { bucket, .. }
             | E::DeleteObject { bucket, .. }
             | E::DeleteObjects { bucket }
+            | E::GetObjectTagging { bucket, .. }
+            | E::PutObjectTagging { bucket, .. }
+            | E::DeleteObjectTagging { bucket, .. }
+            | E::GetBucketTagging { bucket }
+            | E::PutBucketTagging { bucket }
+            | E::DeleteBucketTagging { bucket }
             | E::GetBucketVersioning { bucket }
             | E::PutBucketVersioning { bucket }
             | E::ListObjectVersions { bucket, .. }
@@ -284,6 +315,12 @@ impl Endpoint {
             Endpoint::GetObjectAttributes { .. } => "GetObjectAttributes",
             Endpoint::DeleteObject { .. } => "DeleteObject",
             Endpoint::DeleteObjects { .. } => "DeleteObjects",
+            Endpoint::GetObjectTagging { .. } => "GetObjectTagging",
+            Endpoint::PutObjectTagging { .. } => "PutObjectTagging",
+            Endpoint::DeleteObjectTagging { .. } => "DeleteObjectTagging",
+            Endpoint::GetBucketTagging { .. } => "GetBucketTagging",
+            Endpoint::PutBucketTagging { .. } => "PutBucketTagging",
+            Endpoint::DeleteBucketTagging { .. } => "DeleteBucketTagging",
             Endpoint::GetBucketVersioning { .. } => "GetBucketVersioning",
             Endpoint::PutBucketVersioning { .. } => "PutBucketVersioning",
             Endpoint::ListObjectVersions { .. } => "ListObjectVersions",
@@ -648,6 +685,9 @@ fn bucket_endpoint(method: &Method, query: &Query, bucket: String) -> Result<End
             bucket,
             params: param("ListMultipartUploads", ListUploadsParams::from_query(query))?,
         }),
+        (Method::GET, Some("tagging")) => Ok(Endpoint::GetBucketTagging { bucket }),
+        (Method::PUT, Some("tagging")) => Ok(Endpoint::PutBucketTagging { bucket }),
+        (Method::DELETE, Some("tagging")) => Ok(Endpoint::DeleteBucketTagging { bucket }),
         (Method::GET, Some("versioning")) => Ok(Endpoint::GetBucketVersioning { bucket }),
         (Method::PUT, Some("versioning")) => Ok(Endpoint::PutBucketVersioning { bucket }),
         (Method::GET, Some("versions")) => Ok(Endpoint::ListObjectVersions {
@@ -807,6 +847,30 @@ fn object_endpoint(
         }
         (Method::PUT, Some("acl")) if !versioned => {
             return Ok(Endpoint::PutObjectAcl { bucket, key })
+        }
+        (Method::GET, Some("tagging")) => {
+            let version = version("GetObjectTagging")?;
+            return Ok(Endpoint::GetObjectTagging {
+                bucket,
+                key,
+                version,
+            });
+        }
+        (Method::PUT, Some("tagging")) => {
+            let version = version("PutObjectTagging")?;
+            return Ok(Endpoint::PutObjectTagging {
+                bucket,
+                key,
+                version,
+            });
+        }
+        (Method::DELETE, Some("tagging")) => {
+            let version = version("DeleteObjectTagging")?;
+            return Ok(Endpoint::DeleteObjectTagging {
+                bucket,
+                key,
+                version,
+            });
         }
         (Method::POST, Some("restore")) => "RestoreObject".to_owned(),
         (Method::POST, Some("select")) => "SelectObjectContent".to_owned(),

@@ -34,7 +34,7 @@ use crate::error::{error_xml, S3Error, S3ErrorCode};
 use crate::router::{self, Endpoint, Query, RouteError};
 use crate::signature::{self, AuthConfig, Authenticated, Credentials};
 use crate::{
-    acl, attributes, authz, bucket, copy, delete, get, list, multipart, post_object, put,
+    acl, attributes, authz, bucket, copy, delete, get, list, multipart, post_object, put, tagging,
     versioning,
 };
 
@@ -760,6 +760,24 @@ async fn dispatch(
             key,
             version,
         } => delete::delete_object(&ctx, &bucket, &key, version).await,
+        E::GetObjectTagging {
+            bucket,
+            key,
+            version,
+        } => tagging::get_object_tagging(&ctx, &bucket, &key, version).await,
+        E::PutObjectTagging {
+            bucket,
+            key,
+            version,
+        } => tagging::put_object_tagging(&ctx, &bucket, &key, version).await,
+        E::DeleteObjectTagging {
+            bucket,
+            key,
+            version,
+        } => tagging::delete_object_tagging(&ctx, &bucket, &key, version).await,
+        E::GetBucketTagging { bucket } => tagging::get_bucket_tagging(&ctx, &bucket).await,
+        E::PutBucketTagging { bucket } => tagging::put_bucket_tagging(&ctx, &bucket).await,
+        E::DeleteBucketTagging { bucket } => tagging::delete_bucket_tagging(&ctx, &bucket).await,
         E::GetBucketVersioning { bucket } => versioning::get_bucket_versioning(&ctx, &bucket).await,
         E::PutBucketVersioning { bucket } => versioning::put_bucket_versioning(&ctx, &bucket).await,
         E::ListObjectVersions { bucket, params } => {

@@ -13,11 +13,13 @@ use crate::error::Result;
 mod cluster;
 mod heal;
 mod multipart;
+mod protect;
 mod versioning;
 
 pub use cluster::*;
 pub use heal::*;
 pub use multipart::*;
+pub use protect::*;
 pub use versioning::*;
 
 /// A request body as it arrives: chunks of bytes, or an I/O error from the front end's decoder
@@ -174,6 +176,9 @@ pub struct CopyOptions {
     /// New checksums for the copy, computed from its bytes as they stream by; they replace the
     /// source's. `None` keeps the source's full-object checksums.
     pub checksums: Option<CopyChecksums>,
+    /// The copy's tags, encoded as [`TAGS_HEADER`] holds them (empty: none). `None` keeps the
+    /// source's.
+    pub tags: Option<String>,
 }
 
 /// A function that sees every byte of a stream, in order.
@@ -429,6 +434,19 @@ pub trait ObjectLayer: Send + Sync + 'static {
                 .map(|()| DeleteResult::default()),
             Some(_) => Err(crate::Error::NotImplemented("versions")),
         }
+    }
+
+    /// Changes the stored headers of one version (`None`: the latest) in place, under the
+    /// object's lock, on a write quorum of its drives; its data, ETag and modification time stay.
+    /// Errors as [`ObjectLayer::get_object_version`], or the update's own refusal.
+    async fn update_object_headers(
+        &self,
+        _bucket: &str,
+        _key: &str,
+        _version: Option<VersionId>,
+        _update: HeadersUpdate,
+    ) -> Result<ObjectInfo> {
+        Err(crate::Error::NotImplemented("in-place metadata updates"))
     }
 
     /// ListObjectVersions.
