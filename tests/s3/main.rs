@@ -22,6 +22,7 @@ mod limits;
 mod listing;
 mod metrics;
 mod multipart;
+mod object_lock;
 mod objects;
 mod ops;
 mod port_flood;

@@ -15,7 +15,7 @@ use futures::StreamExt;
 use quarry_disk::DriveError;
 
 use crate::api::{
-    ByteStream, CopyOptions, ObjectInfo, ObjectLayer, PutOptions, ReplaceMetadata,
+    is_lock_header, ByteStream, CopyOptions, ObjectInfo, ObjectLayer, PutOptions, ReplaceMetadata,
     META_UPDATED_HEADER, TAGS_HEADER,
 };
 use crate::error::{Error, Result};
@@ -78,6 +78,8 @@ pub(crate) async fn stream_copy<L: ObjectLayer + ?Sized>(
         }
     };
     set_tags(&mut headers, opts.tags.as_deref());
+    headers.retain(|name, _| !is_lock_header(name));
+    headers.extend(opts.lock.clone());
     let (checksums, late_checksums) = match opts.checksums {
         Some(c) => (BTreeMap::new(), Some(c.result)),
         None => (full_object_checksums(&info.checksums), None),

@@ -57,11 +57,14 @@ pub const S3_ACTIONS: &[&str] = &[
     "s3:GetBucketAcl",
     "s3:GetBucketCORS",
     "s3:GetBucketLocation",
+    "s3:GetBucketObjectLockConfiguration",
     "s3:GetBucketTagging",
     "s3:GetBucketVersioning",
     "s3:GetObject",
     "s3:GetObjectAcl",
     "s3:GetObjectAttributes",
+    "s3:GetObjectLegalHold",
+    "s3:GetObjectRetention",
     "s3:GetObjectTagging",
     "s3:GetObjectVersion",
     "s3:GetObjectVersionAcl",
@@ -74,10 +77,13 @@ pub const S3_ACTIONS: &[&str] = &[
     "s3:ListMultipartUploadParts",
     "s3:PutBucketAcl",
     "s3:PutBucketCORS",
+    "s3:PutBucketObjectLockConfiguration",
     "s3:PutBucketTagging",
     "s3:PutBucketVersioning",
     "s3:PutObject",
     "s3:PutObjectAcl",
+    "s3:PutObjectLegalHold",
+    "s3:PutObjectRetention",
     "s3:PutObjectTagging",
     "s3:PutObjectVersionTagging",
 ];
@@ -210,6 +216,16 @@ pub fn needs(endpoint: &Endpoint, headers: &HeaderMap) -> Result<Vec<Need>, S3Er
         E::PutBucketTagging { bucket } | E::DeleteBucketTagging { bucket } => {
             vec![b("s3:PutBucketTagging", bucket)]
         }
+        E::GetObjectLockConfiguration { bucket } => {
+            vec![b("s3:GetBucketObjectLockConfiguration", bucket)]
+        }
+        E::PutObjectLockConfiguration { bucket } => {
+            vec![b("s3:PutBucketObjectLockConfiguration", bucket)]
+        }
+        E::GetObjectRetention { bucket, key, .. } => vec![o("s3:GetObjectRetention", bucket, key)],
+        E::PutObjectRetention { bucket, key, .. } => vec![o("s3:PutObjectRetention", bucket, key)],
+        E::GetObjectLegalHold { bucket, key, .. } => vec![o("s3:GetObjectLegalHold", bucket, key)],
+        E::PutObjectLegalHold { bucket, key, .. } => vec![o("s3:PutObjectLegalHold", bucket, key)],
         E::GetBucketVersioning { bucket } => vec![b("s3:GetBucketVersioning", bucket)],
         E::PutBucketVersioning { bucket } => vec![b("s3:PutBucketVersioning", bucket)],
         E::ListObjectVersions { bucket, .. } => vec![b("s3:ListBucketVersions", bucket)],

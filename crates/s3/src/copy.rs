@@ -262,6 +262,7 @@ pub async fn copy_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Res
         ));
     }
     let tags = crate::tagging::copy_tags(headers, &info)?;
+    let lock = crate::object_lock::write_lock_entries(ctx, bucket, headers, false).await?;
     let compute = checksum_to_compute(requested, &info);
     // Onto itself, something must change: the metadata, or the checksum algorithm.
     // A copy of a named version onto its key restores it: that changes the key.
@@ -285,6 +286,7 @@ pub async fn copy_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Res
         checksums: compute.map(computed_checksum),
         source_version_id: source.version,
         tags: Some(tags),
+        lock,
     };
     let copied = ctx
         .layer()

@@ -27,6 +27,7 @@ pub enum S3ErrorCode {
     InvalidAccessKeyId,
     InvalidArgument,
     InvalidBucketName,
+    InvalidBucketState,
     InvalidDigest,
     InvalidPart,
     InvalidPartNumber,
@@ -35,6 +36,7 @@ pub enum S3ErrorCode {
     InvalidPolicyDocument,
     InvalidRange,
     InvalidRequest,
+    InvalidRetentionPeriod,
     InvalidStorageClass,
     InvalidTag,
     InvalidURI,
@@ -51,11 +53,13 @@ pub enum S3ErrorCode {
     NoSuchBucket,
     NoSuchCORSConfiguration,
     NoSuchKey,
+    NoSuchObjectLockConfiguration,
     NoSuchTagSet,
     NoSuchUpload,
     NoSuchVersion,
     NotImplemented,
     NotModified,
+    ObjectLockConfigurationNotFoundError,
     PreconditionFailed,
     /// A request body stalled: nothing, or too little, arrived within the body timeout.
     RequestTimeout,
@@ -92,6 +96,7 @@ impl S3ErrorCode {
             InvalidAccessKeyId => "InvalidAccessKeyId",
             InvalidArgument => "InvalidArgument",
             InvalidBucketName => "InvalidBucketName",
+            InvalidBucketState => "InvalidBucketState",
             InvalidDigest => "InvalidDigest",
             InvalidPart => "InvalidPart",
             InvalidPartNumber => "InvalidPartNumber",
@@ -99,6 +104,7 @@ impl S3ErrorCode {
             InvalidPolicyDocument => "InvalidPolicyDocument",
             InvalidRange => "InvalidRange",
             InvalidRequest => "InvalidRequest",
+            InvalidRetentionPeriod => "InvalidRetentionPeriod",
             InvalidStorageClass => "InvalidStorageClass",
             InvalidTag => "InvalidTag",
             InvalidURI => "InvalidURI",
@@ -113,11 +119,13 @@ impl S3ErrorCode {
             NoSuchBucket => "NoSuchBucket",
             NoSuchCORSConfiguration => "NoSuchCORSConfiguration",
             NoSuchKey => "NoSuchKey",
+            NoSuchObjectLockConfiguration => "NoSuchObjectLockConfiguration",
             NoSuchTagSet => "NoSuchTagSet",
             NoSuchUpload => "NoSuchUpload",
             NoSuchVersion => "NoSuchVersion",
             NotImplemented => "NotImplemented",
             NotModified => "NotModified",
+            ObjectLockConfigurationNotFoundError => "ObjectLockConfigurationNotFoundError",
             PreconditionFailed => "PreconditionFailed",
             RequestTimeout => "RequestTimeout",
             RequestTimeTooSkewed => "RequestTimeTooSkewed",
@@ -138,10 +146,14 @@ impl S3ErrorCode {
             | SignatureDoesNotMatch
             | RequestTimeTooSkewed => StatusCode::FORBIDDEN,
             ExpiredToken => StatusCode::BAD_REQUEST,
-            BucketAlreadyExists | BucketAlreadyOwnedByYou | BucketNotEmpty => StatusCode::CONFLICT,
+            BucketAlreadyExists | BucketAlreadyOwnedByYou | BucketNotEmpty | InvalidBucketState => {
+                StatusCode::CONFLICT
+            }
             NoSuchBucket
             | NoSuchCORSConfiguration
             | NoSuchKey
+            | NoSuchObjectLockConfiguration
+            | ObjectLockConfigurationNotFoundError
             | NoSuchTagSet
             | NoSuchUpload
             | NoSuchVersion => StatusCode::NOT_FOUND,
@@ -185,6 +197,7 @@ impl S3ErrorCode {
             InvalidAccessKeyId => "The AWS access key ID you provided does not exist in our records.",
             InvalidArgument => "Invalid argument.",
             InvalidBucketName => "The specified bucket is not valid.",
+            InvalidBucketState => "The request is not valid with the current state of the bucket.",
             InvalidDigest => "The Content-MD5 you specified is not valid.",
             InvalidPart => "One or more of the specified parts could not be found. The part may not have been uploaded, or the specified entity tag may not match the part's entity tag.",
             InvalidPartNumber => "The requested partnumber is not satisfiable.",
@@ -192,6 +205,7 @@ impl S3ErrorCode {
             InvalidPolicyDocument => "The content of the form does not meet the conditions specified in the policy document.",
             InvalidRange => "The requested range is not satisfiable.",
             InvalidRequest => "Invalid request.",
+            InvalidRetentionPeriod => "The retention period is not valid.",
             InvalidStorageClass => "The storage class you specified is not valid.",
             InvalidTag => "The tag provided was not a valid tag.",
             InvalidURI => "Couldn't parse the specified URI.",
@@ -208,11 +222,13 @@ impl S3ErrorCode {
             NoSuchBucket => "The specified bucket does not exist.",
             NoSuchCORSConfiguration => "The CORS configuration does not exist",
             NoSuchKey => "The specified key does not exist.",
+            NoSuchObjectLockConfiguration => "The specified object does not have a ObjectLock configuration.",
             NoSuchTagSet => "The TagSet does not exist.",
             NoSuchUpload => "The specified multipart upload does not exist. The upload ID might not be valid, or the multipart upload might have been aborted or completed.",
             NoSuchVersion => "The specified version does not exist.",
             NotImplemented => "A header or query you provided implies functionality that is not implemented.",
             NotModified => "Not Modified.",
+            ObjectLockConfigurationNotFoundError => "Object Lock configuration does not exist for this bucket.",
             PreconditionFailed => "At least one of the preconditions you specified did not hold.",
             RequestTimeout => "Your socket connection to the server was not read from or written to within the timeout period.",
             RequestTimeTooSkewed => "The difference between the request time and the server's time is too large.",

@@ -36,6 +36,7 @@ pub mod iam;
 mod list;
 mod metrics;
 mod multipart;
+mod object_lock;
 mod post_object;
 mod put;
 pub mod router;

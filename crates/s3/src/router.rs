@@ -114,6 +114,35 @@ pub enum Endpoint {
     GetBucketTagging {
         bucket: String,
     },
+    /// `GET|PUT /bucket?object-lock`.
+    GetObjectLockConfiguration {
+        bucket: String,
+    },
+    PutObjectLockConfiguration {
+        bucket: String,
+    },
+    /// `GET|PUT /bucket/key?retention[&versionId=]`.
+    GetObjectRetention {
+        bucket: String,
+        key: String,
+        version: Option<VersionId>,
+    },
+    PutObjectRetention {
+        bucket: String,
+        key: String,
+        version: Option<VersionId>,
+    },
+    /// `GET|PUT /bucket/key?legal-hold[&versionId=]`.
+    GetObjectLegalHold {
+        bucket: String,
+        key: String,
+        version: Option<VersionId>,
+    },
+    PutObjectLegalHold {
+        bucket: String,
+        key: String,
+        version: Option<VersionId>,
+    },
     PutBucketTagging {
         bucket: String,
     },
@@ -271,6 +300,12 @@ impl Endpoint {
             | E::PutObjectTagging { bucket, .. }
             | E::DeleteObjectTagging { bucket, .. }
             | E::GetBucketTagging { bucket }
+            | E::GetObjectLockConfiguration { bucket }
+            | E::PutObjectLockConfiguration { bucket }
+            | E::GetObjectRetention { bucket, .. }
+            | E::PutObjectRetention { bucket, .. }
+            | E::GetObjectLegalHold { bucket, .. }
+            | E::PutObjectLegalHold { bucket, .. }
             | E::PutBucketTagging { bucket }
             | E::DeleteBucketTagging { bucket }
             | E::GetBucketVersioning { bucket }
@@ -319,6 +354,12 @@ impl Endpoint {
             Endpoint::PutObjectTagging { .. } => "PutObjectTagging",
             Endpoint::DeleteObjectTagging { .. } => "DeleteObjectTagging",
             Endpoint::GetBucketTagging { .. } => "GetBucketTagging",
+            Endpoint::GetObjectLockConfiguration { .. } => "GetObjectLockConfiguration",
+            Endpoint::PutObjectLockConfiguration { .. } => "PutObjectLockConfiguration",
+            Endpoint::GetObjectRetention { .. } => "GetObjectRetention",
+            Endpoint::PutObjectRetention { .. } => "PutObjectRetention",
+            Endpoint::GetObjectLegalHold { .. } => "GetObjectLegalHold",
+            Endpoint::PutObjectLegalHold { .. } => "PutObjectLegalHold",
             Endpoint::PutBucketTagging { .. } => "PutBucketTagging",
             Endpoint::DeleteBucketTagging { .. } => "DeleteBucketTagging",
             Endpoint::GetBucketVersioning { .. } => "GetBucketVersioning",
@@ -686,6 +727,8 @@ fn bucket_endpoint(method: &Method, query: &Query, bucket: String) -> Result<End
             params: param("ListMultipartUploads", ListUploadsParams::from_query(query))?,
         }),
         (Method::GET, Some("tagging")) => Ok(Endpoint::GetBucketTagging { bucket }),
+        (Method::GET, Some("object-lock")) => Ok(Endpoint::GetObjectLockConfiguration { bucket }),
+        (Method::PUT, Some("object-lock")) => Ok(Endpoint::PutObjectLockConfiguration { bucket }),
         (Method::PUT, Some("tagging")) => Ok(Endpoint::PutBucketTagging { bucket }),
         (Method::DELETE, Some("tagging")) => Ok(Endpoint::DeleteBucketTagging { bucket }),
         (Method::GET, Some("versioning")) => Ok(Endpoint::GetBucketVersioning { bucket }),
@@ -870,6 +913,38 @@ fn object_endpoint(
                 bucket,
                 key,
                 version,
+            });
+        }
+        (Method::GET | Method::PUT, Some(sub @ ("retention" | "legal-hold"))) => {
+            let get = method == Method::GET;
+            let name = match (get, sub) {
+                (true, "retention") => "GetObjectRetention",
+                (false, "retention") => "PutObjectRetention",
+                (true, _) => "GetObjectLegalHold",
+                (false, _) => "PutObjectLegalHold",
+            };
+            let version = version(name)?;
+            return Ok(match (get, sub) {
+                (true, "retention") => Endpoint::GetObjectRetention {
+                    bucket,
+                    key,
+                    version,
+                },
+                (false, "retention") => Endpoint::PutObjectRetention {
+                    bucket,
+                    key,
+                    version,
+                },
+                (true, _) => Endpoint::GetObjectLegalHold {
+                    bucket,
+                    key,
+                    version,
+                },
+                (false, _) => Endpoint::PutObjectLegalHold {
+                    bucket,
+                    key,
+                    version,
+                },
             });
         }
         (Method::POST, Some("restore")) => "RestoreObject".to_owned(),

@@ -179,6 +179,9 @@ pub struct CopyOptions {
     /// The copy's tags, encoded as [`TAGS_HEADER`] holds them (empty: none). `None` keeps the
     /// source's.
     pub tags: Option<String>,
+    /// The copy's object lock entries (see `api/protect.rs`); a source's retention and legal
+    /// hold are never copied.
+    pub lock: BTreeMap<String, String>,
 }
 
 /// A function that sees every byte of a stream, in order.
@@ -447,6 +450,19 @@ pub trait ObjectLayer: Send + Sync + 'static {
         _update: HeadersUpdate,
     ) -> Result<ObjectInfo> {
         Err(crate::Error::NotImplemented("in-place metadata updates"))
+    }
+
+    /// DELETE of one version or of the key, as [`ObjectLayer::delete_object_version`], with
+    /// options: a version under object lock is refused (`ObjectLocked`) unless its GOVERNANCE
+    /// retention may be bypassed.
+    async fn delete_object_version_with(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+        _opts: DeleteOptions,
+    ) -> Result<DeleteResult> {
+        self.delete_object_version(bucket, key, version).await
     }
 
     /// ListObjectVersions.

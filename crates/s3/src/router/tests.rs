@@ -421,7 +421,12 @@ fn unsupported_operations_are_named() {
         ("DELETE", "/bkt?acl", &auth, "DeleteBucketAcl"),
         ("PUT", "/bkt?lifecycle", &auth, "PutBucketLifecycle"),
         ("DELETE", "/bkt?policy", &auth, "DeleteBucketPolicy"),
-        ("PUT", "/bkt?object-lock", &auth, "PutBucketObjectLock"),
+        (
+            "DELETE",
+            "/bkt?object-lock",
+            &auth,
+            "DeleteBucketObjectLock",
+        ),
         (
             "GET",
             "/bkt?list-type=2&analytics",
@@ -430,7 +435,7 @@ fn unsupported_operations_are_named() {
         ),
         ("GET", "/bkt?somethingnew", &auth, "GetBucketSomethingnew"),
         ("GET", "/bkt/k?acl&versionId=v1", &auth, "GetObjectAcl"),
-        ("PUT", "/bkt/k?retention", &auth, "PutObjectRetention"),
+        ("DELETE", "/bkt/k?retention", &auth, "DeleteObjectRetention"),
         ("POST", "/bkt/k?restore", &auth, "RestoreObject"),
     ];
     for (method, uri, headers, want) in cases {
