@@ -14,10 +14,26 @@ use std::sync::{Arc, Mutex};
 use futures::StreamExt;
 use quarry_disk::DriveError;
 
-use crate::api::{ByteStream, CopyOptions, ObjectInfo, ObjectLayer, PutOptions, ReplaceMetadata};
+use crate::api::{
+    is_lock_header, ByteStream, CopyOptions, ObjectInfo, ObjectLayer, PutOptions, ReplaceMetadata,
+    META_UPDATED_HEADER, TAGS_HEADER,
+};
 use crate::error::{Error, Result};
 use crate::quorum::{count_full, count_ok, write_failed, write_quorum};
 use crate::set::{object_info, ErasureSet};
+
+/// Sets the tags of a copy's headers: `Some` replaces them (empty: none), `None` keeps them.
+fn set_tags(headers: &mut BTreeMap<String, String>, tags: Option<&str>) {
+    match tags {
+        Some("") => {
+            headers.remove(TAGS_HEADER);
+        }
+        Some(t) => {
+            headers.insert(TAGS_HEADER.to_owned(), t.to_owned());
+        }
+        None => {}
+    }
+}
 
 /// Copies by streaming the source into a PUT of the destination.
 pub(crate) async fn stream_copy<L: ObjectLayer + ?Sized>(
@@ -52,14 +68,18 @@ pub(crate) async fn stream_copy<L: ObjectLayer + ?Sized>(
             Err(std::io::Error::other(message))
         }
     }));
-    let (headers, user_meta) = match opts.metadata {
+    let (mut headers, user_meta) = match opts.metadata {
         Some(ReplaceMetadata { headers, user_meta }) => (headers, user_meta),
         None => {
             let mut headers = info.headers.clone();
             headers.remove(crate::multipart::COMPLETED_UPLOAD);
+            headers.remove(META_UPDATED_HEADER);
             (headers, info.user_meta.clone())
         }
     };
+    set_tags(&mut headers, opts.tags.as_deref());
+    headers.retain(|name, _| !is_lock_header(name));
+    headers.extend(opts.lock.clone());
     let (checksums, late_checksums) = match opts.checksums {
         Some(c) => (BTreeMap::new(), Some(c.result)),
         None => (full_object_checksums(&info.checksums), None),
@@ -133,11 +153,17 @@ impl ErasureSet {
         // Strictly newer than the version it replaces, so it wins wherever both are seen.
         let mod_time_ns = self.now_ns().max(current.mod_time_ns.saturating_add(1));
         let rewrite = |mut m: quarry_disk::ObjectMeta| {
-            // The reserved entries (how the data is encrypted) describe the data, which stays.
+            // The reserved entries (how the data is encrypted) describe the data, which stays;
+            // the tags stay unless the copy replaces them.
+            let kept_tags = m.headers.get(TAGS_HEADER).cloned();
             let mut headers = metadata.headers.clone();
             headers.retain(|k, _| !k.starts_with(crate::sse::PREFIX));
             headers.extend(crate::sse::reserved(&m.headers));
             m.headers = headers;
+            set_tags(
+                &mut m.headers,
+                opts.tags.as_deref().or(kept_tags.as_deref()),
+            );
             m.user_meta = metadata.user_meta.clone();
             m.mod_time_ns = mod_time_ns;
             m

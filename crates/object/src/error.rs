@@ -46,6 +46,10 @@ pub enum Error {
     /// raised (it may carry a typed error of its own, e.g. a bad chunk signature).
     #[error("reading the request body failed: {0}")]
     Body(std::io::Error),
+    /// Object lock forbids the operation (a retained or legally held version, a retention that
+    /// may not be shortened).
+    #[error("object lock: {0}")]
+    ObjectLocked(String),
     /// A conditional write's condition did not hold.
     #[error("at least one of the preconditions you specified did not hold")]
     PreconditionFailed,

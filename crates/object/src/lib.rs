@@ -18,6 +18,7 @@ mod heal_queue;
 pub mod info;
 mod list;
 mod merge;
+mod meta_update;
 mod multipart;
 mod names;
 mod nslock;

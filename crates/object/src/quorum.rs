@@ -5,6 +5,7 @@ use std::sync::Arc;
 use futures::future::join_all;
 use quarry_disk::{Drive, DriveError, ObjectMeta};
 
+use crate::api::meta_updated_ns;
 use crate::error::Error;
 
 /// Read quorum of an object coded k+m: any k shards rebuild it.
@@ -45,6 +46,7 @@ pub fn same_version(a: &ObjectMeta, b: &ObjectMeta) -> bool {
         && a.erasure.block_size == b.erasure.block_size
         && a.erasure.distribution == b.erasure.distribution
         && a.data_dir == b.data_dir
+        && meta_updated_ns(&a.headers) == meta_updated_ns(&b.headers)
 }
 
 /// The outcome of reading an object's metadata from every drive of its set.
@@ -92,13 +94,14 @@ pub fn pick_meta(answers: &[Result<ObjectMeta, DriveError>], write_quorum: usize
         .filter(|(m, count)| {
             *count >= read_quorum(m.erasure.data as usize, m.erasure.parity as usize)
         })
-        .max_by_key(|(m, count)| (m.mod_time_ns, *count));
+        .max_by_key(|(m, count)| (m.mod_time_ns, meta_updated_ns(&m.headers), *count));
     if let Some((meta, count)) = best {
         // Version order: no other version with a read quorum is newer than the one picked.
         debug_assert!(
             groups.iter().all(|(m, c)| {
                 *c < read_quorum(m.erasure.data as usize, m.erasure.parity as usize)
-                    || (m.mod_time_ns, *c) <= (meta.mod_time_ns, *count)
+                    || (m.mod_time_ns, meta_updated_ns(&m.headers), *c)
+                        <= (meta.mod_time_ns, meta_updated_ns(&meta.headers), *count)
             }),
             "a newer version with quorum was passed over"
         );

@@ -677,9 +677,22 @@ impl ObjectLayer for ErasureServer {
         key: &str,
         version: Option<VersionId>,
     ) -> Result<DeleteResult> {
+        self.delete_object_version_with(bucket, key, version, DeleteOptions::default())
+            .await
+    }
+
+    async fn delete_object_version_with(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+        opts: DeleteOptions,
+    ) -> Result<DeleteResult> {
         let set = self.object_set(bucket, key)?;
         if let Some(v) = version {
-            return set.delete_version(bucket, key, v).await;
+            return set
+                .delete_version(bucket, key, v, opts.bypass_governance)
+                .await;
         }
         match self.versioning(bucket).await? {
             VersioningState::Unversioned => set
@@ -692,6 +705,18 @@ impl ObjectLayer for ErasureServer {
             // A null delete marker replaces the null version; other versions stay.
             VersioningState::Suspended => set.add_delete_marker(bucket, key, None).await,
         }
+    }
+
+    async fn update_object_headers(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+        update: HeadersUpdate,
+    ) -> Result<ObjectInfo> {
+        self.object_set(bucket, key)?
+            .update_headers(bucket, key, version, &update)
+            .await
     }
 
     async fn list_object_versions(

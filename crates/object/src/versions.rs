@@ -128,18 +128,34 @@ impl ErasureSet {
     }
 
     /// Removes one version (a delete marker too) from every drive. A version that does not exist
-    /// is not an error, as in S3.
+    /// is not an error, as in S3. A version under object lock is refused (`ObjectLocked`), unless
+    /// only a GOVERNANCE retention holds it and `bypass_governance` is set; a copy of the version
+    /// on any drive that says it is locked is enough to refuse (a lock is never lost to a lack of
+    /// quorum).
     pub(crate) async fn delete_version(
         &self,
         bucket: &str,
         key: &str,
         version: VersionId,
+        bypass_governance: bool,
     ) -> Result<DeleteResult> {
         let _guard = self.locks.lock(&format!("{bucket}/{key}")).await?;
-        let delete_marker = match self.read_version_quorum(bucket, key, version).await {
-            Ok((meta, _)) => meta.delete_marker,
-            Err(Error::NoSuchVersion) | Err(Error::ReadQuorum { .. }) => false,
-            Err(e) => return Err(e),
+        let copies = on_all(&self.drives, |d| {
+            let (b, k) = (bucket.to_string(), key.to_string());
+            async move { d.read_version(&b, &k, version.stored()).await }
+        })
+        .await;
+        let now_ms = self.now_ns().div_euclid(1_000_000);
+        for copy in copies.iter().flatten() {
+            if let Some(why) =
+                crate::api::deletion_refused(&copy.headers, now_ms, bypass_governance)
+            {
+                return Err(Error::ObjectLocked(why.to_owned()));
+            }
+        }
+        let delete_marker = match pick_meta(&copies, self.set_write_quorum()) {
+            MetaQuorum::Found { meta, .. } => meta.delete_marker,
+            MetaQuorum::NotFound | MetaQuorum::NoQuorum { .. } => false,
         };
         let answers = on_all(&self.drives, |d| {
             let (b, k) = (bucket.to_string(), key.to_string());

@@ -99,6 +99,9 @@ pub fn object_error(e: ObjectError) -> ApiError {
             ApiError::new(C::InvalidArgument, "Invalid version id specified")
         }
         // S3 answers both with the marker's headers: what is there is a delete marker.
+        ObjectError::ObjectLocked(why) => {
+            ApiError::new(C::AccessDenied, format!("Access Denied because object protected by object lock: {why}."))
+        }
         ObjectError::LatestIsDeleteMarker(v) => delete_marker_error(C::NoSuchKey, v),
         ObjectError::VersionIsDeleteMarker(v) => delete_marker_error(C::MethodNotAllowed, v),
         ObjectError::InvalidKey(why) => ApiError::new(

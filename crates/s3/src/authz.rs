@@ -51,17 +51,25 @@ pub const S3_ACTIONS: &[&str] = &[
     "s3:CreateBucket",
     "s3:DeleteBucket",
     "s3:DeleteObject",
+    "s3:DeleteObjectTagging",
     "s3:DeleteObjectVersion",
+    "s3:DeleteObjectVersionTagging",
     "s3:GetBucketAcl",
     "s3:GetBucketCORS",
     "s3:GetBucketLocation",
+    "s3:GetBucketObjectLockConfiguration",
+    "s3:GetBucketTagging",
     "s3:GetBucketVersioning",
     "s3:GetObject",
     "s3:GetObjectAcl",
     "s3:GetObjectAttributes",
+    "s3:GetObjectLegalHold",
+    "s3:GetObjectRetention",
+    "s3:GetObjectTagging",
     "s3:GetObjectVersion",
     "s3:GetObjectVersionAcl",
     "s3:GetObjectVersionAttributes",
+    "s3:GetObjectVersionTagging",
     "s3:ListAllMyBuckets",
     "s3:ListBucket",
     "s3:ListBucketMultipartUploads",
@@ -69,9 +77,15 @@ pub const S3_ACTIONS: &[&str] = &[
     "s3:ListMultipartUploadParts",
     "s3:PutBucketAcl",
     "s3:PutBucketCORS",
+    "s3:PutBucketObjectLockConfiguration",
+    "s3:PutBucketTagging",
     "s3:PutBucketVersioning",
     "s3:PutObject",
     "s3:PutObjectAcl",
+    "s3:PutObjectLegalHold",
+    "s3:PutObjectRetention",
+    "s3:PutObjectTagging",
+    "s3:PutObjectVersionTagging",
 ];
 
 /// The permissions `endpoint` needs; empty for the anonymous endpoints (health, metrics,
@@ -166,6 +180,52 @@ pub fn needs(endpoint: &Endpoint, headers: &HeaderMap) -> Result<Vec<Need>, S3Er
         )],
         // Decided per key by the handler.
         E::DeleteObjects { .. } => vec![],
+        E::GetObjectTagging {
+            bucket,
+            key,
+            version,
+        } => vec![o(
+            versioned("s3:GetObjectTagging", "s3:GetObjectVersionTagging", version),
+            bucket,
+            key,
+        )],
+        E::PutObjectTagging {
+            bucket,
+            key,
+            version,
+        } => vec![o(
+            versioned("s3:PutObjectTagging", "s3:PutObjectVersionTagging", version),
+            bucket,
+            key,
+        )],
+        E::DeleteObjectTagging {
+            bucket,
+            key,
+            version,
+        } => vec![o(
+            versioned(
+                "s3:DeleteObjectTagging",
+                "s3:DeleteObjectVersionTagging",
+                version,
+            ),
+            bucket,
+            key,
+        )],
+        E::GetBucketTagging { bucket } => vec![b("s3:GetBucketTagging", bucket)],
+        // AWS has no DeleteBucketTagging action: deleting the tag set is putting none.
+        E::PutBucketTagging { bucket } | E::DeleteBucketTagging { bucket } => {
+            vec![b("s3:PutBucketTagging", bucket)]
+        }
+        E::GetObjectLockConfiguration { bucket } => {
+            vec![b("s3:GetBucketObjectLockConfiguration", bucket)]
+        }
+        E::PutObjectLockConfiguration { bucket } => {
+            vec![b("s3:PutBucketObjectLockConfiguration", bucket)]
+        }
+        E::GetObjectRetention { bucket, key, .. } => vec![o("s3:GetObjectRetention", bucket, key)],
+        E::PutObjectRetention { bucket, key, .. } => vec![o("s3:PutObjectRetention", bucket, key)],
+        E::GetObjectLegalHold { bucket, key, .. } => vec![o("s3:GetObjectLegalHold", bucket, key)],
+        E::PutObjectLegalHold { bucket, key, .. } => vec![o("s3:PutObjectLegalHold", bucket, key)],
         E::GetBucketVersioning { bucket } => vec![b("s3:GetBucketVersioning", bucket)],
         E::PutBucketVersioning { bucket } => vec![b("s3:PutBucketVersioning", bucket)],
         E::ListObjectVersions { bucket, .. } => vec![b("s3:ListBucketVersions", bucket)],

@@ -107,12 +107,6 @@ pub fn render_list_buckets(
 pub async fn create_bucket(ctx: &ReqCtx, bucket: &str) -> ApiResult<Response> {
     let headers = &ctx.parts.headers;
     check_acl_headers(headers)?;
-    if header_is(headers, "x-amz-bucket-object-lock-enabled", "true") {
-        return Err(ApiError::new(
-            S3ErrorCode::NotImplemented,
-            "Object lock is not implemented by Quarry.",
-        ));
-    }
     if let Some(v) = headers.get("x-amz-object-ownership") {
         if v.as_bytes() != b"BucketOwnerEnforced" {
             return Err(ApiError::new(
@@ -128,6 +122,9 @@ pub async fn create_bucket(ctx: &ReqCtx, bucket: &str) -> ApiResult<Response> {
         // The one user owns every bucket, so an existing one is the caller's own.
         Err(quarry_object::Error::BucketExists) if recreate_succeeds(ctx.region()) => {}
         Err(e) => return Err(e.into()),
+    }
+    if header_is(headers, "x-amz-bucket-object-lock-enabled", "true") {
+        crate::object_lock::enable_on_new_bucket(ctx, bucket).await?;
     }
     let mut response = Response::new(Body::empty());
     if let Ok(location) = HeaderValue::from_str(&format!("/{bucket}")) {

@@ -9,7 +9,8 @@
 //! itself to change it); a source without a full-object checksum gets S3's default, CRC64NVME.
 //!
 //! A source `?versionId=` copies that version (a copy of an old version onto its own key restores
-//! it as a new latest version). Not here: server-side encryption and tagging.
+//! it as a new latest version). Tags follow `x-amz-tagging-directive` (see `tagging.rs`). Not
+//! here: server-side encryption.
 
 use axum::response::Response;
 use http::HeaderMap;
@@ -157,18 +158,10 @@ pub fn check_copy_conditions(
 }
 
 fn check_copy_headers(headers: &HeaderMap) -> ApiResult<()> {
-    // `x-amz-tagging-directive: COPY` copies the (absent) tags: nothing to refuse.
-    let mut rest = headers.clone();
-    if rest
-        .get("x-amz-tagging-directive")
-        .is_some_and(|v| v.as_bytes() == b"COPY")
-    {
-        rest.remove("x-amz-tagging-directive");
-    }
     // Server-side encryption headers (the copy's and its source's) are crate::sse's.
-    check_unsupported_headers_but_sse(&rest)?;
-    check_acl_headers(&rest)?;
-    check_storage_class(&rest)?;
+    check_unsupported_headers_but_sse(headers)?;
+    check_acl_headers(headers)?;
+    check_storage_class(headers)?;
     Ok(())
 }
 
@@ -266,6 +259,8 @@ pub async fn copy_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Res
             ),
         ));
     }
+    let tags = crate::tagging::copy_tags(headers, &info)?;
+    let lock = crate::object_lock::write_lock_entries(ctx, bucket, headers, false).await?;
     let compute = checksum_to_compute(requested, &info);
     // Onto itself, something must change: the metadata, the checksum algorithm or the
     // encryption. A copy of a named version onto its key restores it: that changes the key.
@@ -301,6 +296,8 @@ pub async fn copy_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Res
         precondition,
         checksums: compute.map(computed_checksum),
         source_version_id: source.version,
+        tags: Some(tags),
+        lock,
     };
     let copied = ctx
         .layer()
@@ -527,12 +524,7 @@ mod tests {
         );
         assert!(check_copy_headers(&h(&[("x-amz-tagging-directive", "COPY")])).is_ok());
         assert!(check_copy_headers(&h(&[("x-amz-server-side-encryption", "AES256")])).is_ok());
-        assert_eq!(
-            check_copy_headers(&h(&[("x-amz-tagging-directive", "REPLACE")]))
-                .unwrap_err()
-                .code(),
-            S3ErrorCode::NotImplemented
-        );
+        assert!(check_copy_headers(&h(&[("x-amz-tagging-directive", "REPLACE")])).is_ok());
     }
 
     fn info(etag: &str, mod_time_ns: i64) -> ObjectInfo {

@@ -4,7 +4,7 @@
 use axum::response::Response;
 use futures::StreamExt;
 use md5::{Digest, Md5};
-use quarry_object::{DeleteResult, VersionId};
+use quarry_object::{DeleteOptions, DeleteResult, VersionId};
 
 use crate::api_error::{object_error, ApiError, ApiResult};
 use crate::error::S3ErrorCode;
@@ -25,9 +25,12 @@ pub async fn delete_object(
     key: &str,
     version: Option<VersionId>,
 ) -> ApiResult<Response> {
+    let opts = DeleteOptions {
+        bypass_governance: crate::object_lock::bypass_governance(ctx),
+    };
     let result = ctx
         .layer()
-        .delete_object_version(bucket, key, version)
+        .delete_object_version_with(bucket, key, version, opts)
         .await?;
     Ok(crate::versioning::delete_response(&result))
 }
@@ -178,9 +181,12 @@ async fn delete_one(ctx: &ReqCtx, bucket: &str, target: DeleteTarget) -> DeleteO
             message: "Access Denied".to_owned(),
         };
     }
+    let opts = DeleteOptions {
+        bypass_governance: crate::object_lock::bypass_governance(ctx),
+    };
     match ctx
         .layer()
-        .delete_object_version(bucket, &target.key, version)
+        .delete_object_version_with(bucket, &target.key, version, opts)
         .await
     {
         Ok(result) => DeleteOutcome::Deleted(target, result),

@@ -27,6 +27,7 @@ pub enum S3ErrorCode {
     InvalidAccessKeyId,
     InvalidArgument,
     InvalidBucketName,
+    InvalidBucketState,
     InvalidDigest,
     InvalidPart,
     InvalidPartNumber,
@@ -35,7 +36,9 @@ pub enum S3ErrorCode {
     InvalidPolicyDocument,
     InvalidRange,
     InvalidRequest,
+    InvalidRetentionPeriod,
     InvalidStorageClass,
+    InvalidTag,
     InvalidURI,
     KeyTooLongError,
     /// The body of a browser POST upload is not well-formed multipart/form-data.
@@ -50,10 +53,13 @@ pub enum S3ErrorCode {
     NoSuchBucket,
     NoSuchCORSConfiguration,
     NoSuchKey,
+    NoSuchObjectLockConfiguration,
+    NoSuchTagSet,
     NoSuchUpload,
     NoSuchVersion,
     NotImplemented,
     NotModified,
+    ObjectLockConfigurationNotFoundError,
     PreconditionFailed,
     /// A request body stalled: nothing, or too little, arrived within the body timeout.
     RequestTimeout,
@@ -92,6 +98,7 @@ impl S3ErrorCode {
             InvalidAccessKeyId => "InvalidAccessKeyId",
             InvalidArgument => "InvalidArgument",
             InvalidBucketName => "InvalidBucketName",
+            InvalidBucketState => "InvalidBucketState",
             InvalidDigest => "InvalidDigest",
             InvalidPart => "InvalidPart",
             InvalidPartNumber => "InvalidPartNumber",
@@ -99,7 +106,9 @@ impl S3ErrorCode {
             InvalidPolicyDocument => "InvalidPolicyDocument",
             InvalidRange => "InvalidRange",
             InvalidRequest => "InvalidRequest",
+            InvalidRetentionPeriod => "InvalidRetentionPeriod",
             InvalidStorageClass => "InvalidStorageClass",
+            InvalidTag => "InvalidTag",
             InvalidURI => "InvalidURI",
             KeyTooLongError => "KeyTooLongError",
             MalformedPOSTRequest => "MalformedPOSTRequest",
@@ -115,10 +124,13 @@ impl S3ErrorCode {
                 "ServerSideEncryptionConfigurationNotFoundError"
             }
             NoSuchKey => "NoSuchKey",
+            NoSuchObjectLockConfiguration => "NoSuchObjectLockConfiguration",
+            NoSuchTagSet => "NoSuchTagSet",
             NoSuchUpload => "NoSuchUpload",
             NoSuchVersion => "NoSuchVersion",
             NotImplemented => "NotImplemented",
             NotModified => "NotModified",
+            ObjectLockConfigurationNotFoundError => "ObjectLockConfigurationNotFoundError",
             PreconditionFailed => "PreconditionFailed",
             RequestTimeout => "RequestTimeout",
             RequestTimeTooSkewed => "RequestTimeTooSkewed",
@@ -139,10 +151,15 @@ impl S3ErrorCode {
             | SignatureDoesNotMatch
             | RequestTimeTooSkewed => StatusCode::FORBIDDEN,
             ExpiredToken => StatusCode::BAD_REQUEST,
-            BucketAlreadyExists | BucketAlreadyOwnedByYou | BucketNotEmpty => StatusCode::CONFLICT,
+            BucketAlreadyExists | BucketAlreadyOwnedByYou | BucketNotEmpty | InvalidBucketState => {
+                StatusCode::CONFLICT
+            }
             NoSuchBucket
             | NoSuchCORSConfiguration
             | NoSuchKey
+            | NoSuchObjectLockConfiguration
+            | ObjectLockConfigurationNotFoundError
+            | NoSuchTagSet
             | NoSuchUpload
             | NoSuchVersion
             | ServerSideEncryptionConfigurationNotFoundError => StatusCode::NOT_FOUND,
@@ -186,6 +203,7 @@ impl S3ErrorCode {
             InvalidAccessKeyId => "The AWS access key ID you provided does not exist in our records.",
             InvalidArgument => "Invalid argument.",
             InvalidBucketName => "The specified bucket is not valid.",
+            InvalidBucketState => "The request is not valid with the current state of the bucket.",
             InvalidDigest => "The Content-MD5 you specified is not valid.",
             InvalidPart => "One or more of the specified parts could not be found. The part may not have been uploaded, or the specified entity tag may not match the part's entity tag.",
             InvalidPartNumber => "The requested partnumber is not satisfiable.",
@@ -193,7 +211,9 @@ impl S3ErrorCode {
             InvalidPolicyDocument => "The content of the form does not meet the conditions specified in the policy document.",
             InvalidRange => "The requested range is not satisfiable.",
             InvalidRequest => "Invalid request.",
+            InvalidRetentionPeriod => "The retention period is not valid.",
             InvalidStorageClass => "The storage class you specified is not valid.",
+            InvalidTag => "The tag provided was not a valid tag.",
             InvalidURI => "Couldn't parse the specified URI.",
             KeyTooLongError => "Your key is too long.",
             MetadataTooLarge => {
@@ -211,10 +231,13 @@ impl S3ErrorCode {
                 "The server side encryption configuration was not found"
             }
             NoSuchKey => "The specified key does not exist.",
+            NoSuchObjectLockConfiguration => "The specified object does not have a ObjectLock configuration.",
+            NoSuchTagSet => "The TagSet does not exist.",
             NoSuchUpload => "The specified multipart upload does not exist. The upload ID might not be valid, or the multipart upload might have been aborted or completed.",
             NoSuchVersion => "The specified version does not exist.",
             NotImplemented => "A header or query you provided implies functionality that is not implemented.",
             NotModified => "Not Modified.",
+            ObjectLockConfigurationNotFoundError => "Object Lock configuration does not exist for this bucket.",
             PreconditionFailed => "At least one of the preconditions you specified did not hold.",
             RequestTimeout => "Your socket connection to the server was not read from or written to within the timeout period.",
             RequestTimeTooSkewed => "The difference between the request time and the server's time is too large.",

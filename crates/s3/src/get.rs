@@ -417,6 +417,8 @@ pub fn object_headers(out: &mut HeaderMap, info: &ObjectInfo, with_checksums: bo
     if with_checksums {
         checksum_headers(out, info);
     }
+    crate::tagging::tagging_count_header(out, info);
+    crate::object_lock::lock_response_headers(out, info);
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 //! byte of the body is read, the headers stored as object metadata, write preconditions, and the
 //! checksum headers of a response.
 //!
-//! Headers asking for something Quarry does not do (server-side encryption, tagging, object lock,
+//! Headers asking for something Quarry does not do (server-side encryption,
 //! ACL grants, website redirects) are refused with `NotImplemented` rather than ignored: a client
 //! that asked for encryption must not believe it got it.
 
@@ -34,8 +34,6 @@ pub const STORED_HEADERS: &[&str] = &[
 /// Header prefixes and names that request features Quarry does not implement.
 const UNSUPPORTED_HEADERS: &[(&str, &str)] = &[
     ("x-amz-server-side-encryption", "Server-side encryption"),
-    ("x-amz-tagging", "Object tagging"),
-    ("x-amz-object-lock-", "Object lock"),
     ("x-amz-website-redirect-location", "Website redirects"),
     ("x-amz-grant-", "ACL grants"),
     ("x-amz-write-offset-bytes", "Appends"),
@@ -325,8 +323,6 @@ mod tests {
     fn unsupported_features_are_refused() {
         for (name, value) in [
             ("x-amz-server-side-encryption", "AES256"),
-            ("x-amz-tagging", "a=b"),
-            ("x-amz-object-lock-mode", "GOVERNANCE"),
             ("x-amz-grant-read", "id=x"),
             ("x-amz-acl", "public-read"),
         ] {

@@ -36,12 +36,14 @@ pub mod iam;
 mod list;
 mod metrics;
 mod multipart;
+mod object_lock;
 mod post_object;
 mod put;
 pub mod router;
 pub mod server;
 pub mod signature;
 pub mod sse;
+mod tagging;
 mod versioning;
 pub mod xml;
 

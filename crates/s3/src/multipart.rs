@@ -260,8 +260,11 @@ pub async fn create_multipart_upload(ctx: &ReqCtx, bucket: &str, key: &str) -> A
         }
     };
     let checksum = upload_checksum_requested(headers, algorithm)?;
+    let mut stored = stored_headers(headers)?;
+    crate::tagging::store_request_tags(headers, &mut stored)?;
+    stored.extend(crate::object_lock::write_lock_entries(ctx, bucket, headers, false).await?);
     let opts = NewUploadOptions {
-        headers: stored_headers(headers)?,
+        headers: stored,
         user_meta: user_metadata(headers)?,
         checksum_algorithm: checksum.map(UploadChecksum::recorded),
     };

@@ -471,10 +471,21 @@ async fn upload(
     let headers = form_headers(&form, file_type.as_deref())?;
     check_acl_headers(&headers)?;
     crate::sse::refuse_if_bucket_default(&*state.layer, bucket, "A browser upload").await?;
+    let mut stored = stored_headers(&headers)?;
+    // The `tagging` field is a Tagging document (the header form is for PutObject).
+    if let Some(doc) = form.get("tagging") {
+        let tags = crate::tagging::parse_tagging(doc.as_bytes(), crate::tagging::MAX_OBJECT_TAGS)?;
+        if !tags.is_empty() {
+            stored.insert(
+                quarry_object::TAGS_HEADER.to_owned(),
+                crate::tagging::encode(&tags),
+            );
+        }
+    }
     let opts = PutOptions {
         size: None,
         content_md5: None,
-        headers: stored_headers(&headers)?,
+        headers: stored,
         user_meta: user_metadata(&headers)?,
         checksums: BTreeMap::new(),
         ..PutOptions::default()
@@ -541,7 +552,6 @@ fn authenticate(state: &AppState, form: &Form) -> Result<(PostPolicy, String), S
 fn form_headers(form: &Form, file_type: Option<&str>) -> ApiResult<HeaderMap> {
     const UNSUPPORTED: &[(&str, &str)] = &[
         ("x-amz-server-side-encryption", "Server-side encryption"),
-        ("tagging", "Object tagging"),
         ("x-amz-object-lock-", "Object lock"),
         ("x-amz-website-redirect-location", "Website redirects"),
         ("x-amz-checksum-", "Checksums of POST uploads"),

@@ -73,10 +73,13 @@ pub async fn put_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Resp
         let (body, sum) = default_checksum(body);
         (body, Some(sum))
     };
+    let mut stored = stored_headers(headers)?;
+    crate::tagging::store_request_tags(headers, &mut stored)?;
+    stored.extend(crate::object_lock::write_lock_entries(ctx, bucket, headers, true).await?);
     let opts = PutOptions {
         size,
         content_md5: content_md5(headers)?,
-        headers: stored_headers(headers)?,
+        headers: stored,
         user_meta: user_metadata(headers)?,
         // The checksum (header or trailer) is stored once the body verifier has checked it.
         checksums: BTreeMap::new(),

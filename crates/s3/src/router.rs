@@ -10,7 +10,7 @@
 //! is the key.
 //!
 //! Operations Quarry does not implement still get a name here ([`Endpoint::Unsupported`]) and
-//! answer `NotImplemented`: a request for `?versioning`, `?tagging`, a specific object version and
+//! answer `NotImplemented`: a request for `?lifecycle`, `?policy`, a part of a specific version and
 //! the like never falls through to a plain GET or PUT and succeeds silently.
 //!
 //! Health probes (`/health/live`, `/health/ready`) are anonymous `GET`/`HEAD` requests. Quarry
@@ -94,6 +94,60 @@ pub enum Endpoint {
         bucket: String,
         key: String,
         version: Option<VersionId>,
+    },
+    /// `GET|PUT|DELETE /bucket/key?tagging[&versionId=]`.
+    GetObjectTagging {
+        bucket: String,
+        key: String,
+        version: Option<VersionId>,
+    },
+    PutObjectTagging {
+        bucket: String,
+        key: String,
+        version: Option<VersionId>,
+    },
+    DeleteObjectTagging {
+        bucket: String,
+        key: String,
+        version: Option<VersionId>,
+    },
+    GetBucketTagging {
+        bucket: String,
+    },
+    /// `GET|PUT /bucket?object-lock`.
+    GetObjectLockConfiguration {
+        bucket: String,
+    },
+    PutObjectLockConfiguration {
+        bucket: String,
+    },
+    /// `GET|PUT /bucket/key?retention[&versionId=]`.
+    GetObjectRetention {
+        bucket: String,
+        key: String,
+        version: Option<VersionId>,
+    },
+    PutObjectRetention {
+        bucket: String,
+        key: String,
+        version: Option<VersionId>,
+    },
+    /// `GET|PUT /bucket/key?legal-hold[&versionId=]`.
+    GetObjectLegalHold {
+        bucket: String,
+        key: String,
+        version: Option<VersionId>,
+    },
+    PutObjectLegalHold {
+        bucket: String,
+        key: String,
+        version: Option<VersionId>,
+    },
+    PutBucketTagging {
+        bucket: String,
+    },
+    DeleteBucketTagging {
+        bucket: String,
     },
     GetBucketVersioning {
         bucket: String,
@@ -251,6 +305,18 @@ impl Endpoint {
             | E::GetObjectAttributes { bucket, .. }
             | E::DeleteObject { bucket, .. }
             | E::DeleteObjects { bucket }
+            | E::GetObjectTagging { bucket, .. }
+            | E::PutObjectTagging { bucket, .. }
+            | E::DeleteObjectTagging { bucket, .. }
+            | E::GetBucketTagging { bucket }
+            | E::GetObjectLockConfiguration { bucket }
+            | E::PutObjectLockConfiguration { bucket }
+            | E::GetObjectRetention { bucket, .. }
+            | E::PutObjectRetention { bucket, .. }
+            | E::GetObjectLegalHold { bucket, .. }
+            | E::PutObjectLegalHold { bucket, .. }
+            | E::PutBucketTagging { bucket }
+            | E::DeleteBucketTagging { bucket }
             | E::GetBucketVersioning { bucket }
             | E::PutBucketVersioning { bucket }
             | E::ListObjectVersions { bucket, .. }
@@ -296,6 +362,18 @@ impl Endpoint {
             Endpoint::GetObjectAttributes { .. } => "GetObjectAttributes",
             Endpoint::DeleteObject { .. } => "DeleteObject",
             Endpoint::DeleteObjects { .. } => "DeleteObjects",
+            Endpoint::GetObjectTagging { .. } => "GetObjectTagging",
+            Endpoint::PutObjectTagging { .. } => "PutObjectTagging",
+            Endpoint::DeleteObjectTagging { .. } => "DeleteObjectTagging",
+            Endpoint::GetBucketTagging { .. } => "GetBucketTagging",
+            Endpoint::GetObjectLockConfiguration { .. } => "GetObjectLockConfiguration",
+            Endpoint::PutObjectLockConfiguration { .. } => "PutObjectLockConfiguration",
+            Endpoint::GetObjectRetention { .. } => "GetObjectRetention",
+            Endpoint::PutObjectRetention { .. } => "PutObjectRetention",
+            Endpoint::GetObjectLegalHold { .. } => "GetObjectLegalHold",
+            Endpoint::PutObjectLegalHold { .. } => "PutObjectLegalHold",
+            Endpoint::PutBucketTagging { .. } => "PutBucketTagging",
+            Endpoint::DeleteBucketTagging { .. } => "DeleteBucketTagging",
             Endpoint::GetBucketVersioning { .. } => "GetBucketVersioning",
             Endpoint::PutBucketVersioning { .. } => "PutBucketVersioning",
             Endpoint::ListObjectVersions { .. } => "ListObjectVersions",
@@ -666,6 +744,11 @@ fn bucket_endpoint(method: &Method, query: &Query, bucket: String) -> Result<End
             bucket,
             params: param("ListMultipartUploads", ListUploadsParams::from_query(query))?,
         }),
+        (Method::GET, Some("tagging")) => Ok(Endpoint::GetBucketTagging { bucket }),
+        (Method::GET, Some("object-lock")) => Ok(Endpoint::GetObjectLockConfiguration { bucket }),
+        (Method::PUT, Some("object-lock")) => Ok(Endpoint::PutObjectLockConfiguration { bucket }),
+        (Method::PUT, Some("tagging")) => Ok(Endpoint::PutBucketTagging { bucket }),
+        (Method::DELETE, Some("tagging")) => Ok(Endpoint::DeleteBucketTagging { bucket }),
         (Method::GET, Some("versioning")) => Ok(Endpoint::GetBucketVersioning { bucket }),
         (Method::PUT, Some("versioning")) => Ok(Endpoint::PutBucketVersioning { bucket }),
         (Method::GET, Some("versions")) => Ok(Endpoint::ListObjectVersions {
@@ -825,6 +908,62 @@ fn object_endpoint(
         }
         (Method::PUT, Some("acl")) if !versioned => {
             return Ok(Endpoint::PutObjectAcl { bucket, key })
+        }
+        (Method::GET, Some("tagging")) => {
+            let version = version("GetObjectTagging")?;
+            return Ok(Endpoint::GetObjectTagging {
+                bucket,
+                key,
+                version,
+            });
+        }
+        (Method::PUT, Some("tagging")) => {
+            let version = version("PutObjectTagging")?;
+            return Ok(Endpoint::PutObjectTagging {
+                bucket,
+                key,
+                version,
+            });
+        }
+        (Method::DELETE, Some("tagging")) => {
+            let version = version("DeleteObjectTagging")?;
+            return Ok(Endpoint::DeleteObjectTagging {
+                bucket,
+                key,
+                version,
+            });
+        }
+        (Method::GET | Method::PUT, Some(sub @ ("retention" | "legal-hold"))) => {
+            let get = method == Method::GET;
+            let name = match (get, sub) {
+                (true, "retention") => "GetObjectRetention",
+                (false, "retention") => "PutObjectRetention",
+                (true, _) => "GetObjectLegalHold",
+                (false, _) => "PutObjectLegalHold",
+            };
+            let version = version(name)?;
+            return Ok(match (get, sub) {
+                (true, "retention") => Endpoint::GetObjectRetention {
+                    bucket,
+                    key,
+                    version,
+                },
+                (false, "retention") => Endpoint::PutObjectRetention {
+                    bucket,
+                    key,
+                    version,
+                },
+                (true, _) => Endpoint::GetObjectLegalHold {
+                    bucket,
+                    key,
+                    version,
+                },
+                (false, _) => Endpoint::PutObjectLegalHold {
+                    bucket,
+                    key,
+                    version,
+                },
+            });
         }
         (Method::POST, Some("restore")) => "RestoreObject".to_owned(),
         (Method::POST, Some("select")) => "SelectObjectContent".to_owned(),

@@ -34,8 +34,8 @@ use crate::error::{error_xml, S3Error, S3ErrorCode};
 use crate::router::{self, Endpoint, Query, RouteError};
 use crate::signature::{self, AuthConfig, Authenticated, Credentials};
 use crate::{
-    acl, attributes, authz, bucket, copy, delete, get, list, multipart, post_object, put, sse,
-    versioning,
+    acl, attributes, authz, bucket, copy, delete, get, list, multipart, object_lock, post_object,
+    put, sse, tagging, versioning,
 };
 
 /// What the front end needs to know besides the object layer.
@@ -799,6 +799,50 @@ async fn dispatch(
             key,
             version,
         } => delete::delete_object(&ctx, &bucket, &key, version).await,
+        E::GetObjectTagging {
+            bucket,
+            key,
+            version,
+        } => tagging::get_object_tagging(&ctx, &bucket, &key, version).await,
+        E::PutObjectTagging {
+            bucket,
+            key,
+            version,
+        } => tagging::put_object_tagging(&ctx, &bucket, &key, version).await,
+        E::DeleteObjectTagging {
+            bucket,
+            key,
+            version,
+        } => tagging::delete_object_tagging(&ctx, &bucket, &key, version).await,
+        E::GetBucketTagging { bucket } => tagging::get_bucket_tagging(&ctx, &bucket).await,
+        E::GetObjectLockConfiguration { bucket } => {
+            object_lock::get_object_lock_configuration(&ctx, &bucket).await
+        }
+        E::PutObjectLockConfiguration { bucket } => {
+            object_lock::put_object_lock_configuration(&ctx, &bucket).await
+        }
+        E::GetObjectRetention {
+            bucket,
+            key,
+            version,
+        } => object_lock::get_object_retention(&ctx, &bucket, &key, version).await,
+        E::PutObjectRetention {
+            bucket,
+            key,
+            version,
+        } => object_lock::put_object_retention(&ctx, &bucket, &key, version).await,
+        E::GetObjectLegalHold {
+            bucket,
+            key,
+            version,
+        } => object_lock::get_object_legal_hold(&ctx, &bucket, &key, version).await,
+        E::PutObjectLegalHold {
+            bucket,
+            key,
+            version,
+        } => object_lock::put_object_legal_hold(&ctx, &bucket, &key, version).await,
+        E::PutBucketTagging { bucket } => tagging::put_bucket_tagging(&ctx, &bucket).await,
+        E::DeleteBucketTagging { bucket } => tagging::delete_bucket_tagging(&ctx, &bucket).await,
         E::GetBucketVersioning { bucket } => versioning::get_bucket_versioning(&ctx, &bucket).await,
         E::PutBucketVersioning { bucket } => versioning::put_bucket_versioning(&ctx, &bucket).await,
         E::ListObjectVersions { bucket, params } => {

@@ -75,6 +75,7 @@ pub async fn put_bucket_versioning(ctx: &ReqCtx, bucket: &str) -> ApiResult<Resp
     let state = parse_versioning_configuration(&body)?;
     ctx.layer().bucket_info(bucket).await?;
     if let Some(state) = state {
+        crate::object_lock::check_versioning_change(ctx, bucket, state).await?;
         ctx.layer().put_bucket_versioning(bucket, state).await?;
     }
     Ok(Response::new(Body::empty()))

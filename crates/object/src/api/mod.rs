@@ -13,11 +13,13 @@ use crate::error::Result;
 mod cluster;
 mod heal;
 mod multipart;
+mod protect;
 mod versioning;
 
 pub use cluster::*;
 pub use heal::*;
 pub use multipart::*;
+pub use protect::*;
 pub use versioning::*;
 
 /// A request body as it arrives: chunks of bytes, or an I/O error from the front end's decoder
@@ -216,6 +218,12 @@ pub struct CopyOptions {
     /// New checksums for the copy, computed from its bytes as they stream by; they replace the
     /// source's. `None` keeps the source's full-object checksums.
     pub checksums: Option<CopyChecksums>,
+    /// The copy's tags, encoded as [`TAGS_HEADER`] holds them (empty: none). `None` keeps the
+    /// source's.
+    pub tags: Option<String>,
+    /// The copy's object lock entries (see `api/protect.rs`); a source's retention and legal
+    /// hold are never copied.
+    pub lock: BTreeMap<String, String>,
 }
 
 /// A function that sees every byte of a stream, in order.
@@ -488,6 +496,32 @@ pub trait ObjectLayer: Send + Sync + 'static {
                 .map(|()| DeleteResult::default()),
             Some(_) => Err(crate::Error::NotImplemented("versions")),
         }
+    }
+
+    /// Changes the stored headers of one version (`None`: the latest) in place, under the
+    /// object's lock, on a write quorum of its drives; its data, ETag and modification time stay.
+    /// Errors as [`ObjectLayer::get_object_version`], or the update's own refusal.
+    async fn update_object_headers(
+        &self,
+        _bucket: &str,
+        _key: &str,
+        _version: Option<VersionId>,
+        _update: HeadersUpdate,
+    ) -> Result<ObjectInfo> {
+        Err(crate::Error::NotImplemented("in-place metadata updates"))
+    }
+
+    /// DELETE of one version or of the key, as [`ObjectLayer::delete_object_version`], with
+    /// options: a version under object lock is refused (`ObjectLocked`) unless its GOVERNANCE
+    /// retention may be bypassed.
+    async fn delete_object_version_with(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+        _opts: DeleteOptions,
+    ) -> Result<DeleteResult> {
+        self.delete_object_version(bucket, key, version).await
     }
 
     /// ListObjectVersions.

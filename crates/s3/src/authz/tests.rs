@@ -156,7 +156,13 @@ fn every_endpoint_maps_to_its_action() {
         ),
         ("GET", "/bkt/a/b.txt?acl", &[], one("s3:GetObjectAcl", obj)),
         ("PUT", "/bkt/a/b.txt?acl", &[], one("s3:PutObjectAcl", obj)),
-        ("GET", "/bkt?tagging", &[], one("s3:Unsupported", "*")),
+        (
+            "GET",
+            "/bkt?tagging",
+            &[],
+            one("s3:GetBucketTagging", "arn:aws:s3:::bkt"),
+        ),
+        ("GET", "/bkt?lifecycle", &[], one("s3:Unsupported", "*")),
         (
             "PUT",
             "/bkt/a/b.txt",

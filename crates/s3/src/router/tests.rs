@@ -419,9 +419,14 @@ fn unsupported_operations_are_named() {
     let auth = [("authorization", "x")];
     let cases: Vec<Case<&str>> = vec![
         ("DELETE", "/bkt?acl", &auth, "DeleteBucketAcl"),
-        ("PUT", "/bkt?tagging", &auth, "PutBucketTagging"),
+        ("PUT", "/bkt?lifecycle", &auth, "PutBucketLifecycle"),
         ("DELETE", "/bkt?policy", &auth, "DeleteBucketPolicy"),
-        ("PUT", "/bkt?object-lock", &auth, "PutBucketObjectLock"),
+        (
+            "DELETE",
+            "/bkt?object-lock",
+            &auth,
+            "DeleteBucketObjectLock",
+        ),
         (
             "GET",
             "/bkt?list-type=2&analytics",
@@ -430,7 +435,7 @@ fn unsupported_operations_are_named() {
         ),
         ("GET", "/bkt?somethingnew", &auth, "GetBucketSomethingnew"),
         ("GET", "/bkt/k?acl&versionId=v1", &auth, "GetObjectAcl"),
-        ("PUT", "/bkt/k?tagging", &auth, "PutObjectTagging"),
+        ("DELETE", "/bkt/k?retention", &auth, "DeleteObjectRetention"),
         ("POST", "/bkt/k?restore", &auth, "RestoreObject"),
     ];
     for (method, uri, headers, want) in cases {
@@ -444,6 +449,69 @@ fn unsupported_operations_are_named() {
         );
         assert!(got.needs_auth());
     }
+}
+
+#[test]
+fn tagging_endpoints() {
+    let auth = [("authorization", "x")];
+    let v = "5f0c7b8e-0000-4000-8000-000000000000";
+    let id: VersionId = v.parse().unwrap();
+    let put_uri = format!("/bkt/k?tagging&versionId={v}");
+    let cases: Vec<Case<Endpoint>> = vec![
+        (
+            "GET",
+            "/bkt?tagging",
+            &auth,
+            Endpoint::GetBucketTagging { bucket: b("bkt") },
+        ),
+        (
+            "PUT",
+            "/bkt?tagging",
+            &auth,
+            Endpoint::PutBucketTagging { bucket: b("bkt") },
+        ),
+        (
+            "DELETE",
+            "/bkt?tagging",
+            &auth,
+            Endpoint::DeleteBucketTagging { bucket: b("bkt") },
+        ),
+        (
+            "GET",
+            "/bkt/k?tagging",
+            &auth,
+            Endpoint::GetObjectTagging {
+                bucket: b("bkt"),
+                key: b("k"),
+                version: None,
+            },
+        ),
+        (
+            "PUT",
+            &put_uri,
+            &auth,
+            Endpoint::PutObjectTagging {
+                bucket: b("bkt"),
+                key: b("k"),
+                version: Some(id),
+            },
+        ),
+        (
+            "DELETE",
+            "/bkt/k?tagging&versionId=null",
+            &auth,
+            Endpoint::DeleteObjectTagging {
+                bucket: b("bkt"),
+                key: b("k"),
+                version: Some(VersionId::Null),
+            },
+        ),
+    ];
+    for (method, uri, headers, want) in cases {
+        assert_eq!(route(method, uri, headers).unwrap(), want, "{method} {uri}");
+    }
+    let err = route_or_why("GET", "/bkt/k?tagging&versionId=bogus", &auth).unwrap_err();
+    assert_eq!(err.operation, Some("GetObjectTagging"));
 }
 
 #[test]

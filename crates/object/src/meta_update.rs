@@ -1,0 +1,63 @@
+//! In-place changes of one version's metadata (tags, retention, legal hold): read the version
+//! with its own quorum under the object's lock, change its stored headers, and write each drive's
+//! copy back (its own shard index and inline data kept) on a write quorum. The version's data,
+//! ETag and modification time do not change; a stamp ([`META_UPDATED_HEADER`]) tells the new
+//! copies from those that missed the change.
+
+use std::collections::BTreeMap;
+
+use quarry_disk::{DriveError, ObjectMeta};
+
+use crate::api::{meta_updated_ns, HeadersUpdate, ObjectInfo, VersionId, META_UPDATED_HEADER};
+use crate::error::Result;
+use crate::quorum::{count_full, count_ok, write_failed, write_quorum};
+use crate::set::{object_info, ErasureSet};
+
+impl ErasureSet {
+    /// Applies `update` to the stored headers of one version (`None`: the latest).
+    pub(crate) async fn update_headers(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+        update: &HeadersUpdate,
+    ) -> Result<ObjectInfo> {
+        let _guard = self.locks.lock(&format!("{bucket}/{key}")).await?;
+        let (current, metas) = self.resolve_version(bucket, key, version).await?;
+        let mut headers: BTreeMap<String, String> = current.headers.clone();
+        update(&object_info(bucket, key, &current), &mut headers)?;
+        // Strictly after the stamp it replaces, so the new copies win wherever both are seen.
+        let stamp = self
+            .now_ns()
+            .max(meta_updated_ns(&current.headers).saturating_add(1));
+        headers.insert(META_UPDATED_HEADER.to_owned(), stamp.to_string());
+        let rewrite = |mut m: ObjectMeta| {
+            m.headers = headers.clone();
+            m
+        };
+        let jobs = self.drives.iter().zip(metas).map(|(d, m)| {
+            let d = d.clone();
+            let m = m.map(rewrite);
+            async move {
+                match m {
+                    Some(m) => d.write_meta(bucket, key, &m).await,
+                    // A drive without this copy gets it from heal.
+                    None => Err(DriveError::FileNotFound),
+                }
+            }
+        });
+        let answers = futures::future::join_all(jobs).await;
+        let ok = count_ok(&answers);
+        let need = write_quorum(
+            current.erasure.data as usize,
+            current.erasure.parity as usize,
+        );
+        if ok < need {
+            return Err(write_failed(ok, need, count_full(&answers)));
+        }
+        if ok < self.drives.len() {
+            self.queue_heal(bucket, key);
+        }
+        Ok(object_info(bucket, key, &rewrite(current)))
+    }
+}
