@@ -102,8 +102,9 @@ async fn auto_without_libibverbs_says_so_in_one_line_and_serves() {
         "{line}"
     );
     assert!(line.contains("INFO"), "an info line, not a warning: {line}");
-    // The node without the library serves, and its peer reads what it wrote.
-    s.create_bucket("no-verbs-lib").await;
+    // The node without the library serves, and its peer reads what it wrote (once the front
+    // node sees it again: its calls to the node while it was down put it in back-off).
+    create_bucket_after_restart(&s, "no-verbs-lib").await;
     let body = random_bytes((1 << 20) + 1);
     // Through the node without the library; read back through its peer.
     put_bytes(&s.node_client(1), "no-verbs-lib", "k", &body).await;
@@ -193,7 +194,24 @@ async fn on_without_a_device_refuses_to_start_and_bad_values_are_refused() {
 
     // The same node with the default (auto) starts and the cluster serves.
     s.start_node(1).await;
-    s.create_bucket("rdma-on").await;
+    create_bucket_after_restart(&s, "rdma-on").await;
+}
+
+/// Creates `bucket` through node 0 right after node 1 restarted, retrying a 503 for up to 20 s as
+/// an SDK would (node 0 may still hold node 1 in back-off from its calls while it was down).
+async fn create_bucket_after_restart(s: &TestServer, bucket: &str) {
+    let client = s.client();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match client.create_bucket().bucket(bucket).send().await {
+            Ok(_) => return,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("create bucket {bucket} after the restart: {e:?}; again");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => panic!("create bucket {bucket} 20 s after node 1 restarted: {e:?}"),
+        }
+    }
 }
 
 /// Node `i`'s metrics, parsed.
