@@ -259,7 +259,7 @@ async fn unimplemented_subresources_and_bad_requests() {
     let c = s.client();
     s.create_bucket("sub").await;
     assert_s3_error(
-        c.get_bucket_policy().bucket("sub").send().await,
+        c.get_bucket_logging().bucket("sub").send().await,
         501,
         "NotImplemented",
     );

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 use quarry_integration::*;
 
 /// Sends an IAM (or STS) query call signed as the AWS SDKs sign them; returns status and body.
-async fn call(
+pub(crate) async fn call(
     srv: &TestServer,
     node: usize,
     creds: (&str, &str),
@@ -63,7 +63,7 @@ fn enc(s: &str) -> String {
     percent_encoding::utf8_percent_encode(s, percent_encoding::NON_ALPHANUMERIC).to_string()
 }
 
-fn elem<'a>(xml: &'a str, name: &str) -> &'a str {
+pub(crate) fn elem<'a>(xml: &'a str, name: &str) -> &'a str {
     let open = format!("<{name}>");
     let start = xml
         .find(&open)
@@ -73,10 +73,10 @@ fn elem<'a>(xml: &'a str, name: &str) -> &'a str {
     &xml[start..end]
 }
 
-const ROOT: (&str, &str) = (ACCESS_KEY, SECRET_KEY);
+pub(crate) const ROOT: (&str, &str) = (ACCESS_KEY, SECRET_KEY);
 
 #[track_caller]
-fn ok((status, body): &(u16, String)) {
+pub(crate) fn ok((status, body): &(u16, String)) {
     assert_eq!(*status, 200, "{body}");
 }
 
@@ -87,7 +87,7 @@ fn refused((status, body): &(u16, String), want_status: u16, code: &str) {
 }
 
 /// Creates a user with one access key; returns (access key, secret).
-async fn user_with_key(srv: &TestServer, name: &str) -> (String, String) {
+pub(crate) async fn user_with_key(srv: &TestServer, name: &str) -> (String, String) {
     ok(&call(
         srv,
         0,
@@ -111,7 +111,7 @@ async fn user_with_key(srv: &TestServer, name: &str) -> (String, String) {
     )
 }
 
-async fn put(c: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result<(), String> {
+pub(crate) async fn put(c: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result<(), String> {
     c.put_object()
         .bucket(bucket)
         .key(key)
@@ -122,7 +122,7 @@ async fn put(c: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result<(), Stri
         .map_err(|e| error_code(&e).unwrap_or_else(|| describe(&e)))
 }
 
-async fn get(c: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result<(), String> {
+pub(crate) async fn get(c: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result<(), String> {
     c.get_object()
         .bucket(bucket)
         .key(key)
@@ -132,7 +132,7 @@ async fn get(c: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result<(), Stri
         .map_err(|e| error_code(&e).unwrap_or_else(|| describe(&e)))
 }
 
-async fn list(c: &aws_sdk_s3::Client, bucket: &str, prefix: &str) -> Result<(), String> {
+pub(crate) async fn list(c: &aws_sdk_s3::Client, bucket: &str, prefix: &str) -> Result<(), String> {
     c.list_objects_v2()
         .bucket(bucket)
         .prefix(prefix)
@@ -143,7 +143,7 @@ async fn list(c: &aws_sdk_s3::Client, bucket: &str, prefix: &str) -> Result<(), 
 }
 
 #[track_caller]
-fn denied(r: Result<(), String>) {
+pub(crate) fn denied(r: Result<(), String>) {
     assert_eq!(r, Err("AccessDenied".to_owned()), "expected AccessDenied");
 }
 

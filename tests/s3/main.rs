@@ -9,6 +9,7 @@ mod auth_matrix;
 mod bench;
 mod bitrot;
 mod browser;
+mod bucket_policy;
 mod buckets;
 mod clients;
 mod cluster;

@@ -50,6 +50,7 @@ pub const S3_ACTIONS: &[&str] = &[
     "s3:AbortMultipartUpload",
     "s3:CreateBucket",
     "s3:DeleteBucket",
+    "s3:DeleteBucketPolicy",
     "s3:DeleteObject",
     "s3:DeleteObjectTagging",
     "s3:DeleteObjectVersion",
@@ -58,6 +59,8 @@ pub const S3_ACTIONS: &[&str] = &[
     "s3:GetBucketCORS",
     "s3:GetBucketLocation",
     "s3:GetBucketObjectLockConfiguration",
+    "s3:GetBucketPolicy",
+    "s3:GetBucketPolicyStatus",
     "s3:GetBucketTagging",
     "s3:GetBucketVersioning",
     "s3:GetObject",
@@ -78,6 +81,7 @@ pub const S3_ACTIONS: &[&str] = &[
     "s3:PutBucketAcl",
     "s3:PutBucketCORS",
     "s3:PutBucketObjectLockConfiguration",
+    "s3:PutBucketPolicy",
     "s3:PutBucketTagging",
     "s3:PutBucketVersioning",
     "s3:PutObject",
@@ -239,6 +243,10 @@ pub fn needs(endpoint: &Endpoint, headers: &HeaderMap) -> Result<Vec<Need>, S3Er
         E::PutBucketCors { bucket } | E::DeleteBucketCors { bucket } => {
             vec![b("s3:PutBucketCORS", bucket)]
         }
+        E::GetBucketPolicy { bucket } => vec![b("s3:GetBucketPolicy", bucket)],
+        E::PutBucketPolicy { bucket } => vec![b("s3:PutBucketPolicy", bucket)],
+        E::DeleteBucketPolicy { bucket } => vec![b("s3:DeleteBucketPolicy", bucket)],
+        E::GetBucketPolicyStatus { bucket } => vec![b("s3:GetBucketPolicyStatus", bucket)],
         E::ListMultipartUploads { bucket, .. } => vec![b("s3:ListBucketMultipartUploads", bucket)],
         E::AbortMultipartUpload { bucket, key, .. } => {
             vec![o("s3:AbortMultipartUpload", bucket, key)]
@@ -266,6 +274,8 @@ pub enum Caller {
     Root,
     /// An IAM user, or a service account acting as its parent user.
     User(Arc<Identity>),
+    /// An unsigned request: allowed only what a bucket policy grants `Principal: "*"`.
+    Anonymous,
 }
 
 impl Caller {
@@ -316,8 +326,11 @@ pub fn context(endpoint: &Endpoint, parts: &Parts, caller: &Caller) -> Context {
             ctx.set("aws:PrincipalArn", id.arn.clone());
             ctx.set("aws:PrincipalType", "User");
         }
+        Caller::Anonymous => ctx.set("aws:PrincipalType", "Anonymous"),
     }
-    ctx.set("aws:PrincipalAccount", ACCOUNT_ID);
+    if !matches!(caller, Caller::Anonymous) {
+        ctx.set("aws:PrincipalAccount", ACCOUNT_ID);
+    }
     let header = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok());
     for (key, name) in [("aws:UserAgent", "user-agent"), ("aws:Referer", "referer")] {
         if let Some(v) = header(name) {
@@ -354,18 +367,22 @@ pub fn context(endpoint: &Endpoint, parts: &Parts, caller: &Caller) -> Context {
             .uri
             .query()
             .is_some_and(|q| q.contains("AWSAccessKeyId="));
-    ctx.set(
-        "s3:signatureversion",
-        if v2 { "AWS" } else { "AWS4-HMAC-SHA256" },
-    );
-    ctx.set(
-        "s3:authType",
-        if parts.headers.contains_key(http::header::AUTHORIZATION) {
-            "REST-HEADER"
-        } else {
-            "REST-QUERY-STRING"
-        },
-    );
+    if !matches!(caller, Caller::Anonymous) {
+        ctx.set(
+            "s3:signatureversion",
+            if v2 { "AWS" } else { "AWS4-HMAC-SHA256" },
+        );
+    }
+    if !matches!(caller, Caller::Anonymous) {
+        ctx.set(
+            "s3:authType",
+            if parts.headers.contains_key(http::header::AUTHORIZATION) {
+                "REST-HEADER"
+            } else {
+                "REST-QUERY-STRING"
+            },
+        );
+    }
     let mut list = |prefix: &str, delimiter: &Option<String>, max_keys: usize| {
         ctx.set("s3:prefix", prefix);
         if let Some(d) = delimiter {
@@ -396,23 +413,114 @@ pub fn context(endpoint: &Endpoint, parts: &Parts, caller: &Caller) -> Context {
     ctx
 }
 
+/// The bucket policies in force for a request: each bucket its needs name, with its policy
+/// (if it has one). Loaded by the server before [`authorize`] (see `bucket_policy::PolicyCache`).
+pub type BucketPolicies = Vec<(String, Option<Arc<Policy>>)>;
+
+/// The buckets whose policies `needs` may be decided by, in order, without repeats.
+pub fn buckets_of(needs: &[Need]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for need in needs {
+        if let Some(b) = bucket_of_arn(&need.resource) {
+            if !out.iter().any(|o| o == b) {
+                out.push(b.to_owned());
+            }
+        }
+    }
+    out
+}
+
+/// The bucket of an S3 resource ARN (`arn:aws:s3:::bucket` or `arn:aws:s3:::bucket/key`).
+fn bucket_of_arn(arn: &str) -> Option<&str> {
+    let rest = arn.strip_prefix("arn:aws:s3:::")?;
+    let bucket = rest.split('/').next().unwrap_or("");
+    (!bucket.is_empty() && bucket != "*").then_some(bucket)
+}
+
 /// Allows or refuses a request: the one authorization decision, made from the endpoint's
-/// needs. A refusal is `AccessDenied` naming the action and resource (never the policy).
-pub fn authorize(caller: &Caller, needs: &[Need], ctx: &Context) -> Result<(), S3Error> {
-    let id = match caller {
+/// needs and the policies of the buckets they name. A refusal is `AccessDenied` naming the
+/// action and resource (never the policy).
+///
+/// As AWS decides within one account: an explicit `Deny` in the caller's policies or the
+/// bucket's policy wins; else an `Allow` in either allows; else the request is denied. The root
+/// user is allowed everything (so it can always repair a bucket policy); an anonymous caller
+/// only what the bucket policy grants `Principal: "*"`.
+pub fn authorize(
+    caller: &Caller,
+    needs: &[Need],
+    ctx: &Context,
+    bucket_policies: &BucketPolicies,
+) -> Result<(), S3Error> {
+    let principal = match caller {
         Caller::Root => return Ok(()),
-        Caller::User(id) => id,
-    };
-    let principal = Principal {
-        anonymous: false,
-        ids: vec![id.arn.clone()],
+        Caller::User(id) => Principal {
+            anonymous: false,
+            ids: vec![id.arn.clone()],
+        },
+        Caller::Anonymous => Principal {
+            anonymous: true,
+            ids: vec![],
+        },
     };
     for need in needs {
-        if !allowed(id, &principal, need.action, &need.resource, ctx) {
+        let bucket_policy = bucket_of_arn(&need.resource).and_then(|b| {
+            bucket_policies
+                .iter()
+                .find(|(name, _)| name == b)
+                .and_then(|(_, p)| p.as_deref())
+        });
+        let ok = match caller {
+            Caller::Root => true,
+            Caller::User(id) => allowed_with(
+                id,
+                &principal,
+                need.action,
+                &need.resource,
+                ctx,
+                bucket_policy,
+            ),
+            Caller::Anonymous => bucket_policy.is_some_and(|p| {
+                let req = Request {
+                    action: need.action,
+                    resource: &need.resource,
+                    principal: &principal,
+                    context: ctx,
+                };
+                evaluate(&[], &[p], &req).is_allowed()
+            }),
+        };
+        if !ok {
             return Err(denied_for(caller, need.action, &need.resource));
         }
     }
     Ok(())
+}
+
+/// [`allowed`], with the bucket's policy beside the identity's: an explicit deny in either
+/// refuses; an allow in either allows. A service account's own policy must allow it too.
+pub fn allowed_with(
+    id: &Identity,
+    principal: &Principal,
+    action: &str,
+    resource: &str,
+    ctx: &Context,
+    bucket_policy: Option<&Policy>,
+) -> bool {
+    let req = Request {
+        action,
+        resource,
+        principal,
+        context: ctx,
+    };
+    let policies: Vec<&Policy> = id.policies.iter().map(|p| p.as_ref()).collect();
+    let resource_policies: Vec<&Policy> = bucket_policy.into_iter().collect();
+    if !evaluate(&policies, &resource_policies, &req).is_allowed() {
+        return false;
+    }
+    match &id.narrowing {
+        None => true,
+        Some(p) => evaluate(&[p.as_ref()], &resource_policies, &req).is_allowed(),
+    }
 }
 
 /// Whether an identity may perform `action` on `resource`: its policies allow it and none
@@ -424,27 +532,16 @@ pub fn allowed(
     resource: &str,
     ctx: &Context,
 ) -> bool {
-    let req = Request {
-        action,
-        resource,
-        principal,
-        context: ctx,
-    };
-    let policies: Vec<&Policy> = id.policies.iter().map(|p| p.as_ref()).collect();
-    if !evaluate(&policies, &[], &req).is_allowed() {
-        return false;
-    }
-    match &id.narrowing {
-        None => true,
-        Some(p) => evaluate(&[p.as_ref()], &[], &req).is_allowed(),
-    }
+    allowed_with(id, principal, action, resource, ctx, None)
 }
 
-/// `AccessDenied` naming who, the action and the resource, as AWS words it.
+/// `AccessDenied` naming who, the action and the resource, as AWS words it (an anonymous caller
+/// gets AWS's plain "Access Denied": it is told nothing about the bucket).
 pub fn denied_for(caller: &Caller, action: &str, resource: &str) -> S3Error {
     let who = match caller {
         Caller::Root => format!("arn:aws:iam::{ACCOUNT_ID}:root"),
         Caller::User(id) => id.arn.clone(),
+        Caller::Anonymous => return S3Error::from_code(S3ErrorCode::AccessDenied),
     };
     S3Error::new(
         S3ErrorCode::AccessDenied,

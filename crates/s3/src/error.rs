@@ -43,6 +43,8 @@ pub enum S3ErrorCode {
     KeyTooLongError,
     /// The body of a browser POST upload is not well-formed multipart/form-data.
     MalformedPOSTRequest,
+    /// A bucket policy that does not parse or does not fit its bucket.
+    MalformedPolicy,
     MalformedXML,
     /// The fields before the file of a browser POST upload are too large.
     MaxPostPreDataLengthExceededError,
@@ -51,6 +53,7 @@ pub enum S3ErrorCode {
     MissingContentLength,
     MissingSecurityHeader,
     NoSuchBucket,
+    NoSuchBucketPolicy,
     NoSuchCORSConfiguration,
     NoSuchKey,
     NoSuchObjectLockConfiguration,
@@ -112,6 +115,7 @@ impl S3ErrorCode {
             InvalidURI => "InvalidURI",
             KeyTooLongError => "KeyTooLongError",
             MalformedPOSTRequest => "MalformedPOSTRequest",
+            MalformedPolicy => "MalformedPolicy",
             MalformedXML => "MalformedXML",
             MaxPostPreDataLengthExceededError => "MaxPostPreDataLengthExceededError",
             MetadataTooLarge => "MetadataTooLarge",
@@ -119,6 +123,7 @@ impl S3ErrorCode {
             MissingContentLength => "MissingContentLength",
             MissingSecurityHeader => "MissingSecurityHeader",
             NoSuchBucket => "NoSuchBucket",
+            NoSuchBucketPolicy => "NoSuchBucketPolicy",
             NoSuchCORSConfiguration => "NoSuchCORSConfiguration",
             ServerSideEncryptionConfigurationNotFoundError => {
                 "ServerSideEncryptionConfigurationNotFoundError"
@@ -155,6 +160,7 @@ impl S3ErrorCode {
                 StatusCode::CONFLICT
             }
             NoSuchBucket
+            | NoSuchBucketPolicy
             | NoSuchCORSConfiguration
             | NoSuchKey
             | NoSuchObjectLockConfiguration
@@ -219,6 +225,7 @@ impl S3ErrorCode {
             MetadataTooLarge => {
                 "Your metadata headers exceed the maximum allowed metadata size (2 KB)."
             }
+            MalformedPolicy => "Policies must be valid JSON and the first byte must be '{'",
             MalformedPOSTRequest => "The body of your POST request is not well-formed multipart/form-data.",
             MaxPostPreDataLengthExceededError => "Your POST request fields preceding the upload file were too large.",
             MalformedXML => "The XML you provided was not well-formed or did not validate against our published schema.",
@@ -226,6 +233,7 @@ impl S3ErrorCode {
             MissingContentLength => "You must provide the Content-Length HTTP header.",
             MissingSecurityHeader => "Your request is missing a required header.",
             NoSuchBucket => "The specified bucket does not exist.",
+            NoSuchBucketPolicy => "The bucket policy does not exist",
             NoSuchCORSConfiguration => "The CORS configuration does not exist",
             ServerSideEncryptionConfigurationNotFoundError => {
                 "The server side encryption configuration was not found"

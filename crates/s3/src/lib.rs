@@ -26,6 +26,7 @@ mod attributes;
 pub mod authz;
 mod body;
 mod bucket;
+pub mod bucket_policy;
 mod copy;
 mod cors;
 mod delete;

@@ -460,11 +460,9 @@ async fn upload(
         key: key.clone(),
     };
     let policy_ctx = crate::authz::context(&endpoint, parts, &caller);
-    crate::authz::authorize(
-        &caller,
-        &crate::authz::needs(&endpoint, &parts.headers)?,
-        &policy_ctx,
-    )?;
+    let needs = crate::authz::needs(&endpoint, &parts.headers)?;
+    let bucket_policies = crate::server::bucket_policies(state, &caller, &needs).await?;
+    crate::authz::authorize(&caller, &needs, &policy_ctx, &bucket_policies)?;
 
     // What the object is stored with.
     let file_type = file.content_type().map(|m| m.to_string());

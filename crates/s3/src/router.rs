@@ -13,9 +13,10 @@
 //! answer `NotImplemented`: a request for `?lifecycle`, `?policy`, a part of a specific version and
 //! the like never falls through to a plain GET or PUT and succeeds silently.
 //!
-//! Health probes (`/health/live`, `/health/ready`) are anonymous `GET`/`HEAD` requests. Quarry
-//! serves no anonymous S3 access at all, so a request without credentials cannot mean an object
-//! in a bucket named `health`; the same path with credentials is an ordinary S3 request.
+//! Health probes (`/health/live`, `/health/ready`) are anonymous `GET`/`HEAD` requests. Anonymous
+//! S3 access exists only where a bucket policy grants it, and no bucket named `health` or
+//! `metrics` can be reached anonymously under those paths; the same path with credentials is an
+//! ordinary S3 request.
 
 use http::{HeaderMap, Method};
 use percent_encoding::percent_decode_str;
@@ -182,6 +183,18 @@ pub enum Endpoint {
     DeleteBucketCors {
         bucket: String,
     },
+    GetBucketPolicy {
+        bucket: String,
+    },
+    PutBucketPolicy {
+        bucket: String,
+    },
+    DeleteBucketPolicy {
+        bucket: String,
+    },
+    GetBucketPolicyStatus {
+        bucket: String,
+    },
     /// `OPTIONS /bucket[/key]`: a CORS preflight, answered from the bucket's CORS configuration
     /// without authentication (browsers send no credentials with a preflight).
     CorsPreflight {
@@ -326,6 +339,10 @@ impl Endpoint {
             | E::GetBucketCors { bucket }
             | E::PutBucketCors { bucket }
             | E::DeleteBucketCors { bucket }
+            | E::GetBucketPolicy { bucket }
+            | E::PutBucketPolicy { bucket }
+            | E::DeleteBucketPolicy { bucket }
+            | E::GetBucketPolicyStatus { bucket }
             | E::CorsPreflight { bucket, .. }
             | E::PostObject { bucket }
             | E::ListMultipartUploads { bucket, .. }
@@ -383,6 +400,10 @@ impl Endpoint {
             Endpoint::GetBucketCors { .. } => "GetBucketCors",
             Endpoint::PutBucketCors { .. } => "PutBucketCors",
             Endpoint::DeleteBucketCors { .. } => "DeleteBucketCors",
+            Endpoint::GetBucketPolicy { .. } => "GetBucketPolicy",
+            Endpoint::PutBucketPolicy { .. } => "PutBucketPolicy",
+            Endpoint::DeleteBucketPolicy { .. } => "DeleteBucketPolicy",
+            Endpoint::GetBucketPolicyStatus { .. } => "GetBucketPolicyStatus",
             Endpoint::CorsPreflight { .. } => "PreflightRequest",
             Endpoint::PostObject { .. } => "PostObject",
             Endpoint::ListMultipartUploads { .. } => "ListMultipartUploads",
@@ -623,7 +644,7 @@ pub fn parse(
 }
 
 /// A request with neither an `Authorization` header nor presigned query parameters.
-fn is_anonymous(headers: &HeaderMap, query: &Query) -> bool {
+pub(crate) fn is_anonymous(headers: &HeaderMap, query: &Query) -> bool {
     !headers.contains_key(http::header::AUTHORIZATION)
         && !query.iter().any(|(k, _)| {
             k.eq_ignore_ascii_case("X-Amz-Signature")
@@ -740,6 +761,10 @@ fn bucket_endpoint(method: &Method, query: &Query, bucket: String) -> Result<End
         (Method::GET, Some("cors")) => Ok(Endpoint::GetBucketCors { bucket }),
         (Method::PUT, Some("cors")) => Ok(Endpoint::PutBucketCors { bucket }),
         (Method::DELETE, Some("cors")) => Ok(Endpoint::DeleteBucketCors { bucket }),
+        (Method::GET, Some("policy")) => Ok(Endpoint::GetBucketPolicy { bucket }),
+        (Method::PUT, Some("policy")) => Ok(Endpoint::PutBucketPolicy { bucket }),
+        (Method::DELETE, Some("policy")) => Ok(Endpoint::DeleteBucketPolicy { bucket }),
+        (Method::GET, Some("policyStatus")) => Ok(Endpoint::GetBucketPolicyStatus { bucket }),
         (Method::GET, Some("uploads")) => Ok(Endpoint::ListMultipartUploads {
             bucket,
             params: param("ListMultipartUploads", ListUploadsParams::from_query(query))?,

@@ -29,6 +29,7 @@ use crate::api_error::{ApiError, ApiResult};
 use crate::body::{
     counted_stream, read_small, timed_stream, BodyTimeouts, LoggedBody, RequestLog, MAX_XML_BODY,
 };
+use crate::bucket_policy;
 use crate::cors::{self, CorsCache};
 use crate::error::{error_xml, S3Error, S3ErrorCode};
 use crate::router::{self, Endpoint, Query, RouteError};
@@ -411,6 +412,7 @@ fn app_with(
             .collect(),
         cors: CorsCache::default(),
         sse: cfg.sse,
+        bucket_policies: Default::default(),
         ids: RequestIds::new(),
         metrics: Arc::default(),
     });
@@ -428,6 +430,8 @@ pub(crate) struct AppState {
     domains: Vec<String>,
     pub cors: CorsCache,
     pub sse: crate::sse::SseConfig,
+    /// Parsed bucket policies, for authorization (see `bucket_policy.rs`).
+    pub(crate) bucket_policies: crate::bucket_policy::PolicyCache,
     ids: RequestIds,
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
     /// How long a request body may stall (every body a handler reads goes through it).
@@ -464,6 +468,8 @@ pub(crate) struct ReqCtx {
     /// DeleteObjects).
     pub caller: authz::Caller,
     pub policy_ctx: quarry_policy::Context,
+    /// The policies of the buckets the request's needs named, as authorized.
+    pub bucket_policies: authz::BucketPolicies,
     /// Taken once by the handler that reads it. (A mutex only to make `ReqCtx` `Sync`: handlers
     /// hold `&ReqCtx` across awaits and `Body` is not `Sync`.)
     body: Mutex<Option<Body>>,
@@ -482,6 +488,7 @@ impl ReqCtx {
             &self.caller,
             &[authz::Need { action, resource }],
             &self.policy_ctx,
+            &self.bucket_policies,
         )
         .is_ok()
     }
@@ -712,20 +719,37 @@ async fn dispatch(
             tracing::warn!(error = %e, "IAM state could not be read");
         }
     }
-    // Authenticate before anything else is said about the request.
-    let auth = match &host_bucket {
-        Some(bucket) => {
-            signature::verify_virtual_host_request(&parts, &state.auth, SystemTime::now(), bucket)?
+    // An unsigned request for a bucket or an object is anonymous: allowed only what the
+    // bucket's policy grants everyone (decided by `authorize` below like any other request).
+    let anonymous = endpoint.as_ref().is_ok_and(|e| e.bucket().is_some())
+        && Query::parse(parts.uri.query()).is_ok_and(|q| router::is_anonymous(&parts.headers, &q));
+    let (auth, caller) = if anonymous {
+        let auth = Authenticated {
+            access_key: String::new(),
+            service: "s3",
+            payload: signature::PayloadCheck::Unsigned,
+        };
+        (auth, authz::Caller::Anonymous)
+    } else {
+        // Authenticate before anything else is said about the request.
+        let auth = match &host_bucket {
+            Some(bucket) => signature::verify_virtual_host_request(
+                &parts,
+                &state.auth,
+                SystemTime::now(),
+                bucket,
+            )?,
+            None => signature::verify_request(&parts, &state.auth, SystemTime::now())?,
+        };
+        // The connection has carried an authenticated request: it is no longer the first to
+        // be closed when the server is out of connection slots.
+        if let Some(ConnMark(c)) = parts.extensions.get::<ConnMark>() {
+            c.authed.store(true, Ordering::Relaxed);
         }
-        None => signature::verify_request(&parts, &state.auth, SystemTime::now())?,
+        let caller = caller_of(&state, &auth.access_key)?;
+        (auth, caller)
     };
-    // The connection has carried an authenticated request: it is no longer the first to be
-    // closed when the server is out of connection slots.
-    if let Some(ConnMark(c)) = parts.extensions.get::<ConnMark>() {
-        c.authed.store(true, Ordering::Relaxed);
-    }
     let endpoint = endpoint.map_err(|e| e.error)?;
-    let caller = caller_of(&state, &auth.access_key)?;
     // The root user is allowed everything: no context to build for it.
     let policy_ctx = if caller.is_root() {
         quarry_policy::Context::default()
@@ -750,14 +774,13 @@ async fn dispatch(
         return Ok(crate::iam::query::serve(iam, &caller, &policy_ctx, call).await);
     }
     // Authorization: once, here, from the endpoint, before any handler runs.
-    authz::authorize(
-        &caller,
-        &authz::needs(&endpoint, &parts.headers)?,
-        &policy_ctx,
-    )?;
+    let needs = authz::needs(&endpoint, &parts.headers)?;
+    let bucket_policies = bucket_policies(&state, &caller, &needs).await?;
+    authz::authorize(&caller, &needs, &policy_ctx, &bucket_policies)?;
     let ctx = ReqCtx {
         caller,
         policy_ctx,
+        bucket_policies,
         state,
         parts,
         auth,
@@ -773,8 +796,10 @@ async fn dispatch(
         E::HeadBucket { bucket } => bucket::head_bucket(&ctx, &bucket).await,
         E::DeleteBucket { bucket } => {
             let result = bucket::delete_bucket(&ctx, &bucket).await;
-            // Its CORS configuration went with it; a new bucket of the name starts without.
+            // Its CORS configuration and policy went with it; a new bucket of the name starts
+            // without.
             ctx.state.cors.invalidate(&bucket);
+            ctx.state.bucket_policies.invalidate(&bucket);
             result
         }
         E::GetBucketLocation { bucket } => bucket::get_bucket_location(&ctx, &bucket).await,
@@ -858,6 +883,14 @@ async fn dispatch(
         E::GetBucketCors { bucket } => cors::get_bucket_cors(&ctx, &bucket).await,
         E::PutBucketCors { bucket } => cors::put_bucket_cors(&ctx, &bucket).await,
         E::DeleteBucketCors { bucket } => cors::delete_bucket_cors(&ctx, &bucket).await,
+        E::GetBucketPolicy { bucket } => bucket_policy::get_bucket_policy(&ctx, &bucket).await,
+        E::PutBucketPolicy { bucket } => bucket_policy::put_bucket_policy(&ctx, &bucket).await,
+        E::DeleteBucketPolicy { bucket } => {
+            bucket_policy::delete_bucket_policy(&ctx, &bucket).await
+        }
+        E::GetBucketPolicyStatus { bucket } => {
+            bucket_policy::get_bucket_policy_status(&ctx, &bucket).await
+        }
         E::CorsPreflight { .. } | E::PostObject { .. } => unauthenticated_endpoint(),
         E::IamQuery => Err(S3Error::new(
             S3ErrorCode::NotImplemented,
@@ -908,6 +941,24 @@ async fn dispatch(
             format!("{operation} is not implemented by Quarry."),
         )),
     }
+}
+
+/// The policies of the buckets `needs` name, for [`authz::authorize`]; none for the root user,
+/// who is allowed everything. A policy that cannot be read (no quorum) fails the request.
+pub(crate) async fn bucket_policies(
+    state: &AppState,
+    caller: &authz::Caller,
+    needs: &[authz::Need],
+) -> ApiResult<authz::BucketPolicies> {
+    if caller.is_root() {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for bucket in authz::buckets_of(needs) {
+        let policy = state.bucket_policies.get(&*state.layer, &bucket).await?;
+        out.push((bucket, policy));
+    }
+    Ok(out)
 }
 
 /// Who signed with `access_key`: the root user (a configured key) or an IAM identity. A key

@@ -217,3 +217,87 @@ fn a_bad_copy_source_is_the_requests_error() {
         S3ErrorCode::InvalidArgument
     );
 }
+
+#[test]
+fn bucket_policy_endpoints_map_to_their_actions() {
+    let bkt = "arn:aws:s3:::bkt";
+    for (method, target, action) in [
+        ("GET", "/bkt?policy", "s3:GetBucketPolicy"),
+        ("PUT", "/bkt?policy", "s3:PutBucketPolicy"),
+        ("DELETE", "/bkt?policy", "s3:DeleteBucketPolicy"),
+        ("GET", "/bkt?policyStatus", "s3:GetBucketPolicyStatus"),
+    ] {
+        assert_eq!(
+            needs_of(method, target, &[]),
+            one(action, bkt),
+            "{method} {target}"
+        );
+        assert!(S3_ACTIONS.contains(&action));
+    }
+}
+
+fn user(name: &str, policies: &[&str]) -> Identity {
+    Identity {
+        user: name.to_owned(),
+        user_id: format!("AID{name}"),
+        arn: format!("arn:aws:iam::{ACCOUNT_ID}:user/{name}"),
+        access_key: format!("AK{name}"),
+        policies: policies
+            .iter()
+            .map(|p| Arc::new(Policy::parse_identity(p).unwrap()))
+            .collect(),
+        narrowing: None,
+        service_account: false,
+    }
+}
+
+fn need(action: &'static str, resource: &str) -> Need {
+    Need {
+        action,
+        resource: resource.to_owned(),
+    }
+}
+
+#[test]
+fn bucket_policies_join_the_decision() {
+    let ctx = Context::default();
+    let bp = Arc::new(
+        Policy::parse_resource(
+            r#"{"Version":"2012-10-17","Statement":[
+            {"Effect":"Allow","Principal":"*","Action":"s3:GetObject","Resource":"arn:aws:s3:::pub/*"},
+            {"Effect":"Deny","Principal":{"AWS":"arn:aws:iam::000000000000:user/eve"},"Action":"s3:*","Resource":"arn:aws:s3:::pub/*"}]}"#,
+        )
+        .unwrap(),
+    );
+    let policies: BucketPolicies = vec![("pub".into(), Some(bp)), ("priv".into(), None)];
+    let get_pub = [need("s3:GetObject", "arn:aws:s3:::pub/k")];
+    let get_priv = [need("s3:GetObject", "arn:aws:s3:::priv/k")];
+    // Anonymous: what the policy grants "*", nothing else, and nothing without the policy.
+    assert!(authorize(&Caller::Anonymous, &get_pub, &ctx, &policies).is_ok());
+    let e = authorize(&Caller::Anonymous, &get_priv, &ctx, &policies).unwrap_err();
+    assert_eq!(e.code, S3ErrorCode::AccessDenied);
+    assert!(
+        !e.message.contains("priv"),
+        "tells an anonymous caller nothing"
+    );
+    assert!(authorize(&Caller::Anonymous, &get_pub, &ctx, &vec![]).is_err());
+    let put_pub = [need("s3:PutObject", "arn:aws:s3:::pub/k")];
+    assert!(authorize(&Caller::Anonymous, &put_pub, &ctx, &policies).is_err());
+    // A user allowed everything by their own policy is still refused by the bucket's Deny.
+    let all = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:*","Resource":"*"}]}"#;
+    let eve = Caller::User(Arc::new(user("eve", &[all])));
+    let ann = Caller::User(Arc::new(user("ann", &[all])));
+    assert!(authorize(&eve, &get_pub, &ctx, &policies).is_err());
+    assert!(authorize(&eve, &get_priv, &ctx, &policies).is_ok());
+    assert!(authorize(&ann, &get_pub, &ctx, &policies).is_ok());
+    // A copy is decided per bucket: the source's policy for the source.
+    let copy = [
+        need("s3:PutObject", "arn:aws:s3:::priv/k"),
+        need("s3:GetObject", "arn:aws:s3:::pub/k"),
+    ];
+    assert!(authorize(&eve, &copy, &ctx, &policies).is_err());
+    assert!(authorize(&ann, &copy, &ctx, &policies).is_ok());
+    assert_eq!(buckets_of(&copy), vec!["priv".to_owned(), "pub".to_owned()]);
+    // The root user is never refused.
+    assert!(authorize(&Caller::Root, &get_pub, &ctx, &policies).is_ok());
+}

@@ -103,6 +103,9 @@ pub async fn serve(
         IAM_XMLNS
     };
     let free = call.service == "sts" && call.action == "GetCallerIdentity";
+    if matches!(caller, Caller::Anonymous) {
+        return error(ns, "AccessDenied", 403, "Access Denied.");
+    }
     if let Caller::User(id) = caller {
         let (action, resource) = call.need();
         let principal = quarry_policy::Principal {
@@ -331,6 +334,10 @@ fn sts(caller: &Caller, call: &QueryCall) -> Result<Answer, IamError> {
                 ACCOUNT_ID.to_owned(),
             ),
             Caller::User(id) => Answer::CallerIdentity(id.arn.clone(), id.user_id.clone()),
+            // Never reaches the query API (anonymous requests are only bucket requests).
+            Caller::Anonymous => {
+                return Err(IamError::InvalidInput("The request is not signed.".into()))
+            }
         }),
         other => Err(IamError::InvalidAction(format!(
             "Could not find operation {other} for version 2011-06-15 (STS here answers GetCallerIdentity)."
@@ -447,6 +454,9 @@ fn subject(caller: &Caller, call: &QueryCall) -> Result<String, IamError> {
     match (call.get("UserName").filter(|u| !u.is_empty()), caller) {
         (Some(u), _) => Ok(u.to_owned()),
         (None, Caller::User(id)) => Ok(id.user.clone()),
+        (None, Caller::Anonymous) => {
+            Err(IamError::InvalidInput("The request is not signed.".into()))
+        }
         (None, Caller::Root) => Err(IamError::InvalidInput(format!(
             "UserName is required for {} by the root user.",
             call.action

@@ -420,7 +420,7 @@ fn unsupported_operations_are_named() {
     let cases: Vec<Case<&str>> = vec![
         ("DELETE", "/bkt?acl", &auth, "DeleteBucketAcl"),
         ("PUT", "/bkt?lifecycle", &auth, "PutBucketLifecycle"),
-        ("DELETE", "/bkt?policy", &auth, "DeleteBucketPolicy"),
+        ("DELETE", "/bkt?website", &auth, "DeleteBucketWebsite"),
         (
             "DELETE",
             "/bkt?object-lock",
