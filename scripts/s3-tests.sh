@@ -45,6 +45,10 @@ KNOWN=$ROOT/tests/s3-tests/known-failures.txt
 FEATURES=$ROOT/tests/s3-tests/expected-pass-features.txt
 AK=s3testsroot
 SK=s3tests-secret-key-0123456789
+# The built-in key service with the key ids the SSE-KMS tests ask for (testkey-1, testkey-2: the
+# harness's KMS_TEST_KEYS), and SSE-C over the plain-HTTP test port.
+export QUARRY_KMS_SECRET_KEY=testkey-1:MTExMTExMTExMTExMTExMTExMTExMTExMTExMTExMTE=,testkey-2:MjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjI=
+export QUARRY_SSE_C_ALLOW_HTTP=1
 
 case "$MODE" in single | cluster | both | check) ;; *)
     echo "usage: $0 [single|cluster|both|check]" >&2
