@@ -219,13 +219,16 @@ fn a_bad_copy_source_is_the_requests_error() {
 }
 
 #[test]
-fn bucket_policy_endpoints_map_to_their_actions() {
+fn bucket_policy_and_encryption_endpoints_map_to_their_actions() {
     let bkt = "arn:aws:s3:::bkt";
     for (method, target, action) in [
         ("GET", "/bkt?policy", "s3:GetBucketPolicy"),
         ("PUT", "/bkt?policy", "s3:PutBucketPolicy"),
         ("DELETE", "/bkt?policy", "s3:DeleteBucketPolicy"),
         ("GET", "/bkt?policyStatus", "s3:GetBucketPolicyStatus"),
+        ("GET", "/bkt?encryption", "s3:GetEncryptionConfiguration"),
+        ("PUT", "/bkt?encryption", "s3:PutEncryptionConfiguration"),
+        ("DELETE", "/bkt?encryption", "s3:PutEncryptionConfiguration"),
     ] {
         assert_eq!(
             needs_of(method, target, &[]),
