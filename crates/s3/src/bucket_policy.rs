@@ -10,19 +10,17 @@
 //! Parsed policies are cached per bucket for [`CACHE_TTL`]: a change on this node is seen at once
 //! (the cache entry is dropped), a change made through another node within that time.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::response::Response;
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE};
 use http::StatusCode;
-use quarry_object::ObjectLayer;
 use quarry_policy::{Effect, Policy};
 
 use crate::api_error::{ApiError, ApiResult};
+use crate::config_cache::{CachedConfig, ConfigCache};
 use crate::error::{S3Error, S3ErrorCode};
 use crate::server::ReqCtx;
 use crate::xml::{self, XmlWriter};
@@ -34,8 +32,6 @@ pub const MAX_BUCKET_POLICY: usize = 20 * 1024;
 /// How long a parsed policy is used before it is read again: the most a change made on another
 /// node takes to be seen here.
 const CACHE_TTL: Duration = Duration::from_secs(1);
-/// Buckets remembered at most; beyond, the cache starts over.
-const CACHE_ENTRIES: usize = 4096;
 
 /// Condition keys that tie a grant to specific callers or networks: a statement with one of them
 /// is not public (AWS's "IsPublic" rules).
@@ -122,59 +118,17 @@ pub fn is_public(policy: &Policy) -> bool {
     })
 }
 
-/// Parsed policies by bucket (`None`: no policy, or no bucket), each used for [`CACHE_TTL`].
-#[derive(Default)]
-pub(crate) struct PolicyCache {
-    entries: Mutex<HashMap<String, CacheEntry>>,
-}
+/// Parsed bucket policies by bucket ([`crate::config_cache`]).
+pub(crate) type PolicyCache = ConfigCache<Policy>;
 
-/// When the policy was read, and what it was (`None`: no policy, or no bucket).
-type CacheEntry = (Instant, Option<Arc<Policy>>);
-
-impl PolicyCache {
-    /// The bucket's policy, from the cache or read and parsed now. A read that fails (no quorum)
-    /// is the caller's error and is not cached.
-    pub(crate) async fn get(
-        &self,
-        layer: &dyn ObjectLayer,
-        bucket: &str,
-    ) -> Result<Option<Arc<Policy>>, quarry_object::Error> {
-        if let Some(hit) = self.lookup(bucket) {
-            return Ok(hit);
-        }
-        let value = match layer.get_bucket_config(bucket, CONFIG_NAME).await {
-            Ok(Some(raw)) => match validate(bucket, &raw) {
-                Ok(p) => Some(Arc::new(p)),
-                Err(e) => {
-                    // Stored only after it validated: a document this version refuses grants
-                    // nothing rather than everything.
-                    tracing::warn!(bucket, error = %e.message, "stored bucket policy does not parse");
-                    None
-                }
-            },
-            Ok(None) | Err(quarry_object::Error::BucketNotFound) => None,
-            Err(e) => return Err(e),
-        };
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if entries.len() >= CACHE_ENTRIES {
-            entries.clear();
-        }
-        entries.insert(bucket.to_owned(), (Instant::now(), value.clone()));
-        Ok(value)
-    }
-
-    fn lookup(&self, bucket: &str) -> Option<Option<Arc<Policy>>> {
-        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries
-            .get(bucket)
-            .filter(|(at, _)| at.elapsed() < CACHE_TTL)
-            .map(|(_, v)| v.clone())
-    }
-
-    /// Forgets a bucket (its policy just changed on this node, or the bucket was deleted).
-    pub(crate) fn invalidate(&self, bucket: &str) {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries.remove(bucket);
+impl CachedConfig for Policy {
+    const NAME: &'static str = CONFIG_NAME;
+    const TTL: Duration = CACHE_TTL;
+    // Stored only after it validated: a document this version refuses grants nothing rather
+    // than everything.
+    const WHAT: &'static str = "bucket policy";
+    fn parse(bucket: &str, raw: &[u8]) -> Result<Self, S3Error> {
+        validate(bucket, raw)
     }
 }
 

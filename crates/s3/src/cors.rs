@@ -8,9 +8,7 @@
 //! `Origin` with every request, and the configuration must not be read from the drives for each.
 //! Requests without an `Origin` never look at it.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::response::Response;
@@ -18,9 +16,9 @@ use bytes::Bytes;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::StatusCode;
 use md5::{Digest, Md5};
-use quarry_object::ObjectLayer;
 
 use crate::api_error::{ApiError, ApiResult};
+use crate::config_cache::{CachedConfig, ConfigCache};
 use crate::error::{S3Error, S3ErrorCode};
 use crate::server::{AppState, ReqCtx};
 use crate::xml::{self, XmlWriter};
@@ -35,8 +33,6 @@ pub const MAX_CORS_RULES: usize = 100;
 const CORS_METHODS: &[&str] = &["GET", "PUT", "HEAD", "POST", "DELETE"];
 /// How long a parsed configuration is used before it is read again.
 const CACHE_TTL: Duration = Duration::from_secs(5);
-/// Buckets remembered at most; beyond, the cache starts over.
-const CACHE_ENTRIES: usize = 4096;
 
 /// One `CORSRule`.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -288,58 +284,15 @@ impl CorsRule {
     }
 }
 
-/// Parsed configurations by bucket, each used for [`CACHE_TTL`]. `None` remembers "no CORS"
-/// (or no such bucket) just as long.
-#[derive(Default)]
-pub(crate) struct CorsCache {
-    entries: Mutex<HashMap<String, CacheEntry>>,
-}
+/// Parsed CORS configurations by bucket ([`crate::config_cache`]).
+pub(crate) type CorsCache = ConfigCache<CorsConfig>;
 
-/// When the configuration was read, and what it was (`None`: no CORS, or no bucket).
-type CacheEntry = (Instant, Option<Arc<CorsConfig>>);
-
-impl CorsCache {
-    /// The bucket's configuration, from the cache or read and parsed now. A bucket that does
-    /// not exist has none. A read that fails (no quorum) is not cached.
-    pub(crate) async fn get(
-        &self,
-        layer: &dyn ObjectLayer,
-        bucket: &str,
-    ) -> Result<Option<Arc<CorsConfig>>, quarry_object::Error> {
-        if let Some(hit) = self.lookup(bucket) {
-            return Ok(hit);
-        }
-        let value = match layer.get_bucket_config(bucket, CONFIG_NAME).await {
-            Ok(Some(raw)) => match CorsConfig::parse(&raw) {
-                Ok(cfg) => Some(Arc::new(cfg)),
-                Err(e) => {
-                    tracing::warn!(bucket, error = %e, "stored CORS configuration does not parse");
-                    None
-                }
-            },
-            Ok(None) | Err(quarry_object::Error::BucketNotFound) => None,
-            Err(e) => return Err(e),
-        };
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if entries.len() >= CACHE_ENTRIES {
-            entries.clear();
-        }
-        entries.insert(bucket.to_owned(), (Instant::now(), value.clone()));
-        Ok(value)
-    }
-
-    fn lookup(&self, bucket: &str) -> Option<Option<Arc<CorsConfig>>> {
-        let entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries
-            .get(bucket)
-            .filter(|(at, _)| at.elapsed() < CACHE_TTL)
-            .map(|(_, v)| v.clone())
-    }
-
-    /// Forgets a bucket (its configuration just changed on this node).
-    pub(crate) fn invalidate(&self, bucket: &str) {
-        let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        entries.remove(bucket);
+impl CachedConfig for CorsConfig {
+    const NAME: &'static str = CONFIG_NAME;
+    const TTL: Duration = CACHE_TTL;
+    const WHAT: &'static str = "CORS configuration";
+    fn parse(_bucket: &str, raw: &[u8]) -> Result<Self, S3Error> {
+        CorsConfig::parse(raw)
     }
 }
 

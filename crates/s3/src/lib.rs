@@ -27,6 +27,7 @@ pub mod authz;
 mod body;
 mod bucket;
 pub mod bucket_policy;
+mod config_cache;
 mod copy;
 mod cors;
 mod delete;
