@@ -618,6 +618,82 @@ async fn oversized_put_is_refused_before_the_body() {
     assert_eq!(head.err().and_then(|e| error_status(&e)), Some(404));
 }
 
+/// A create-only PUT of an existing key fails before its body is read. The small body arriving
+/// just after the headers (as clients that send them in two writes do) is drained, not left in the
+/// socket: the client reads the whole 412 (no reset overtakes it) and the connection stays open
+/// for its next request.
+#[tokio::test]
+async fn a_refused_small_put_leaves_the_connection_usable() {
+    let s = TestServer::start(4).await;
+    s.create_bucket("pre").await;
+    put_bytes(&s.client(), "pre", "foo", b"bar").await;
+    let url = format!("{}/pre/foo", s.endpoint());
+    let request = |extra: &[(&str, &str)], body: &str| {
+        let method = if body.is_empty() { "GET" } else { "PUT" };
+        let signed = sign_headers(
+            method,
+            &url,
+            extra,
+            PayloadHash::Literal("UNSIGNED-PAYLOAD"),
+            s.access_key(),
+            s.secret_key(),
+            SystemTime::now(),
+        );
+        let mut head = format!(
+            "{method} /pre/foo HTTP/1.1\r\nhost: 127.0.0.1:{}\r\ncontent-length: {}\r\n",
+            s.port(),
+            body.len()
+        );
+        for (k, v) in &signed.headers {
+            if !k.eq_ignore_ascii_case("host") {
+                head.push_str(&format!("{k}: {v}\r\n"));
+            }
+        }
+        head.push_str("\r\n");
+        head
+    };
+    let mut sock = tokio::net::TcpStream::connect(("127.0.0.1", s.port()))
+        .await
+        .expect("connect");
+    sock.write_all(request(&[("if-none-match", "*")], "zar").as_bytes())
+        .await
+        .expect("send head");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The answer may already be waiting; the body still goes out, as a client's second write does.
+    sock.write_all(b"zar").await.expect("send body");
+    let first = tokio::time::timeout(Duration::from_secs(10), read_until(&mut sock, "</Error>"))
+        .await
+        .expect("no answer within 10 s");
+    assert!(first.starts_with("HTTP/1.1 412"), "{first}");
+    assert!(first.contains("<Code>PreconditionFailed</Code>"), "{first}");
+    assert!(
+        !first.to_ascii_lowercase().contains("connection: close"),
+        "{first}"
+    );
+    // The same connection answers the next request: the object is unchanged.
+    sock.write_all(request(&[], "").as_bytes())
+        .await
+        .expect("send get");
+    let second = tokio::time::timeout(Duration::from_secs(10), read_until(&mut sock, "bar"))
+        .await
+        .expect("no second answer within 10 s");
+    assert!(second.starts_with("HTTP/1.1 200"), "{second}");
+    assert!(second.ends_with("bar"), "{second}");
+}
+
+/// Reads from `sock` until `end` appears in what arrived (or the peer closes), as text.
+async fn read_until(sock: &mut tokio::net::TcpStream, end: &str) -> String {
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = sock.read(&mut buf).await.expect("read answer (reset?)");
+        answer.extend_from_slice(&buf[..n]);
+        if n == 0 || String::from_utf8_lossy(&answer).contains(end) {
+            return String::from_utf8_lossy(&answer).to_string();
+        }
+    }
+}
+
 /// An object uploaded without a checksum gets S3's default one, CRC64NVME; one uploaded with a
 /// checksum keeps only that one.
 #[tokio::test]

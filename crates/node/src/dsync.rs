@@ -575,7 +575,11 @@ impl DistLocker {
                     Ok(_) => {}
                     Err(e) => {
                         debug!(node = %node, resource = name, error = %e, "lock call failed");
-                        if e.is_unreachable() {
+                        // A call cut short by this acquisition's own deadline says nothing
+                        // about the node; only a full-length timeout or a refused connection does.
+                        let clipped = call_timeout < self.cfg.call_timeout
+                            && matches!(e, RpcError::Timeout { .. });
+                        if e.is_unreachable() && !clipped {
                             unreachable += 1;
                         }
                         // It may still have been granted (a late answer): release it too.

@@ -237,7 +237,13 @@ where
                 req.extensions_mut().insert(ConnMark(mark.clone()));
                 req.extensions_mut()
                     .insert(authz::ConnInfo { peer, secure });
-                hyper::service::Service::call(&inner, req)
+                let (req, unread) = UnreadBody::wrap(req);
+                let call = hyper::service::Service::call(&inner, req);
+                async move {
+                    let response = call.await;
+                    unread.drain_small().await;
+                    response
+                }
             })
         };
         let builder = {
@@ -1085,6 +1091,103 @@ pub(crate) fn error_response(
         response.headers_mut().insert(name, value);
     }
     response
+}
+
+/// A request body the handler may drop unread (an early error: a failed precondition, a refused
+/// signature, a missing bucket). hyper then closes the connection with the body's bytes still
+/// unread in the socket, and the kernel answers the client with a reset that can overtake the
+/// response: the client sees "connection reset" instead of the S3 error, and retries or fails.
+/// A small body left unread is drained before the response goes out, so the error arrives and the
+/// connection stays usable; a large one (or one the client waits to send, `Expect: 100-continue`)
+/// is not, and the connection closes as before.
+struct UnreadBody {
+    inner: Option<hyper::body::Incoming>,
+    left: Arc<Mutex<Option<hyper::body::Incoming>>>,
+}
+
+/// What [`UnreadBody`] left behind, drained after the handler answered.
+struct LeftBody {
+    left: Arc<Mutex<Option<hyper::body::Incoming>>>,
+    drain: bool,
+}
+
+/// Bodies at most this long are drained when the handler did not read them.
+const DRAIN_MAX: u64 = 256 * 1024;
+/// How long draining may take before the connection is closed instead.
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(2);
+
+impl UnreadBody {
+    fn wrap(req: http::Request<hyper::body::Incoming>) -> (http::Request<UnreadBody>, LeftBody) {
+        let left = Arc::new(Mutex::new(None));
+        let expects = req.headers().contains_key(http::header::EXPECT);
+        let small = http_body::Body::size_hint(req.body())
+            .upper()
+            .is_some_and(|n| n <= DRAIN_MAX);
+        let req = req.map(|b| UnreadBody {
+            inner: Some(b),
+            left: left.clone(),
+        });
+        (
+            req,
+            LeftBody {
+                left,
+                drain: small && !expects,
+            },
+        )
+    }
+}
+
+impl http_body::Body for UnreadBody {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, hyper::Error>>> {
+        match self.get_mut().inner.as_mut() {
+            Some(b) => std::pin::Pin::new(b).poll_frame(cx),
+            None => std::task::Poll::Ready(None),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.as_ref().is_none_or(|b| b.is_end_stream())
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner
+            .as_ref()
+            .map_or_else(|| http_body::SizeHint::with_exact(0), |b| b.size_hint())
+    }
+}
+
+impl Drop for UnreadBody {
+    fn drop(&mut self) {
+        if let Some(b) = self.inner.take() {
+            if !http_body::Body::is_end_stream(&b) {
+                *self.left.lock().unwrap_or_else(|p| p.into_inner()) = Some(b);
+            }
+        }
+    }
+}
+
+impl LeftBody {
+    async fn drain_small(self) {
+        let body = self.left.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let Some(mut body) = body else { return };
+        if !self.drain {
+            return;
+        }
+        let drain = async {
+            while let Some(frame) = http_body_util::BodyExt::frame(&mut body).await {
+                if frame.is_err() {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+    }
 }
 
 #[cfg(test)]
