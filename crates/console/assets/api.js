@@ -100,6 +100,18 @@ export async function s3Xml(path, opts) {
   return new DOMParser().parseFromString(text, "application/xml");
 }
 
+// One IAM query API call (`aws iam <action>`), as the signed-in user: the answer's XML document.
+export async function iam(action, params = {}) {
+  const form = new URLSearchParams({ Action: action, Version: "2010-05-08" });
+  for (const [k, v] of Object.entries(params)) if (v !== undefined && v !== null) form.append(k, v);
+  const r = await fetch("/api/iam", {
+    method: "POST", credentials: "same-origin", body: form,
+    headers: { "X-Quarry-Csrf": csrf, "Content-Type": "application/x-www-form-urlencoded; charset=utf-8" },
+  });
+  if (!r.ok) throw await errorOf(r);
+  return new DOMParser().parseFromString(await r.text(), "application/xml");
+}
+
 export async function adminJson(call) {
   const r = await s3("/api/s3/quarry/admin/v1/" + call);
   return r.json();

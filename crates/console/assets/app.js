@@ -3,6 +3,7 @@ import * as api from "./api.js";
 import { h, setMain, errorBox } from "./ui.js";
 import { bucketsView, objectsView, detailsView } from "./objects.js";
 import { clusterView, leaveCluster } from "./cluster.js";
+import { usersView, userView, groupsView, groupView, policiesView, policyView } from "./identity.js";
 
 let me = null;
 
@@ -42,11 +43,13 @@ function loginView(reason) {
   ak.focus();
 }
 
+const IDENTITY = ["users", "groups", "policies"];
+
 function markNav(route) {
-  for (const id of ["nav-buckets", "nav-cluster"]) {
+  const section = route === "cluster" ? "nav-cluster" : IDENTITY.includes(route) ? "nav-identity" : "nav-buckets";
+  for (const id of ["nav-buckets", "nav-identity", "nav-cluster"]) {
     const a = document.getElementById(id);
-    const on = (id === "nav-cluster") === (route === "cluster");
-    if (on) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
+    if (id === section) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
   }
 }
 
@@ -57,7 +60,11 @@ async function route() {
   if (view !== "cluster") leaveCluster();
   markNav(view);
   try {
+    const name = rest.length ? decodeURIComponent(rest.join("/")) : "";
     if (view === "cluster") await clusterView();
+    else if (view === "users") await (name ? userView(name) : usersView());
+    else if (view === "groups") await (name ? groupView(name) : groupsView());
+    else if (view === "policies") await (name ? policyView(name) : policiesView());
     else if (view === "b" && rest.length >= 1) await objectsView(decodeURIComponent(rest[0]), decodeURIComponent(rest.slice(1).join("/") || ""));
     else if (view === "o" && rest.length >= 2) await detailsView(decodeURIComponent(rest[0]), decodeURIComponent(rest.slice(1).join("/")));
     else await bucketsView();

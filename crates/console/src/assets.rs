@@ -42,6 +42,7 @@ static ASSETS: &[Asset] = &[
     asset!("objects.js", JS),
     asset!("upload.js", JS),
     asset!("cluster.js", JS),
+    asset!("identity.js", JS),
     asset!("chart.js", JS),
     asset!("metrics.js", JS),
     asset!("favicon.svg", "image/svg+xml"),

@@ -22,6 +22,8 @@
 //! - `ANY /api/s3/<path>?<query>`: the S3 (or admin) call `<path>?<query>`, signed and
 //!   forwarded; the S3 answer comes back as is, with headers that stop a browser from rendering
 //!   it as a page of the console's origin.
+//! - `POST /api/iam` with a form body (`Action=ListUsers&...`): the IAM query API call, signed
+//!   for service `iam` and forwarded as `POST /`; the IAM answer comes back as is.
 //! - `POST /api/presign` `{bucket, key, versionId?, expires}`: a share link on the S3 port,
 //!   made only after a HEAD of the object succeeds as the signed-in user.
 //!
@@ -190,6 +192,7 @@ async fn handle(console: &Console, req: Request) -> Response {
             Err(r) => r,
         },
         ("presign", &Method::POST) => presign(console, req).await,
+        ("iam", &Method::POST) => iam(console, req).await,
         _ if api == "s3" || api.starts_with("s3/") => forward(console, req, &api[2..]).await,
         _ => error(StatusCode::NOT_FOUND, "NotFound", "No such console call."),
     }
@@ -463,8 +466,13 @@ async fn forward(console: &Console, req: Request, s3_path: &str) -> Response {
         Ok(r) => r,
         Err(r) => return r,
     };
-    // The answer is data, never a page of this origin: no script runs in it, and a browser
-    // that navigates to it saves it.
+    as_data(&mut r);
+    r
+}
+
+/// Marks a forwarded answer as data, never a page of this origin: no script runs in it, and a
+/// browser that navigates to it saves it.
+fn as_data(r: &mut Response) {
     let h = r.headers_mut();
     h.remove(SET_COOKIE);
     h.insert(
@@ -489,6 +497,45 @@ async fn forward(console: &Console, req: Request, s3_path: &str) -> Response {
         "cache-control",
         HeaderValue::from_static("private, no-store"),
     );
+}
+
+/// The largest IAM form forwarded (policy documents travel in it; the S3 side allows as much).
+const MAX_IAM_FORM: usize = 64 * 1024;
+
+/// One IAM query API call from the identity pages, signed for service `iam` as the session's
+/// user: the S3 side authorizes it as any IAM client's call.
+async fn iam(console: &Console, req: Request) -> Response {
+    let s = match current(console, req.headers()) {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    if !csrf_ok(req.headers(), &s) {
+        return csrf_refused();
+    }
+    let form = match axum::body::to_bytes(req.into_body(), MAX_IAM_FORM).await {
+        Ok(b) => b,
+        Err(_) => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "EntityTooLarge",
+                "The form is larger than 64 KiB.",
+            )
+        }
+    };
+    let req = match proxy::signed_iam_form(
+        &s.credentials,
+        &console.cfg.region,
+        form,
+        SystemTime::now(),
+    ) {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_REQUEST, "InvalidRequest", e.to_string()),
+    };
+    let mut r = match console.s3.clone().oneshot(req).await {
+        Ok(r) => r,
+        Err(e) => match e {},
+    };
+    as_data(&mut r);
     r
 }
 

@@ -127,7 +127,7 @@ fn signed_header(name: &str) -> bool {
 }
 
 /// The request to the S3 service for `method path_and_query` with the browser's `headers` and
-/// `body`, signed as `creds`.
+/// `body`, signed as `creds` (payload unsigned, as S3 allows).
 pub fn signed_request(
     creds: &SessionCredentials,
     region: &str,
@@ -143,6 +143,68 @@ pub fn signed_request(
             out.append(k.clone(), v.clone());
         }
     }
+    sign_into(
+        Signing {
+            creds,
+            region,
+            service: "s3",
+            now,
+        },
+        method,
+        path_and_query,
+        out,
+        SignableBody::UnsignedPayload,
+        body,
+    )
+}
+
+/// The IAM query API call `form` (`Action=...&...`, form-encoded), as `POST /` signed as `creds`
+/// for service `iam`, the payload hash covering the form as the AWS SDKs sign it.
+pub fn signed_iam_form(
+    creds: &SessionCredentials,
+    region: &str,
+    form: bytes::Bytes,
+    now: SystemTime,
+) -> Result<Request<Body>, SignError> {
+    let mut out = HeaderMap::new();
+    out.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-www-form-urlencoded; charset=utf-8"),
+    );
+    let signable = SignableBody::Bytes(&form);
+    sign_into(
+        Signing {
+            creds,
+            region,
+            service: "iam",
+            now,
+        },
+        Method::POST,
+        "/",
+        out,
+        signable,
+        Body::from(form.clone()),
+    )
+}
+
+/// Who signs, where and when.
+struct Signing<'a> {
+    creds: &'a SessionCredentials,
+    region: &'a str,
+    service: &'a str,
+    now: SystemTime,
+}
+
+/// `method path_and_query` with `out` (the headers to send, without `Host`) and `body`, signed
+/// in headers; `payload` is what the signature says of the body.
+fn sign_into(
+    signing: Signing<'_>,
+    method: Method,
+    path_and_query: &str,
+    mut out: HeaderMap,
+    payload: SignableBody<'_>,
+    body: Body,
+) -> Result<Request<Body>, SignError> {
     out.insert(http::header::HOST, HeaderValue::from_static(INTERNAL_HOST));
     let url = format!("http://{INTERNAL_HOST}{path_and_query}");
     let to_sign: Vec<(&str, &str)> = out
@@ -150,23 +212,19 @@ pub fn signed_request(
         .filter(|(k, _)| k == &http::header::HOST || signed_header(k.as_str()))
         .filter_map(|(k, v)| Some((k.as_str(), v.to_str().ok()?)))
         .collect();
-    let id = identity(creds);
+    let id = identity(signing.creds);
     let params = aws_sigv4::sign::v4::SigningParams::builder()
         .identity(&id)
-        .region(region)
-        .name("s3")
-        .time(now)
+        .region(signing.region)
+        .name(signing.service)
+        .time(signing.now)
         .settings(settings())
         .build()
         .map_err(|e| SignError::Sign(e.to_string()))?
         .into();
-    let signable = SignableRequest::new(
-        method.as_str(),
-        url.as_str(),
-        to_sign.into_iter(),
-        SignableBody::UnsignedPayload,
-    )
-    .map_err(|e| SignError::Sign(e.to_string()))?;
+    let signable =
+        SignableRequest::new(method.as_str(), url.as_str(), to_sign.into_iter(), payload)
+            .map_err(|e| SignError::Sign(e.to_string()))?;
     let (instructions, _) = sign(signable, &params)
         .map_err(|e| SignError::Sign(e.to_string()))?
         .into_parts();

@@ -174,6 +174,8 @@ enum Answer {
     Names(&'static str, Vec<String>),
     Policy(String, ManagedPolicy, usize),
     Policies(Vec<(String, ManagedPolicy, usize)>),
+    /// The one version (`v1`) a managed policy has here: its document and creation time.
+    PolicyVersion(ManagedPolicy),
     Attached(Vec<String>),
     Group(String, Group, Vec<(String, User)>),
     Groups(&'static str, Vec<(String, Group)>),
@@ -277,6 +279,14 @@ impl Answer {
                     w.close("member");
                 }
                 w.close("Policies").elem_display("IsTruncated", false);
+            }
+            Answer::PolicyVersion(p) => {
+                w.open("PolicyVersion")
+                    .elem("Document", &crate::xml::url_encode(&p.document))
+                    .elem("VersionId", "v1")
+                    .elem_display("IsDefaultVersion", true)
+                    .elem("CreateDate", iso(&p.created))
+                    .close("PolicyVersion");
             }
             Answer::Attached(names) => {
                 w.open("AttachedPolicies");
@@ -679,6 +689,22 @@ async fn run(iam: &Iam, caller: &Caller, call: &QueryCall) -> Result<Answer, Iam
                 IamError::NoSuchEntity(format!("Policy {} was not found.", policy_arn(name)))
             })?;
             Ok(Answer::Policy(name.to_owned(), p.clone(), attachments(state, name)))
+        }
+        // Policies are not versioned here: `v1` is the document (how the aws cli and the
+        // console read a managed policy's text).
+        "GetPolicyVersion" => {
+            let name = policy_name(call.required("PolicyArn")?)?;
+            let version = call.required("VersionId")?;
+            let p = state.policies.get(name).ok_or_else(|| {
+                IamError::NoSuchEntity(format!("Policy {} was not found.", policy_arn(name)))
+            })?;
+            if version != "v1" {
+                return Err(IamError::NoSuchEntity(format!(
+                    "Policy {} version {version} does not exist.",
+                    policy_arn(name)
+                )));
+            }
+            Ok(Answer::PolicyVersion(p.clone()))
         }
         "ListPolicies" => Ok(Answer::Policies(
             state
