@@ -8,6 +8,7 @@
 mod api;
 mod bucket_config;
 mod config;
+mod config_cache;
 mod copy;
 mod error;
 mod get;
@@ -35,6 +36,7 @@ mod versions;
 
 pub use api::*;
 pub use bucket_config::{ConfigEnvelope, CONFIG_FORMAT_VERSION};
+pub use config_cache::CONFIG_CACHE_TTL;
 pub use config::{
     ObjectConfig, DEFAULT_LEFTOVER_MIN_AGE, DEFAULT_MULTIPART_EXPIRY, DEFAULT_SCAN_INTERVAL,
     DEFAULT_SCAN_RATE, SCAN_FIRST_DELAY,
