@@ -511,14 +511,24 @@ async fn bucket_config_changes_reach_writes_on_every_node_within_the_cache_bound
     assert_eq!(put_version(&b, "cfg", "k").await, None);
 
     set_versioning(&a, "cfg", BucketVersioningStatus::Enabled).await;
-    assert!(put_version(&a, "cfg", "k").await.is_some(), "node a, at once");
+    assert!(
+        put_version(&a, "cfg", "k").await.is_some(),
+        "node a, at once"
+    );
     tokio::time::sleep(CONFIG_BOUND).await;
-    assert!(put_version(&b, "cfg", "k").await.is_some(), "node b, within the bound");
+    assert!(
+        put_version(&b, "cfg", "k").await.is_some(),
+        "node b, within the bound"
+    );
 
     set_versioning(&b, "cfg", BucketVersioningStatus::Suspended).await;
     assert_eq!(put_version(&b, "cfg", "k").await, None, "node b, at once");
     tokio::time::sleep(CONFIG_BOUND).await;
-    assert_eq!(put_version(&a, "cfg", "k").await, None, "node a, within the bound");
+    assert_eq!(
+        put_version(&a, "cfg", "k").await,
+        None,
+        "node a, within the bound"
+    );
 
     // A lock-enabled bucket gets a default retention through b: b's next write has it at once,
     // a's within the bound.
@@ -550,7 +560,11 @@ async fn bucket_config_changes_reach_writes_on_every_node_within_the_cache_bound
         .await
         .unwrap();
     let governance = Some("GOVERNANCE".to_owned());
-    assert_eq!(put_lock_mode(&b, "locked", "y").await, governance, "node b, at once");
+    assert_eq!(
+        put_lock_mode(&b, "locked", "y").await,
+        governance,
+        "node b, at once"
+    );
     tokio::time::sleep(CONFIG_BOUND).await;
     assert_eq!(
         put_lock_mode(&a, "locked", "z").await,

@@ -589,7 +589,10 @@ async fn stored_rule(
     layer: &dyn quarry_object::ObjectLayer,
     bucket: &str,
 ) -> ApiResult<Option<BucketRule>> {
-    parse_stored_rule(bucket, layer.get_bucket_config(bucket, BUCKET_ENCRYPTION).await?)
+    parse_stored_rule(
+        bucket,
+        layer.get_bucket_config(bucket, BUCKET_ENCRYPTION).await?,
+    )
 }
 
 fn parse_stored_rule(bucket: &str, stored: Option<bytes::Bytes>) -> ApiResult<Option<BucketRule>> {
@@ -630,14 +633,15 @@ pub(crate) async fn bucket_default(
         .layer()
         .get_bucket_config_cached(bucket, BUCKET_ENCRYPTION)
         .await?;
-    Ok(parse_stored_rule(bucket, stored)?
-        .map(|r| match r.algorithm.as_str() {
+    Ok(
+        parse_stored_rule(bucket, stored)?.map(|r| match r.algorithm.as_str() {
             AWS_KMS => SseRequest::Kms {
                 key_id: r.kms_key_id,
                 context: None,
             },
             _ => SseRequest::S3,
-        }))
+        }),
+    )
 }
 
 /// Writes that cannot encrypt yet (multipart uploads, browser POST uploads, copies) are refused
