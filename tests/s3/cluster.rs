@@ -450,3 +450,125 @@ async fn a_node_that_missed_versions_and_a_marker_gets_them_back() {
     let r = c.get_object().bucket("vheal").key("k").send().await;
     assert_eq!(error_status(&r.unwrap_err()), Some(404));
 }
+
+/// How long a node may apply a bucket configuration changed through another node: the write
+/// path's configuration cache TTL (`quarry_object::CONFIG_CACHE_TTL`, 1 s), and a margin.
+const CONFIG_BOUND: Duration = Duration::from_millis(1500);
+
+/// The version id a PUT through `c` got: `None` for the null version.
+async fn put_version(c: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Option<String> {
+    match c
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(ByteStream::from(b"v".to_vec()))
+        .send()
+        .await
+    {
+        Ok(o) => o.version_id.filter(|v| v != "null"),
+        Err(e) => panic!("PUT {key}: {}", describe(&e)),
+    }
+}
+
+async fn set_versioning(
+    c: &aws_sdk_s3::Client,
+    bucket: &str,
+    status: aws_sdk_s3::types::BucketVersioningStatus,
+) {
+    c.put_bucket_versioning()
+        .bucket(bucket)
+        .versioning_configuration(
+            aws_sdk_s3::types::VersioningConfiguration::builder()
+                .status(status)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("versioning of {bucket}: {}", describe(&e)));
+}
+
+/// The lock mode a new object of `bucket` got through `c`.
+async fn put_lock_mode(c: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Option<String> {
+    put_version(c, bucket, key).await;
+    let head = c.head_object().bucket(bucket).key(key).send().await;
+    let head = head.unwrap_or_else(|e| panic!("HEAD {key}: {}", describe(&e)));
+    head.object_lock_mode.map(|m| m.as_str().to_owned())
+}
+
+/// Writes apply the bucket's versioning and lock configuration from a per-node cache: a change
+/// applies at once to the next write through the node that made it (each node's cache is warm
+/// with the old value first), and within the cache's bound to writes through the other node.
+#[tokio::test]
+async fn bucket_config_changes_reach_writes_on_every_node_within_the_cache_bound() {
+    use aws_sdk_s3::types::{
+        BucketVersioningStatus, DefaultRetention, ObjectLockConfiguration, ObjectLockEnabled,
+        ObjectLockRetentionMode, ObjectLockRule,
+    };
+    let s = TestServer::start_cluster(2, 2, 4).await;
+    let (a, b) = (client_for(&s, 0), client_for(&s, 1));
+    a.create_bucket().bucket("cfg").send().await.unwrap();
+    assert_eq!(put_version(&a, "cfg", "k").await, None);
+    assert_eq!(put_version(&b, "cfg", "k").await, None);
+
+    set_versioning(&a, "cfg", BucketVersioningStatus::Enabled).await;
+    assert!(
+        put_version(&a, "cfg", "k").await.is_some(),
+        "node a, at once"
+    );
+    tokio::time::sleep(CONFIG_BOUND).await;
+    assert!(
+        put_version(&b, "cfg", "k").await.is_some(),
+        "node b, within the bound"
+    );
+
+    set_versioning(&b, "cfg", BucketVersioningStatus::Suspended).await;
+    assert_eq!(put_version(&b, "cfg", "k").await, None, "node b, at once");
+    tokio::time::sleep(CONFIG_BOUND).await;
+    assert_eq!(
+        put_version(&a, "cfg", "k").await,
+        None,
+        "node a, within the bound"
+    );
+
+    // A lock-enabled bucket gets a default retention through b: b's next write has it at once,
+    // a's within the bound.
+    a.create_bucket()
+        .bucket("locked")
+        .object_lock_enabled_for_bucket(true)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(put_lock_mode(&a, "locked", "x").await, None);
+    assert_eq!(put_lock_mode(&b, "locked", "x").await, None);
+    let conf = ObjectLockConfiguration::builder()
+        .object_lock_enabled(ObjectLockEnabled::Enabled)
+        .rule(
+            ObjectLockRule::builder()
+                .default_retention(
+                    DefaultRetention::builder()
+                        .mode(ObjectLockRetentionMode::Governance)
+                        .days(1)
+                        .build(),
+                )
+                .build(),
+        )
+        .build();
+    b.put_object_lock_configuration()
+        .bucket("locked")
+        .object_lock_configuration(conf)
+        .send()
+        .await
+        .unwrap();
+    let governance = Some("GOVERNANCE".to_owned());
+    assert_eq!(
+        put_lock_mode(&b, "locked", "y").await,
+        governance,
+        "node b, at once"
+    );
+    tokio::time::sleep(CONFIG_BOUND).await;
+    assert_eq!(
+        put_lock_mode(&a, "locked", "z").await,
+        governance,
+        "node a, within the bound"
+    );
+}

@@ -100,6 +100,23 @@ impl ErasureSet {
         pick_config(&answers, need)
     }
 
+    /// [`Self::read_bucket_config`] for the write path: from the set's cache when read within
+    /// [`crate::CONFIG_CACHE_TTL`] (a change through this node is seen at once, one through
+    /// another node within that time; see [`crate::config_cache`]).
+    pub async fn read_bucket_config_cached(
+        &self,
+        bucket: &str,
+        name: &str,
+    ) -> Result<Option<Bytes>> {
+        let miss = match self.config_cache.lookup(bucket, name) {
+            Ok(hit) => return Ok(hit),
+            Err(miss) => miss,
+        };
+        let value = self.read_bucket_config(bucket, name).await?;
+        self.config_cache.fill(miss, bucket, name, value.clone());
+        Ok(value)
+    }
+
     /// Stores configuration `name` of `bucket` on every drive; succeeds on a write quorum.
     pub async fn write_bucket_config(
         &self,
@@ -119,6 +136,8 @@ impl ErasureSet {
             async move { d.write_bucket_config(&bucket, &name, &envelope).await }
         })
         .await;
+        // Failed or not, some drives may hold the new value now.
+        self.config_cache.invalidate(bucket);
         self.config_write_outcome(&answers)
     }
 
@@ -130,6 +149,7 @@ impl ErasureSet {
             async move { d.delete_bucket_config(&bucket, &name).await }
         })
         .await;
+        self.config_cache.invalidate(bucket);
         self.config_write_outcome(&answers)
     }
 

@@ -8,6 +8,7 @@
 mod api;
 mod bucket_config;
 mod config;
+mod config_cache;
 mod copy;
 mod error;
 mod get;
@@ -39,6 +40,7 @@ pub use config::{
     ObjectConfig, DEFAULT_LEFTOVER_MIN_AGE, DEFAULT_MULTIPART_EXPIRY, DEFAULT_SCAN_INTERVAL,
     DEFAULT_SCAN_RATE, SCAN_FIRST_DELAY,
 };
+pub use config_cache::CONFIG_CACHE_TTL;
 pub use error::{Error, Result};
 pub use heal_job::{HealJobPhase, HealJobStats, HealJobStatus, KEPT_JOBS, VERIFY_LIST_LIMIT};
 pub use names::{check_bucket_name, check_key, MAX_KEY_LEN};

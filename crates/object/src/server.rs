@@ -398,17 +398,15 @@ impl ErasureServer {
     }
 
     /// The bucket's versioning state, from its `versioning` configuration (on the first set,
-    /// as every bucket configuration). Read at every write, so a change made through any node
-    /// applies to the next write everywhere.
+    /// as every bucket configuration), as a write applies it: from the set's configuration
+    /// cache, so a change made through this node applies to its next write, one made through
+    /// another node within [`crate::CONFIG_CACHE_TTL`].
     async fn versioning(&self, bucket: &str) -> Result<VersioningState> {
-        match self
+        let stored = self
             .only_set()
-            .read_bucket_config(bucket, VERSIONING_CONFIG)
-            .await?
-        {
-            None => Ok(VersioningState::Unversioned),
-            Some(b) => VersioningState::from_stored(&b),
-        }
+            .read_bucket_config_cached(bucket, VERSIONING_CONFIG)
+            .await?;
+        versioning_state(stored)
     }
 
     /// The version id a new write gets in a bucket: a fresh one when versioning is enabled,
@@ -423,6 +421,13 @@ impl ErasureServer {
 
 /// The bucket configuration blob holding its versioning state.
 const VERSIONING_CONFIG: &str = "versioning";
+
+fn versioning_state(stored: Option<Bytes>) -> Result<VersioningState> {
+    match stored {
+        None => Ok(VersioningState::Unversioned),
+        Some(b) => VersioningState::from_stored(&b),
+    }
+}
 
 /// Removes stale multipart uploads at start-up and then every `multipart_cleanup_interval`.
 /// Holds the set weakly: the task ends when the server is dropped.
@@ -620,7 +625,11 @@ impl ObjectLayer for ErasureServer {
 
     async fn get_bucket_versioning(&self, bucket: &str) -> Result<VersioningState> {
         named_bucket(bucket)?;
-        self.versioning(bucket).await
+        versioning_state(
+            self.only_set()
+                .read_bucket_config(bucket, VERSIONING_CONFIG)
+                .await?,
+        )
     }
 
     async fn put_bucket_versioning(&self, bucket: &str, state: VersioningState) -> Result<()> {
@@ -886,6 +895,13 @@ impl ObjectLayer for ErasureServer {
         check_bucket_name(bucket).map_err(|_| Error::BucketNotFound)?;
         // Bucket configuration lives on the first set (every set has every bucket).
         self.only_set().read_bucket_config(bucket, name).await
+    }
+
+    async fn get_bucket_config_cached(&self, bucket: &str, name: &str) -> Result<Option<Bytes>> {
+        check_bucket_name(bucket).map_err(|_| Error::BucketNotFound)?;
+        self.only_set()
+            .read_bucket_config_cached(bucket, name)
+            .await
     }
 
     async fn put_bucket_config(&self, bucket: &str, name: &str, data: Bytes) -> Result<()> {

@@ -38,6 +38,8 @@ pub struct ErasureSet {
     /// Where GET stripes and PUT chunks live: the data plane's pool in a cluster (registered
     /// with the RDMA device when verbs is on), a plain pool otherwise.
     pub(crate) buffers: BufPool,
+    /// Bucket configuration blobs read for the write path (see [`crate::config_cache`]).
+    pub(crate) config_cache: crate::config_cache::ConfigCache,
 }
 
 /// The pool sets use when none is given: one per process, plain memory, resident only as used.
@@ -108,6 +110,7 @@ impl ErasureSet {
             heal_worker: tokio::sync::Mutex::new(None),
             counters: Default::default(),
             buffers: default_buffers(),
+            config_cache: Default::default(),
         };
         set.new_erasure()?; // validates the parity setting against the set size
         Ok(set)
@@ -252,6 +255,8 @@ impl ErasureSet {
             async move { d.make_volume(&b).await }
         })
         .await;
+        // A bucket made again starts without the configuration of the one before.
+        self.config_cache.invalidate(bucket);
         let exists = answers
             .iter()
             .filter(|a| matches!(a, Err(DriveError::VolumeExists)))
@@ -334,6 +339,7 @@ impl ErasureSet {
             }
         })
         .await;
+        self.config_cache.invalidate(bucket);
         let gone = answers
             .iter()
             .filter(|a| matches!(a, Ok(()) | Err(DriveError::VolumeNotFound)))

@@ -149,7 +149,25 @@ impl LockConfig {
 
 /// The bucket's lock configuration; `None` when object lock is not enabled on it.
 pub async fn lock_config(ctx: &ReqCtx, bucket: &str) -> ApiResult<Option<LockConfig>> {
-    match ctx.layer().get_bucket_config(bucket, BUCKET_CONFIG).await? {
+    parse_stored(
+        bucket,
+        ctx.layer().get_bucket_config(bucket, BUCKET_CONFIG).await?,
+    )
+}
+
+/// [`lock_config`] as a write applies it: from the node's configuration cache (a change through
+/// this node at once, through another within `quarry_object::CONFIG_CACHE_TTL`).
+async fn lock_config_for_write(ctx: &ReqCtx, bucket: &str) -> ApiResult<Option<LockConfig>> {
+    parse_stored(
+        bucket,
+        ctx.layer()
+            .get_bucket_config_cached(bucket, BUCKET_CONFIG)
+            .await?,
+    )
+}
+
+fn parse_stored(bucket: &str, stored: Option<bytes::Bytes>) -> ApiResult<Option<LockConfig>> {
+    match stored {
         None => Ok(None),
         Some(raw) => LockConfig::parse(&raw).map(Some).map_err(|e| {
             tracing::error!(bucket, error = %e, "stored object lock configuration does not parse");
@@ -209,7 +227,7 @@ pub async fn write_lock_entries(
     let until = text("x-amz-object-lock-retain-until-date")?;
     let hold = text("x-amz-object-lock-legal-hold")?;
     let asked = mode.is_some() || until.is_some() || hold.is_some();
-    let config = lock_config(ctx, bucket).await?;
+    let config = lock_config_for_write(ctx, bucket).await?;
     let Some(config) = config else {
         if asked {
             return Err(missing_configuration());

@@ -589,7 +589,14 @@ async fn stored_rule(
     layer: &dyn quarry_object::ObjectLayer,
     bucket: &str,
 ) -> ApiResult<Option<BucketRule>> {
-    let Some(raw) = layer.get_bucket_config(bucket, BUCKET_ENCRYPTION).await? else {
+    parse_stored_rule(
+        bucket,
+        layer.get_bucket_config(bucket, BUCKET_ENCRYPTION).await?,
+    )
+}
+
+fn parse_stored_rule(bucket: &str, stored: Option<bytes::Bytes>) -> ApiResult<Option<BucketRule>> {
+    let Some(raw) = stored else {
         return Ok(None);
     };
     match serde_json::from_slice::<BucketRule>(&raw) {
@@ -615,20 +622,26 @@ async fn stored_rule(
     }
 }
 
-/// The bucket's default encryption for a write that sent no SSE header.
+/// The bucket's default encryption for a write that sent no SSE header, from the node's
+/// configuration cache (a change through this node at once, through another within
+/// `quarry_object::CONFIG_CACHE_TTL`).
 pub(crate) async fn bucket_default(
     ctx: &crate::server::ReqCtx,
     bucket: &str,
 ) -> ApiResult<Option<SseRequest>> {
-    Ok(stored_rule(ctx.layer(), bucket)
-        .await?
-        .map(|r| match r.algorithm.as_str() {
+    let stored = ctx
+        .layer()
+        .get_bucket_config_cached(bucket, BUCKET_ENCRYPTION)
+        .await?;
+    Ok(
+        parse_stored_rule(bucket, stored)?.map(|r| match r.algorithm.as_str() {
             AWS_KMS => SseRequest::Kms {
                 key_id: r.kms_key_id,
                 context: None,
             },
             _ => SseRequest::S3,
-        }))
+        }),
+    )
 }
 
 /// Writes that cannot encrypt yet (multipart uploads, browser POST uploads, copies) are refused

@@ -537,6 +537,14 @@ pub trait ObjectLayer: Send + Sync + 'static {
     /// `BucketNotFound` when the bucket does not exist. Names are 1 to 64 bytes of `[a-z0-9._-]`.
     async fn get_bucket_config(&self, bucket: &str, name: &str) -> Result<Option<Bytes>>;
 
+    /// [`Self::get_bucket_config`] for a write that applies the document (versioning, object
+    /// lock, default encryption): may answer from a per-node cache, which sees a change made
+    /// through this node at once and one made through another node within
+    /// [`crate::CONFIG_CACHE_TTL`]. The default reads afresh.
+    async fn get_bucket_config_cached(&self, bucket: &str, name: &str) -> Result<Option<Bytes>> {
+        self.get_bucket_config(bucket, name).await
+    }
+
     /// Replaces the bucket configuration document `name` once a write quorum has it.
     async fn put_bucket_config(&self, bucket: &str, name: &str, data: Bytes) -> Result<()>;
 
