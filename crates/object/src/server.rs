@@ -400,6 +400,13 @@ impl ErasureServer {
         &self.sets[0]
     }
 
+    /// Erasure set `share` (a lifecycle share is a set).
+    fn share_set(&self, share: usize) -> Result<&Arc<ErasureSet>> {
+        self.sets
+            .get(share)
+            .ok_or_else(|| Error::Internal(format!("no erasure set {share}")))
+    }
+
     /// The bucket's versioning state, from its `versioning` configuration (on the first set,
     /// as every bucket configuration). Read at every write, so a change made through any node
     /// applies to the next write everywhere.
@@ -778,11 +785,9 @@ impl ObjectLayer for ErasureServer {
         opts: ListVersionsOptions,
     ) -> Result<ListVersionsResult> {
         named_bucket(bucket)?;
-        let set = self
-            .sets
-            .get(share)
-            .ok_or_else(|| Error::Internal(format!("no erasure set {share}")))?;
-        set.list_object_versions(bucket, opts).await
+        self.share_set(share)?
+            .list_object_versions(bucket, opts)
+            .await
     }
 
     async fn list_share_uploads(
@@ -792,11 +797,9 @@ impl ObjectLayer for ErasureServer {
         opts: ListUploadsOptions,
     ) -> Result<ListUploadsResult> {
         named_bucket(bucket)?;
-        let set = self
-            .sets
-            .get(share)
-            .ok_or_else(|| Error::Internal(format!("no erasure set {share}")))?;
-        set.list_multipart_uploads(bucket, opts).await
+        self.share_set(share)?
+            .list_multipart_uploads(bucket, opts)
+            .await
     }
 
     async fn copy_object(

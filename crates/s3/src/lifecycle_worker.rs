@@ -36,23 +36,13 @@ const DEFAULT_INTERVAL: Duration = Duration::from_secs(3600);
 /// The first pass starts this long after start-up at most.
 const FIRST_DELAY: Duration = Duration::from_secs(60);
 
-/// When and how the worker runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// When and how the worker runs. The default: no worker.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LifecycleSettings {
     /// Time between passes; `None`: no worker (tests of the front end alone).
     pub interval: Option<Duration>,
     /// How long a day is for the rules.
     pub clock: Clock,
-}
-
-impl Default for LifecycleSettings {
-    /// No worker.
-    fn default() -> Self {
-        LifecycleSettings {
-            interval: None,
-            clock: Clock::default(),
-        }
-    }
 }
 
 impl LifecycleSettings {
