@@ -49,6 +49,10 @@ SK=s3tests-secret-key-0123456789
 # harness's KMS_TEST_KEYS), and SSE-C over the plain-HTTP test port.
 export QUARRY_KMS_SECRET_KEY=testkey-1:MTExMTExMTExMTExMTExMTExMTExMTExMTExMTExMTE=,testkey-2:MjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjI=
 export QUARRY_SSE_C_ALLOW_HTTP=1
+# The lifecycle tests count a "day" as the harness's lc_debug_interval (10 s) and expect rules
+# applied within a few of them: the worker's debug day, and a pass every 2 s.
+export QUARRY_LC_DEBUG_DAY_SECS=10
+export QUARRY_LC_INTERVAL=2
 
 case "$MODE" in single | cluster | both | check) ;; *)
     echo "usage: $0 [single|cluster|both|check]" >&2

@@ -21,6 +21,7 @@ mod descriptors;
 mod erasure;
 mod heal;
 mod iam;
+mod lifecycle;
 mod limits;
 mod listing;
 mod metrics;

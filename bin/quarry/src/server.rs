@@ -90,6 +90,8 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
         domains: settings.domains.clone(),
         metrics: settings.metrics.clone(),
         sse: sse_config()?,
+        lifecycle: quarry_s3::lifecycle_worker::LifecycleSettings::from_env()
+            .map_err(anyhow::Error::msg)?,
     };
     serve_s3(listener, layer, cfg, limits(&settings), tls, &settings).await
 }
@@ -172,6 +174,8 @@ async fn run_cluster(mut settings: Settings, soft_fds: u64) -> anyhow::Result<()
         domains: settings.domains.clone(),
         metrics: settings.metrics.clone(),
         sse: sse_config()?,
+        lifecycle: quarry_s3::lifecycle_worker::LifecycleSettings::from_env()
+            .map_err(anyhow::Error::msg)?,
     };
     let crate::cluster::Node {
         layer, http, _rpc, ..

@@ -44,6 +44,7 @@ async fn env_with(ttl: Duration) -> Env {
             domains: vec![],
             metrics: Default::default(),
             sse: Default::default(),
+            lifecycle: Default::default(),
         },
     );
     let console = router(

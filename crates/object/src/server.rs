@@ -74,6 +74,9 @@ pub struct ErasureServer {
     drive_states: tokio::sync::Mutex<Option<(std::time::Instant, Vec<DriveState>)>>,
 }
 
+/// How long the lifecycle worker's probe of a drive (is it online?) may take.
+const SHARE_PROBE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How long one round of `disk_info` calls serves [`ObjectLayer::stats`].
 pub const DRIVE_STATES_TTL: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -395,6 +398,13 @@ impl ErasureServer {
 
     fn only_set(&self) -> &Arc<ErasureSet> {
         &self.sets[0]
+    }
+
+    /// Erasure set `share` (a lifecycle share is a set).
+    fn share_set(&self, share: usize) -> Result<&Arc<ErasureSet>> {
+        self.sets
+            .get(share)
+            .ok_or_else(|| Error::Internal(format!("no erasure set {share}")))
     }
 
     /// The bucket's versioning state, from its `versioning` configuration (on the first set,
@@ -747,6 +757,58 @@ impl ObjectLayer for ErasureServer {
         .into_iter()
         .collect::<Result<Vec<_>>>()?;
         Ok(crate::versions::merge_versions_pages(pages, max))
+    }
+
+    async fn lifecycle_shares(&self) -> Vec<usize> {
+        let Some(view) = self.cluster.get() else {
+            return (0..self.sets.len()).collect();
+        };
+        let topology = view.topology();
+        let local = view.local_node();
+        let mut out = Vec::new();
+        for (i, set) in self.sets.iter().enumerate() {
+            let Some(members) = topology.sets.get(i) else {
+                continue;
+            };
+            // The first drive of the set that answers decides; its node runs the set's rules.
+            for (d, &index) in set.drives.iter().zip(members) {
+                let online = matches!(
+                    tokio::time::timeout(SHARE_PROBE_TIMEOUT, d.disk_info()).await,
+                    Ok(Ok(_))
+                );
+                if online {
+                    if topology.drives.get(index).map(|e| e.node) == Some(local) {
+                        out.push(i);
+                    }
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    async fn list_share_versions(
+        &self,
+        share: usize,
+        bucket: &str,
+        opts: ListVersionsOptions,
+    ) -> Result<ListVersionsResult> {
+        named_bucket(bucket)?;
+        self.share_set(share)?
+            .list_object_versions(bucket, opts)
+            .await
+    }
+
+    async fn list_share_uploads(
+        &self,
+        share: usize,
+        bucket: &str,
+        opts: ListUploadsOptions,
+    ) -> Result<ListUploadsResult> {
+        named_bucket(bucket)?;
+        self.share_set(share)?
+            .list_multipart_uploads(bucket, opts)
+            .await
     }
 
     async fn copy_object(

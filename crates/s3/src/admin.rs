@@ -990,6 +990,7 @@ mod tests {
                 domains: vec![],
                 metrics: Default::default(),
                 sse: Default::default(),
+                lifecycle: Default::default(),
             };
             let response = app(layer, Arc::new(AlwaysReady), cfg)
                 .oneshot(req)

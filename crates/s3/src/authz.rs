@@ -64,6 +64,7 @@ pub const S3_ACTIONS: &[&str] = &[
     "s3:GetBucketTagging",
     "s3:GetBucketVersioning",
     "s3:GetEncryptionConfiguration",
+    "s3:GetLifecycleConfiguration",
     "s3:GetObject",
     "s3:GetObjectAcl",
     "s3:GetObjectAttributes",
@@ -86,6 +87,7 @@ pub const S3_ACTIONS: &[&str] = &[
     "s3:PutBucketTagging",
     "s3:PutBucketVersioning",
     "s3:PutEncryptionConfiguration",
+    "s3:PutLifecycleConfiguration",
     "s3:PutObject",
     "s3:PutObjectAcl",
     "s3:PutObjectLegalHold",
@@ -239,6 +241,11 @@ pub fn needs(endpoint: &Endpoint, headers: &HeaderMap) -> Result<Vec<Need>, S3Er
         // AWS has no DeleteBucketEncryption action: deleting the rule is putting none.
         E::PutBucketEncryption { bucket } | E::DeleteBucketEncryption { bucket } => {
             vec![b("s3:PutEncryptionConfiguration", bucket)]
+        }
+        E::GetBucketLifecycle { bucket } => vec![b("s3:GetLifecycleConfiguration", bucket)],
+        // AWS has no DeleteLifecycleConfiguration action: deleting it is putting none.
+        E::PutBucketLifecycle { bucket } | E::DeleteBucketLifecycle { bucket } => {
+            vec![b("s3:PutLifecycleConfiguration", bucket)]
         }
         E::GetBucketCors { bucket } => vec![b("s3:GetBucketCORS", bucket)],
         // AWS has no DeleteBucketCORS action: deleting the configuration is putting none.

@@ -56,6 +56,7 @@ pub enum S3ErrorCode {
     NoSuchBucketPolicy,
     NoSuchCORSConfiguration,
     NoSuchKey,
+    NoSuchLifecycleConfiguration,
     NoSuchObjectLockConfiguration,
     NoSuchTagSet,
     NoSuchUpload,
@@ -129,6 +130,7 @@ impl S3ErrorCode {
                 "ServerSideEncryptionConfigurationNotFoundError"
             }
             NoSuchKey => "NoSuchKey",
+            NoSuchLifecycleConfiguration => "NoSuchLifecycleConfiguration",
             NoSuchObjectLockConfiguration => "NoSuchObjectLockConfiguration",
             NoSuchTagSet => "NoSuchTagSet",
             NoSuchUpload => "NoSuchUpload",
@@ -163,6 +165,7 @@ impl S3ErrorCode {
             | NoSuchBucketPolicy
             | NoSuchCORSConfiguration
             | NoSuchKey
+            | NoSuchLifecycleConfiguration
             | NoSuchObjectLockConfiguration
             | ObjectLockConfigurationNotFoundError
             | NoSuchTagSet
@@ -239,6 +242,7 @@ impl S3ErrorCode {
                 "The server side encryption configuration was not found"
             }
             NoSuchKey => "The specified key does not exist.",
+            NoSuchLifecycleConfiguration => "The lifecycle configuration does not exist.",
             NoSuchObjectLockConfiguration => "The specified object does not have a ObjectLock configuration.",
             NoSuchTagSet => "The TagSet does not exist.",
             NoSuchUpload => "The specified multipart upload does not exist. The upload ID might not be valid, or the multipart upload might have been aborted or completed.",

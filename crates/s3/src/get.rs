@@ -220,6 +220,9 @@ pub async fn get_object(
         );
         crate::sse::response_headers(response.headers_mut(), &info, customer_md5.as_deref());
         version_header(ctx, bucket, response.headers_mut(), &info).await?;
+        if version.is_none() {
+            crate::lifecycle::expiration_header(ctx, bucket, response.headers_mut(), &info).await;
+        }
         return Ok(response);
     }
     // A conditional GET checks the metadata before it opens the body.
@@ -256,6 +259,10 @@ pub async fn get_object(
         customer_md5.as_deref(),
     );
     version_header(ctx, bucket, response.headers_mut(), &reader.info).await?;
+    if version.is_none() {
+        crate::lifecycle::expiration_header(ctx, bucket, response.headers_mut(), &reader.info)
+            .await;
+    }
     Ok(response)
 }
 

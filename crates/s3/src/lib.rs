@@ -35,6 +35,8 @@ pub mod error;
 mod get;
 mod headers;
 pub mod iam;
+mod lifecycle;
+pub mod lifecycle_worker;
 mod list;
 mod metrics;
 mod multipart;

@@ -11,7 +11,7 @@
 
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
@@ -127,6 +127,8 @@ impl OpCounters {
 
 /// The front end's request counters.
 pub struct Metrics {
+    /// The lifecycle worker's counters.
+    pub(crate) lifecycle: Arc<crate::lifecycle_worker::LifecycleCounters>,
     ops: Box<[OnceLock<OpCounters>]>,
     other: OpCounters,
     start: Instant,
@@ -135,6 +137,7 @@ pub struct Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Metrics {
+            lifecycle: Arc::default(),
             ops: (0..MAX_OPS).map(|_| OnceLock::new()).collect(),
             other: OpCounters::new("Other"),
             start: Instant::now(),
@@ -542,7 +545,30 @@ impl Metrics {
             header(&mut out, name, kind, help);
             let _ = writeln!(out, "{name} {value}");
         }
+        self.render_lifecycle(&mut out);
         out
+    }
+
+    /// The lifecycle worker's counters (this node's share).
+    fn render_lifecycle(&self, out: &mut String) {
+        let lc = &self.lifecycle;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
+        let figures: [(&str, &str, &str, String); 10] = [
+            ("quarry_lifecycle_objects_expired_total", "counter", "Current versions the lifecycle rules expired (a delete marker added, or deleted in an unversioned bucket).", load(&lc.objects_expired)),
+            ("quarry_lifecycle_versions_expired_total", "counter", "Noncurrent versions the lifecycle rules removed.", load(&lc.versions_expired)),
+            ("quarry_lifecycle_delete_markers_removed_total", "counter", "Delete markers the lifecycle rules removed.", load(&lc.markers_removed)),
+            ("quarry_lifecycle_uploads_aborted_total", "counter", "Incomplete multipart uploads the lifecycle rules aborted.", load(&lc.uploads_aborted)),
+            ("quarry_lifecycle_bytes_freed_total", "counter", "Bytes of the versions the lifecycle rules removed.", load(&lc.bytes_freed)),
+            ("quarry_lifecycle_locked_skipped_total", "counter", "Versions due under a lifecycle rule that object lock (retention, legal hold) kept.", load(&lc.skipped_locked)),
+            ("quarry_lifecycle_errors_total", "counter", "Lifecycle actions or listings that failed (retried on the next pass).", load(&lc.errors)),
+            ("quarry_lifecycle_passes_total", "counter", "Lifecycle passes completed on this node.", load(&lc.passes)),
+            ("quarry_lifecycle_last_pass_timestamp_seconds", "gauge", "When the last lifecycle pass ended (Unix time; 0: none yet).", load(&lc.last_pass_end_secs)),
+            ("quarry_lifecycle_last_pass_duration_seconds", "gauge", "How long the last lifecycle pass took.", format!("{:.3}", lc.last_pass_millis.load(Ordering::Relaxed) as f64 / 1000.0)),
+        ];
+        for (name, kind, help, value) in figures {
+            header(out, name, kind, help);
+            let _ = writeln!(out, "{name} {value}");
+        }
     }
 }
 

@@ -174,6 +174,15 @@ pub enum Endpoint {
     DeleteBucketEncryption {
         bucket: String,
     },
+    GetBucketLifecycle {
+        bucket: String,
+    },
+    PutBucketLifecycle {
+        bucket: String,
+    },
+    DeleteBucketLifecycle {
+        bucket: String,
+    },
     GetBucketCors {
         bucket: String,
     },
@@ -336,6 +345,9 @@ impl Endpoint {
             | E::GetBucketEncryption { bucket }
             | E::PutBucketEncryption { bucket }
             | E::DeleteBucketEncryption { bucket }
+            | E::GetBucketLifecycle { bucket }
+            | E::PutBucketLifecycle { bucket }
+            | E::DeleteBucketLifecycle { bucket }
             | E::GetBucketCors { bucket }
             | E::PutBucketCors { bucket }
             | E::DeleteBucketCors { bucket }
@@ -397,6 +409,9 @@ impl Endpoint {
             Endpoint::GetBucketEncryption { .. } => "GetBucketEncryption",
             Endpoint::PutBucketEncryption { .. } => "PutBucketEncryption",
             Endpoint::DeleteBucketEncryption { .. } => "DeleteBucketEncryption",
+            Endpoint::GetBucketLifecycle { .. } => "GetBucketLifecycleConfiguration",
+            Endpoint::PutBucketLifecycle { .. } => "PutBucketLifecycleConfiguration",
+            Endpoint::DeleteBucketLifecycle { .. } => "DeleteBucketLifecycle",
             Endpoint::GetBucketCors { .. } => "GetBucketCors",
             Endpoint::PutBucketCors { .. } => "PutBucketCors",
             Endpoint::DeleteBucketCors { .. } => "DeleteBucketCors",
@@ -758,6 +773,9 @@ fn bucket_endpoint(method: &Method, query: &Query, bucket: String) -> Result<End
         (Method::GET, Some("encryption")) => Ok(Endpoint::GetBucketEncryption { bucket }),
         (Method::PUT, Some("encryption")) => Ok(Endpoint::PutBucketEncryption { bucket }),
         (Method::DELETE, Some("encryption")) => Ok(Endpoint::DeleteBucketEncryption { bucket }),
+        (Method::GET, Some("lifecycle")) => Ok(Endpoint::GetBucketLifecycle { bucket }),
+        (Method::PUT, Some("lifecycle")) => Ok(Endpoint::PutBucketLifecycle { bucket }),
+        (Method::DELETE, Some("lifecycle")) => Ok(Endpoint::DeleteBucketLifecycle { bucket }),
         (Method::GET, Some("cors")) => Ok(Endpoint::GetBucketCors { bucket }),
         (Method::PUT, Some("cors")) => Ok(Endpoint::PutBucketCors { bucket }),
         (Method::DELETE, Some("cors")) => Ok(Endpoint::DeleteBucketCors { bucket }),

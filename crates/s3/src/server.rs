@@ -35,8 +35,8 @@ use crate::error::{error_xml, S3Error, S3ErrorCode};
 use crate::router::{self, Endpoint, Query, RouteError};
 use crate::signature::{self, AuthConfig, Authenticated, Credentials};
 use crate::{
-    acl, attributes, authz, bucket, copy, delete, get, list, multipart, object_lock, post_object,
-    put, sse, tagging, versioning,
+    acl, attributes, authz, bucket, copy, delete, get, lifecycle, list, multipart, object_lock,
+    post_object, put, sse, tagging, versioning,
 };
 
 /// What the front end needs to know besides the object layer.
@@ -54,6 +54,8 @@ pub struct S3Config {
     pub metrics: crate::metrics::MetricsAccess,
     /// Server-side encryption: the key service, SSE-C over HTTP.
     pub sse: crate::sse::SseConfig,
+    /// The background lifecycle worker (default: none).
+    pub lifecycle: crate::lifecycle_worker::LifecycleSettings,
 }
 
 /// The answer of a readiness probe.
@@ -398,6 +400,8 @@ fn app_with(
     if let (Some(iam), Ok(_)) = (&iam, tokio::runtime::Handle::try_current()) {
         iam.spawn_poller();
     }
+    let metrics: Arc<crate::metrics::Metrics> = Arc::default();
+    crate::lifecycle_worker::spawn(&layer, metrics.lifecycle.clone(), cfg.lifecycle);
     let state = Arc::new(AppState {
         iam: iam.clone(),
         body_timeouts,
@@ -417,10 +421,11 @@ fn app_with(
             .filter(|d| !d.is_empty())
             .collect(),
         cors: CorsCache::default(),
+        lifecycle: Default::default(),
         sse: cfg.sse,
         bucket_policies: Default::default(),
         ids: RequestIds::new(),
-        metrics: Arc::default(),
+        metrics,
     });
     axum::Router::new().fallback(move |req: Request| handle(state.clone(), req))
 }
@@ -435,6 +440,8 @@ pub(crate) struct AppState {
     /// Virtual-host domains, lower-case, without a trailing dot.
     domains: Vec<String>,
     pub cors: CorsCache,
+    /// Parsed lifecycle configurations, for `x-amz-expiration`.
+    pub(crate) lifecycle: crate::lifecycle::LifecycleCache,
     pub sse: crate::sse::SseConfig,
     /// Parsed bucket policies, for authorization (see `bucket_policy.rs`).
     pub(crate) bucket_policies: crate::bucket_policy::PolicyCache,
@@ -806,6 +813,7 @@ async fn dispatch(
             // without.
             ctx.state.cors.invalidate(&bucket);
             ctx.state.bucket_policies.invalidate(&bucket);
+            ctx.state.lifecycle.invalidate(&bucket);
             result
         }
         E::GetBucketLocation { bucket } => bucket::get_bucket_location(&ctx, &bucket).await,
@@ -886,6 +894,11 @@ async fn dispatch(
         E::GetBucketEncryption { bucket } => sse::get_bucket_encryption(&ctx, &bucket).await,
         E::PutBucketEncryption { bucket } => sse::put_bucket_encryption(&ctx, &bucket).await,
         E::DeleteBucketEncryption { bucket } => sse::delete_bucket_encryption(&ctx, &bucket).await,
+        E::GetBucketLifecycle { bucket } => lifecycle::get_bucket_lifecycle(&ctx, &bucket).await,
+        E::PutBucketLifecycle { bucket } => lifecycle::put_bucket_lifecycle(&ctx, &bucket).await,
+        E::DeleteBucketLifecycle { bucket } => {
+            lifecycle::delete_bucket_lifecycle(&ctx, &bucket).await
+        }
         E::GetBucketCors { bucket } => cors::get_bucket_cors(&ctx, &bucket).await,
         E::PutBucketCors { bucket } => cors::put_bucket_cors(&ctx, &bucket).await,
         E::DeleteBucketCors { bucket } => cors::delete_bucket_cors(&ctx, &bucket).await,

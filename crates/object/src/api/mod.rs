@@ -533,6 +533,39 @@ pub trait ObjectLayer: Send + Sync + 'static {
         Err(crate::Error::NotImplemented("ListObjectVersions"))
     }
 
+    // ---- the lifecycle worker's share of the keys ----
+    // Defaults: one share holding every key (a single node).
+
+    /// The shares (erasure sets, by index) whose keys this node's background lifecycle worker
+    /// handles: on a cluster, the sets whose first online drive is on this node, so that each
+    /// set has one worker while its nodes agree on which drives answer (a pass is idempotent:
+    /// two workers in a set for a moment do the same thing twice, harmlessly).
+    async fn lifecycle_shares(&self) -> Vec<usize> {
+        vec![0]
+    }
+
+    /// ListObjectVersions over the keys of share `share` only.
+    async fn list_share_versions(
+        &self,
+        share: usize,
+        bucket: &str,
+        opts: ListVersionsOptions,
+    ) -> Result<ListVersionsResult> {
+        let _ = share;
+        self.list_object_versions(bucket, opts).await
+    }
+
+    /// ListMultipartUploads over the uploads of share `share` only.
+    async fn list_share_uploads(
+        &self,
+        share: usize,
+        bucket: &str,
+        opts: ListUploadsOptions,
+    ) -> Result<ListUploadsResult> {
+        let _ = share;
+        self.list_multipart_uploads(bucket, opts).await
+    }
+
     /// The bucket configuration document `name` (e.g. `cors`), as stored; `None` when not set.
     /// `BucketNotFound` when the bucket does not exist. Names are 1 to 64 bytes of `[a-z0-9._-]`.
     async fn get_bucket_config(&self, bucket: &str, name: &str) -> Result<Option<Bytes>>;

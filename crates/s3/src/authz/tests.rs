@@ -162,7 +162,19 @@ fn every_endpoint_maps_to_its_action() {
             &[],
             one("s3:GetBucketTagging", "arn:aws:s3:::bkt"),
         ),
-        ("GET", "/bkt?lifecycle", &[], one("s3:Unsupported", "*")),
+        (
+            "GET",
+            "/bkt?lifecycle",
+            &[],
+            one("s3:GetLifecycleConfiguration", "arn:aws:s3:::bkt"),
+        ),
+        (
+            "DELETE",
+            "/bkt?lifecycle",
+            &[],
+            one("s3:PutLifecycleConfiguration", "arn:aws:s3:::bkt"),
+        ),
+        ("GET", "/bkt?website", &[], one("s3:Unsupported", "*")),
         (
             "PUT",
             "/bkt/a/b.txt",

@@ -419,7 +419,7 @@ fn unsupported_operations_are_named() {
     let auth = [("authorization", "x")];
     let cases: Vec<Case<&str>> = vec![
         ("DELETE", "/bkt?acl", &auth, "DeleteBucketAcl"),
-        ("PUT", "/bkt?lifecycle", &auth, "PutBucketLifecycle"),
+        ("PUT", "/bkt?website", &auth, "PutBucketWebsite"),
         ("DELETE", "/bkt?website", &auth, "DeleteBucketWebsite"),
         (
             "DELETE",
