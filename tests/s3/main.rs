@@ -35,6 +35,7 @@ mod restart;
 mod secrets;
 mod sigv2;
 mod sse;
+mod sts;
 mod tagging;
 mod tls;
 mod topology;
