@@ -2,9 +2,9 @@
 # The ceph/s3-tests conformance gate: runs the suite's `core` group (the everyday S3 API,
 # ../shared/s3-tests/README.md) against one node on four drives and against a cluster of
 # four node processes on 127.0.0.1, then checks the results against the committed lists.
-# Three users: main (the root user), alt (an IAM user without policies) and tenant (an IAM
-# user allowed s3:*), created through the IAM API before each run (`quarry admin user add`,
-# `quarry admin policy create|attach`). The lists:
+# Three users: main (the root user), alt and tenant (IAM users allowed s3:* through a group),
+# created through the IAM API before each run (`quarry admin user add`, `group add`,
+# `policy create|attach`). The lists:
 #
 #   tests/s3-tests/expected-pass.txt   every test here must pass (the list only grows: a test
 #                                      that drops out of it is a regression)
@@ -111,19 +111,24 @@ run_suite() {
     local name=$1 port=$2 out=$RESULTS/$1 keys
     rm -rf "$out" "$out-features"
     mkdir -p "$out"
-    # Three distinct users: main is the root user; alt is an IAM user without policies (what it
-    # may do is what a bucket policy or ACL grants it: the suite's "other user"); tenant is an
-    # IAM user allowed every S3 action (the suite's tenant works in buckets of its own).
-    keys=$(make_user "$port" s3tests-alt) || { echo "error: cannot create the alt user" >&2; return 1; }
+    # Three distinct identities: main is the root user; alt and tenant are IAM users named as
+    # run.sh's configuration names them (user_id alt, tenant: the IAM tests put policies on the
+    # alt user by that name), allowed every S3 action. Quarry has one account, so they are distinct users of it, not other
+    # accounts: the suite cleans up with every client (alt and tenant list and delete all the
+    # test buckets), and tests that expect alt to be refused a bucket it does not own stay
+    # deselected.
+    keys=$(make_user "$port" alt) || { echo "error: cannot create the alt user" >&2; return 1; }
     export ALT_ACCESS_KEY=${keys%% *} ALT_SECRET_KEY=${keys#* }
-    keys=$(make_user "$port" s3tests-tenant) || { echo "error: cannot create the tenant user" >&2; return 1; }
+    keys=$(make_user "$port" tenant) || { echo "error: cannot create the tenant user" >&2; return 1; }
     export TENANT_ACCESS_KEY=${keys%% *} TENANT_SECRET_KEY=${keys#* }
     echo '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:*","Resource":"*"}]}' |
         QUARRY_ROOT_USER=$AK QUARRY_ROOT_PASSWORD=$SK \
             "$BIN" admin policy create --endpoint "http://127.0.0.1:$port" s3tests-full - >/dev/null &&
         QUARRY_ROOT_USER=$AK QUARRY_ROOT_PASSWORD=$SK \
-            "$BIN" admin policy attach --endpoint "http://127.0.0.1:$port" s3tests-full --user s3tests-tenant >/dev/null ||
-        { echo "error: cannot give the tenant user its policy" >&2; return 1; }
+            "$BIN" admin group add --endpoint "http://127.0.0.1:$port" s3tests alt tenant >/dev/null &&
+        QUARRY_ROOT_USER=$AK QUARRY_ROOT_PASSWORD=$SK \
+            "$BIN" admin policy attach --endpoint "http://127.0.0.1:$port" s3tests-full --group s3tests >/dev/null ||
+        { echo "error: cannot give the alt and tenant users their policy" >&2; return 1; }
     OUT_DIR=$out "$SUITE/run.sh" "http://127.0.0.1:$port" "$AK" "$SK" "$FILTER" | tee "$out/summary.txt"
     if [ ! -s "$out/status.tsv" ]; then
         echo "error: the $name run wrote no status.tsv (see $out/pytest.log)" >&2

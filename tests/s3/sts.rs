@@ -38,11 +38,16 @@ struct Session {
 }
 
 async fn assume(srv: &TestServer, creds: (&str, &str), extra: &[(&str, &str)]) -> (u16, String) {
-    let mut params = vec![
-        ("Action", "AssumeRole"),
+    let mut params = vec![("Action", "AssumeRole")];
+    // The defaults, unless the call gives its own.
+    for (k, v) in [
         ("RoleArn", "arn:aws:iam::000000000000:role/any"),
         ("RoleSessionName", "test-session"),
-    ];
+    ] {
+        if !extra.iter().any(|(e, _)| *e == k) {
+            params.push((k, v));
+        }
+    }
     params.extend_from_slice(extra);
     call(srv, 0, creds, "sts", &params).await
 }

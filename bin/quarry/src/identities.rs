@@ -162,7 +162,7 @@ pub struct SvcacctKey {
     #[command(flatten)]
     pub conn: Connection,
     #[arg(value_name = "ACCESS_KEY")]
-    pub access_key: String,
+    pub key: String,
 }
 
 /// Percent-encodes a form value.
@@ -777,7 +777,7 @@ pub async fn svcacct(cmd: SvcacctCommand) -> anyhow::Result<()> {
             let out = admin(
                 &a.conn,
                 "GET",
-                &format!("service-accounts/{}", a.access_key),
+                &format!("service-accounts/{}", a.key),
                 &[],
                 b"",
             )
@@ -797,13 +797,13 @@ pub async fn svcacct(cmd: SvcacctCommand) -> anyhow::Result<()> {
             let out = admin(
                 &a.conn,
                 "DELETE",
-                &format!("service-accounts/{}", a.access_key),
+                &format!("service-accounts/{}", a.key),
                 &[],
                 b"",
             )
             .await?;
             print(&a.conn, &out, |_| {
-                format!("Service account {} removed.", a.access_key)
+                format!("Service account {} removed.", a.key)
             });
         }
     }
