@@ -454,8 +454,9 @@ fn generate(a: GenerateArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Percent-encodes a query value as SigV4 does: everything but `A-Z a-z 0-9 - _ . ~`.
-fn encode(s: &str) -> String {
+/// Percent-encodes a query value as SigV4 does: everything but `A-Z a-z 0-9 - _ . ~` (also
+/// what a form body of the IAM query API needs).
+pub(crate) fn encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {

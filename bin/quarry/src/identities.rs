@@ -18,7 +18,7 @@ use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use serde_json::{json, Map, Value};
 
-use crate::admin::{send, Connection, Signed};
+use crate::admin::{encode, send, Connection, Signed};
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -165,26 +165,13 @@ pub struct SvcacctKey {
     pub key: String,
 }
 
-/// Percent-encodes a form value.
-fn form_encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 /// One IAM query call; returns its `<ActionResult>` as JSON (`{}` for results without one).
 async fn iam(conn: &Connection, action: &str, params: &[(&str, &str)]) -> anyhow::Result<Value> {
     let mut form = vec![format!("Action={action}"), "Version=2010-05-08".to_owned()];
     form.extend(
         params
             .iter()
-            .map(|(k, v)| format!("{}={}", form_encode(k), form_encode(v))),
+            .map(|(k, v)| format!("{}={}", encode(k), encode(v))),
     );
     let body = form.join("&");
     let xml = send(
