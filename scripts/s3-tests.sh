@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# The ceph/s3-tests conformance gate: runs the suite's `core` group (the everyday S3 API with one
-# user, ../shared/s3-tests/README.md) against one node on four drives and against a cluster of
-# four node processes on 127.0.0.1, then checks the results against the committed lists:
+# The ceph/s3-tests conformance gate: runs the suite's `core` group (the everyday S3 API,
+# ../shared/s3-tests/README.md) against one node on four drives and against a cluster of
+# four node processes on 127.0.0.1, then checks the results against the committed lists.
+# Three users: main (the root user), alt and tenant (IAM users allowed s3:* through a group),
+# created through the IAM API before each run (`quarry admin user add`, `group add`,
+# `policy create|attach`). The lists:
 #
 #   tests/s3-tests/expected-pass.txt   every test here must pass (the list only grows: a test
 #                                      that drops out of it is a regression)
@@ -98,12 +101,38 @@ wait_ready() {
     return 1
 }
 
+# make_user PORT NAME: creates IAM user NAME with an access key through the server's IAM API
+# (`quarry admin user add`, signed by the root user); prints "ACCESS_KEY SECRET_KEY".
+make_user() {
+    QUARRY_ROOT_USER=$AK QUARRY_ROOT_PASSWORD=$SK \
+        "$BIN" admin user add --endpoint "http://127.0.0.1:$1" --json "$2" |
+        python3 -c 'import json, sys; k = json.load(sys.stdin)["accessKey"]; print(k["AccessKeyId"], k["SecretAccessKey"])'
+}
+
 # Runs the suite against http://127.0.0.1:PORT into $RESULTS/NAME; with the core filter, then the
 # listed feature tests into $RESULTS/NAME-features.
 run_suite() {
-    local name=$1 port=$2 out=$RESULTS/$1
+    local name=$1 port=$2 out=$RESULTS/$1 keys
     rm -rf "$out" "$out-features"
     mkdir -p "$out"
+    # Three distinct identities: main is the root user; alt and tenant are IAM users named as
+    # run.sh's configuration names them (user_id alt, tenant: the IAM tests put policies on the
+    # alt user by that name), allowed every S3 action. Quarry has one account, so they are distinct users of it, not other
+    # accounts: the suite cleans up with every client (alt and tenant list and delete all the
+    # test buckets), and tests that expect alt to be refused a bucket it does not own stay
+    # deselected.
+    keys=$(make_user "$port" alt) || { echo "error: cannot create the alt user" >&2; return 1; }
+    export ALT_ACCESS_KEY=${keys%% *} ALT_SECRET_KEY=${keys#* }
+    keys=$(make_user "$port" tenant) || { echo "error: cannot create the tenant user" >&2; return 1; }
+    export TENANT_ACCESS_KEY=${keys%% *} TENANT_SECRET_KEY=${keys#* }
+    echo '{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:*","Resource":"*"}]}' |
+        QUARRY_ROOT_USER=$AK QUARRY_ROOT_PASSWORD=$SK \
+            "$BIN" admin policy create --endpoint "http://127.0.0.1:$port" s3tests-full - >/dev/null &&
+        QUARRY_ROOT_USER=$AK QUARRY_ROOT_PASSWORD=$SK \
+            "$BIN" admin group add --endpoint "http://127.0.0.1:$port" s3tests alt tenant >/dev/null &&
+        QUARRY_ROOT_USER=$AK QUARRY_ROOT_PASSWORD=$SK \
+            "$BIN" admin policy attach --endpoint "http://127.0.0.1:$port" s3tests-full --group s3tests >/dev/null ||
+        { echo "error: cannot give the alt and tenant users their policy" >&2; return 1; }
     OUT_DIR=$out "$SUITE/run.sh" "http://127.0.0.1:$port" "$AK" "$SK" "$FILTER" | tee "$out/summary.txt"
     if [ ! -s "$out/status.tsv" ]; then
         echo "error: the $name run wrote no status.tsv (see $out/pytest.log)" >&2

@@ -154,3 +154,84 @@ def test_list_objects_v2_pagination_and_rm_recursive(aws, tmp_path):
     assert aws("s3", "ls", "--recursive", f"s3://{bucket}") == ""
     aws("s3", "rb", f"s3://{bucket}")
     assert bucket not in aws("s3", "ls")
+
+
+def test_iam_user_policy_and_assume_role(aws, quarry, tmp_path):
+    """`aws iam` makes a user, its key and its policy; the key is allowed and refused as the policy
+    says; `aws sts assume-role` gives that user a session narrowed by a session policy."""
+    import subprocess
+
+    bucket = new_bucket(aws)
+    other = new_bucket(aws)
+    user = f"cli-{uuid.uuid4().hex[:8]}"
+    aws("iam", "create-user", "--user-name", user)
+    key = json.loads(aws("iam", "create-access-key", "--user-name", user))["AccessKey"]
+    policy = {
+        "Version": "2012-10-17",
+        "Statement": [
+            {"Effect": "Allow", "Action": "s3:*", "Resource": [f"arn:aws:s3:::{bucket}", f"arn:aws:s3:::{bucket}/*"]}
+        ],
+    }
+    aws("iam", "put-user-policy", "--user-name", user, "--policy-name", "rw", "--policy-document", json.dumps(policy))
+    assert json.loads(aws("iam", "list-user-policies", "--user-name", user))["PolicyNames"] == ["rw"]
+
+    def as_(access, secret, token=None):
+        home = tmp_path / f"home-{access}"
+        home.mkdir(exist_ok=True)
+        extra = {"AWS_SESSION_TOKEN": token} if token else {}
+        env = client_env(
+            home,
+            AWS_ACCESS_KEY_ID=access,
+            AWS_SECRET_ACCESS_KEY=secret,
+            AWS_DEFAULT_REGION="us-east-1",
+            AWS_CONFIG_FILE=str(home / "no-config"),
+            AWS_SHARED_CREDENTIALS_FILE=str(home / "no-credentials"),
+            **extra,
+        )
+        program = client_program("aws")
+
+        def run(*args, refused=None):
+            cmd = [program, "--endpoint-url", quarry.endpoint, *args]
+            if refused is None:
+                return run_client(cmd, env)
+            r = subprocess.run([str(a) for a in cmd], env=env, capture_output=True, text=True, timeout=120)
+            assert r.returncode != 0, f"{args} should be refused: {r.stdout}"
+            assert refused in r.stderr, r.stderr
+            return r.stderr
+
+        return run
+
+    body = tmp_path / "body.txt"
+    body.write_bytes(b"hello from the cli user")
+    alice = as_(key["AccessKeyId"], key["SecretAccessKey"])
+    alice("s3api", "put-object", "--bucket", bucket, "--key", "k", "--body", str(body))
+    alice("s3api", "put-object", "--bucket", other, "--key", "k", "--body", str(body), refused="AccessDenied")
+    # The control: root may write there.
+    aws("s3api", "put-object", "--bucket", other, "--key", "k", "--body", str(body))
+
+    who = json.loads(alice("sts", "get-caller-identity"))
+    assert who["Arn"] == f"arn:aws:iam::000000000000:user/{user}"
+
+    read_only = {
+        "Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "s3:GetObject", "Resource": f"arn:aws:s3:::{bucket}/*"}],
+    }
+    creds = json.loads(
+        alice(
+            "sts", "assume-role",
+            "--role-arn", "arn:aws:iam::000000000000:role/any",
+            "--role-session-name", "cli-session",
+            "--duration-seconds", "900",
+            "--policy", json.dumps(read_only),
+        )
+    )["Credentials"]
+    assert creds["SessionToken"] and creds["Expiration"]
+    session = as_(creds["AccessKeyId"], creds["SecretAccessKey"], creds["SessionToken"])
+    down = tmp_path / "down.txt"
+    session("s3api", "get-object", "--bucket", bucket, "--key", "k", str(down))
+    assert down.read_bytes() == body.read_bytes()
+    session("s3api", "put-object", "--bucket", bucket, "--key", "k2", "--body", str(body), refused="AccessDenied")
+    # Without its token the session's key is unknown.
+    as_(creds["AccessKeyId"], creds["SecretAccessKey"])(
+        "s3api", "get-object", "--bucket", bucket, "--key", "k", str(down), refused="InvalidAccessKeyId"
+    )

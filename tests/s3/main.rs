@@ -36,6 +36,7 @@ mod restart;
 mod secrets;
 mod sigv2;
 mod sse;
+mod sts;
 mod tagging;
 mod tls;
 mod topology;

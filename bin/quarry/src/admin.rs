@@ -8,6 +8,7 @@
 //! quarry admin info [--endpoint URL] [--access-key K --secret-key S] [--json]
 //! quarry admin drives [--endpoint URL] [--access-key K --secret-key S] [--json]
 //! quarry admin cert generate [--out DIR] [--ca-dir DIR] [--days N] [NAMES...]
+//! quarry admin user|policy|group|svcacct ...   (identities: see `crate::identities`)
 //! ```
 //!
 //! An `https://` endpoint is verified against the CA certificates of `--ca-cert FILE` (or
@@ -64,6 +65,19 @@ pub enum AdminCommand {
     /// failure would: transfers on them fail over or are retried, the next ones reconnect (for
     /// RDMA: the queue pairs go to the error state and are rebuilt).
     ResetConnections(ResetArgs),
+    /// Users: add, list, info, disable, enable, remove.
+    #[command(subcommand)]
+    User(crate::identities::UserCommand),
+    /// Managed policies: create, list, info, attach, detach, remove.
+    #[command(subcommand)]
+    Policy(crate::identities::PolicyCommand),
+    /// Groups: add, list, info, remove, add-member, remove-member.
+    #[command(subcommand)]
+    Group(crate::identities::GroupCommand),
+    /// Service accounts (keys bound to a user, optionally narrowed and expiring): add, list,
+    /// info, remove.
+    #[command(subcommand)]
+    Svcacct(crate::identities::SvcacctCommand),
     /// TLS certificates for a trial: `quarry admin cert generate`.
     #[command(subcommand)]
     Cert(CertCommand),
@@ -215,6 +229,16 @@ pub fn main(args: AdminArgs) -> ExitCode {
 async fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
     match args.command {
         AdminCommand::Cert(CertCommand::Generate(a)) => generate(a),
+        AdminCommand::User(c) => crate::identities::user(c).await.map(|()| ExitCode::SUCCESS),
+        AdminCommand::Policy(c) => crate::identities::policy(c)
+            .await
+            .map(|()| ExitCode::SUCCESS),
+        AdminCommand::Group(c) => crate::identities::group(c)
+            .await
+            .map(|()| ExitCode::SUCCESS),
+        AdminCommand::Svcacct(c) => crate::identities::svcacct(c)
+            .await
+            .map(|()| ExitCode::SUCCESS),
         AdminCommand::Heal(a) => {
             let mut query = Vec::new();
             if let Some(b) = &a.bucket {
@@ -430,8 +454,9 @@ fn generate(a: GenerateArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Percent-encodes a query value as SigV4 does: everything but `A-Z a-z 0-9 - _ . ~`.
-fn encode(s: &str) -> String {
+/// Percent-encodes a query value as SigV4 does: everything but `A-Z a-z 0-9 - _ . ~` (also
+/// what a form body of the IAM query API needs).
+pub(crate) fn encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
@@ -452,6 +477,38 @@ async fn call(
     query: &[(&str, &str)],
     default_timeout: Duration,
 ) -> anyhow::Result<String> {
+    let path = format!("{}{call}", quarry_s3::admin::V1);
+    send(conn, method, &path, query, Signed::s3(b""), default_timeout).await
+}
+
+/// What a request carries and how it is signed.
+pub(crate) struct Signed<'a> {
+    /// `s3` (the admin API) or `iam` / `sts` (the query APIs at `POST /`).
+    pub service: &'a str,
+    pub body: &'a [u8],
+    pub content_type: Option<&'a str>,
+}
+
+impl<'a> Signed<'a> {
+    pub(crate) fn s3(body: &'a [u8]) -> Signed<'a> {
+        Signed {
+            service: "s3",
+            body,
+            content_type: None,
+        }
+    }
+}
+
+/// Sends a request to `path` signed with the root user's keys for `signed.service`; returns
+/// the body of a 2xx answer, else an error naming the error code and message.
+pub(crate) async fn send(
+    conn: &Connection,
+    method: &str,
+    path: &str,
+    query: &[(&str, &str)],
+    signed: Signed<'_>,
+    default_timeout: Duration,
+) -> anyhow::Result<String> {
     let (Some(access_key), Some(secret_key)) = (&conn.access_key, &conn.secret_key) else {
         bail!(
             "no credentials: give --access-key and --secret-key, or set QUARRY_ROOT_USER and \
@@ -469,7 +526,7 @@ async fn call(
         (Some(h), None) => h.to_string(),
         (None, _) => bail!("--endpoint {endpoint:?} has no host"),
     };
-    let mut url = format!("{endpoint}{}{call}", quarry_s3::admin::V1);
+    let mut url = format!("{endpoint}{path}");
     if !query.is_empty() {
         let q: Vec<String> = query
             .iter()
@@ -488,17 +545,21 @@ async fn call(
     let params = aws_sigv4::sign::v4::SigningParams::builder()
         .identity(&identity)
         .region(&conn.region)
-        .name("s3")
+        .name(signed.service)
         .time(SystemTime::now())
         .settings(settings)
         .build()
         .context("cannot set up SigV4 signing")?
         .into();
+    let mut headers = vec![("host", host.as_str())];
+    if let Some(ct) = signed.content_type {
+        headers.push(("content-type", ct));
+    }
     let signable = SignableRequest::new(
         method,
         url.as_str(),
-        [("host", host.as_str())].into_iter(),
-        SignableBody::Bytes(b""),
+        headers.iter().copied(),
+        SignableBody::Bytes(signed.body),
     )
     .context("cannot sign the request")?;
     let (instructions, _) = sign(signable, &params)
@@ -513,7 +574,13 @@ async fn call(
     }
     let client = client.build().context("cannot set up the HTTP client")?;
     let method = reqwest::Method::from_bytes(method.as_bytes())?;
-    let mut request = client.request(method, &url).header("host", &host);
+    let mut request = client
+        .request(method, &url)
+        .header("host", &host)
+        .body(signed.body.to_vec());
+    if let Some(ct) = signed.content_type {
+        request = request.header("content-type", ct);
+    }
     for (k, v) in instructions.headers() {
         request = request.header(k, v);
     }

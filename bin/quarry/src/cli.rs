@@ -28,7 +28,7 @@ pub enum Command {
     /// Serve S3: from local drive directories (one node), or as one node of a cluster when the
     /// drives are given as URLs (`http://HOST:PORT/PATH`, with `{1...4}` ellipses).
     Server(ServerArgs),
-    /// Administer a running server: heal, heal status.
+    /// Administer a running server: heal, heal status, users, policies, groups, service accounts.
     Admin(crate::admin::AdminArgs),
 }
 

@@ -15,6 +15,7 @@ mod cli;
 mod cluster;
 mod credentials;
 mod fdlimit;
+mod identities;
 mod logging;
 mod server;
 

@@ -18,6 +18,13 @@
 //! - `GET /quarry/admin/v1/metrics`: this node's `/metrics` text (Prometheus), for signed
 //!   callers (the web console's charts) whatever `--metrics-token` / `--metrics-public` say.
 //!
+//! - `POST /quarry/admin/v1/users/enable?user=U`, `POST .../users/disable?user=U`: a disabled
+//!   user's keys, service accounts and sessions are refused from the next request on.
+//! - `POST /quarry/admin/v1/service-accounts?parent=U[&name=N][&expires=RFC3339]`, the body an
+//!   optional policy that narrows the parent's: answers the new keys, the secret only here.
+//!   `GET .../service-accounts[?parent=U]`, `GET .../service-accounts/<key>`,
+//!   `DELETE .../service-accounts/<key>` (see `crate::iam::admin`).
+//!
 //! Because these paths are taken before S3 routing, a bucket named `quarry` cannot be reached
 //! path style under `admin/` (virtual-host style still reaches it).
 
@@ -65,6 +72,20 @@ pub enum AdminOp {
     Metrics,
     /// `POST /quarry/admin/v1/data-plane/reset` (`?peer=host:port`, else every peer).
     ResetDataPlane { peer: Option<String> },
+    /// `POST /quarry/admin/v1/users/enable?user=U` (or `users/disable`).
+    SetUserEnabled { user: String, enabled: bool },
+    /// `POST /quarry/admin/v1/service-accounts?parent=U[&name=N][&expires=T]`, body: a policy.
+    AddServiceAccount {
+        parent: String,
+        name: Option<String>,
+        expires: Option<String>,
+    },
+    /// `GET /quarry/admin/v1/service-accounts[?parent=U]`.
+    ServiceAccounts { parent: Option<String> },
+    /// `GET /quarry/admin/v1/service-accounts/<key>`.
+    ServiceAccount { access_key: String },
+    /// `DELETE /quarry/admin/v1/service-accounts/<key>`.
+    RemoveServiceAccount { access_key: String },
     /// An unknown call, version or method: this error, but only for the root user (others are
     /// told nothing about the admin API).
     Invalid { code: S3ErrorCode, message: String },
@@ -82,6 +103,11 @@ impl AdminOp {
             AdminOp::Drives => "AdminDrives",
             AdminOp::Metrics => "AdminMetrics",
             AdminOp::ResetDataPlane { .. } => "AdminResetDataPlane",
+            AdminOp::SetUserEnabled { .. } => "AdminSetUserEnabled",
+            AdminOp::AddServiceAccount { .. } => "AdminAddServiceAccount",
+            AdminOp::ServiceAccounts { .. } => "AdminServiceAccounts",
+            AdminOp::ServiceAccount { .. } => "AdminServiceAccount",
+            AdminOp::RemoveServiceAccount { .. } => "AdminRemoveServiceAccount",
             AdminOp::Invalid { .. } => "Admin",
         }
     }
@@ -135,6 +161,44 @@ fn parse_call(method: &Method, path: &str, query: &Query) -> Result<AdminOp, S3E
         "info" => (AdminOp::Info, Method::GET),
         "drives" => (AdminOp::Drives, Method::GET),
         "metrics" => (AdminOp::Metrics, Method::GET),
+        state @ ("users/enable" | "users/disable") => (
+            AdminOp::SetUserEnabled {
+                user: non_empty("user").ok_or_else(|| {
+                    S3Error::new(S3ErrorCode::InvalidArgument, "Give the user: ?user=NAME.")
+                })?,
+                enabled: state == "users/enable",
+            },
+            Method::POST,
+        ),
+        "service-accounts" if *method == Method::POST => (
+            AdminOp::AddServiceAccount {
+                parent: non_empty("parent").ok_or_else(|| {
+                    S3Error::new(
+                        S3ErrorCode::InvalidArgument,
+                        "Give the parent user: ?parent=NAME.",
+                    )
+                })?,
+                name: non_empty("name"),
+                expires: non_empty("expires"),
+            },
+            Method::POST,
+        ),
+        "service-accounts" => (
+            AdminOp::ServiceAccounts {
+                parent: non_empty("parent"),
+            },
+            Method::GET,
+        ),
+        sa if sa.starts_with("service-accounts/")
+            && !sa["service-accounts/".len()..].contains('/') =>
+        {
+            let access_key = sa["service-accounts/".len()..].to_owned();
+            if *method == Method::DELETE {
+                (AdminOp::RemoveServiceAccount { access_key }, Method::DELETE)
+            } else {
+                (AdminOp::ServiceAccount { access_key }, Method::GET)
+            }
+        }
         "data-plane/reset" => (
             AdminOp::ResetDataPlane {
                 peer: non_empty("peer"),
@@ -230,8 +294,70 @@ pub(crate) async fn handle(ctx: &ReqCtx, op: AdminOp) -> ApiResult<Response> {
             );
             json(&serde_json::json!({ "peer": peer, "reset": reset }))
         }
+        AdminOp::SetUserEnabled { user, enabled } => {
+            let out = iam_of(ctx)?
+                .set_user_enabled(&user, enabled)
+                .await
+                .map_err(iam_error)?;
+            tracing::info!(user, enabled, "admin: user enabled or disabled");
+            json(&out)
+        }
+        AdminOp::AddServiceAccount {
+            parent,
+            name,
+            expires,
+        } => {
+            let body = ctx.small_body().await?;
+            let policy = if body.iter().all(u8::is_ascii_whitespace) {
+                None
+            } else {
+                Some(String::from_utf8(body.to_vec()).map_err(|_| {
+                    ApiError::new(S3ErrorCode::InvalidArgument, "The policy is not UTF-8.")
+                })?)
+            };
+            let out = iam_of(ctx)?
+                .add_service_account(&parent, name, policy, expires)
+                .await
+                .map_err(iam_error)?;
+            tracing::info!(parent, access_key = %out.access_key, "admin: service account added");
+            json(&out)
+        }
+        AdminOp::ServiceAccounts { parent } => json(&serde_json::json!({
+            "serviceAccounts": iam_of(ctx)?.service_accounts(parent.as_deref())
+        })),
+        AdminOp::ServiceAccount { access_key } => {
+            json(&iam_of(ctx)?.service_account(&access_key).map_err(iam_error)?)
+        }
+        AdminOp::RemoveServiceAccount { access_key } => {
+            iam_of(ctx)?
+                .remove_service_account(&access_key)
+                .await
+                .map_err(iam_error)?;
+            tracing::info!(access_key, "admin: service account removed");
+            json(&serde_json::json!({ "removed": access_key }))
+        }
         AdminOp::Invalid { code, message } => Err(ApiError::new(code, message)),
     }
+}
+
+fn iam_of(ctx: &ReqCtx) -> ApiResult<&crate::iam::Iam> {
+    ctx.state.iam.as_deref().ok_or_else(|| {
+        ApiError::new(
+            S3ErrorCode::NotImplemented,
+            "This server keeps no identities (no IAM store).",
+        )
+    })
+}
+
+/// An IAM failure as an admin API error: the IAM code leads the message.
+fn iam_error(e: crate::iam::IamError) -> ApiError {
+    let (code, status) = e.code();
+    let s3 = match status {
+        503 => S3ErrorCode::ServiceUnavailable,
+        500 => S3ErrorCode::InternalError,
+        _ => S3ErrorCode::InvalidArgument,
+    };
+    ApiError::new(s3, format!("{code}: {e}"))
 }
 
 async fn heal(ctx: &ReqCtx, bucket: Option<&str>, prefix: &str) -> ApiResult<Response> {

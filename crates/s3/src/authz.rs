@@ -526,10 +526,9 @@ pub fn allowed_with(
     if !evaluate(&policies, &resource_policies, &req).is_allowed() {
         return false;
     }
-    match &id.narrowing {
-        None => true,
-        Some(p) => evaluate(&[p.as_ref()], &resource_policies, &req).is_allowed(),
-    }
+    id.narrowing
+        .iter()
+        .all(|p| evaluate(&[p.as_ref()], &resource_policies, &req).is_allowed())
 }
 
 /// Whether an identity may perform `action` on `resource`: its policies allow it and none

@@ -39,6 +39,7 @@ pub enum S3ErrorCode {
     InvalidRetentionPeriod,
     InvalidStorageClass,
     InvalidTag,
+    InvalidToken,
     InvalidURI,
     KeyTooLongError,
     /// The body of a browser POST upload is not well-formed multipart/form-data.
@@ -113,6 +114,7 @@ impl S3ErrorCode {
             InvalidRetentionPeriod => "InvalidRetentionPeriod",
             InvalidStorageClass => "InvalidStorageClass",
             InvalidTag => "InvalidTag",
+            InvalidToken => "InvalidToken",
             InvalidURI => "InvalidURI",
             KeyTooLongError => "KeyTooLongError",
             MalformedPOSTRequest => "MalformedPOSTRequest",
@@ -157,7 +159,7 @@ impl S3ErrorCode {
             | InvalidAccessKeyId
             | SignatureDoesNotMatch
             | RequestTimeTooSkewed => StatusCode::FORBIDDEN,
-            ExpiredToken => StatusCode::BAD_REQUEST,
+            ExpiredToken | InvalidToken => StatusCode::BAD_REQUEST,
             BucketAlreadyExists | BucketAlreadyOwnedByYou | BucketNotEmpty | InvalidBucketState => {
                 StatusCode::CONFLICT
             }
@@ -223,6 +225,7 @@ impl S3ErrorCode {
             InvalidRetentionPeriod => "The retention period is not valid.",
             InvalidStorageClass => "The storage class you specified is not valid.",
             InvalidTag => "The tag provided was not a valid tag.",
+            InvalidToken => "The provided token is malformed or otherwise invalid.",
             InvalidURI => "Couldn't parse the specified URI.",
             KeyTooLongError => "Your key is too long.",
             MetadataTooLarge => {

@@ -40,7 +40,7 @@ use crate::error::{S3Error, S3ErrorCode};
 use crate::headers::{check_acl_headers, stored_headers, user_metadata, STORED_HEADERS};
 use crate::put::MAX_PUT_SIZE;
 use crate::server::AppState;
-use crate::signature;
+use crate::signature::{self, AuthConfig};
 use crate::xml::{self, XmlWriter};
 
 /// The most bytes of form fields (names and values, plus a fixed cost per field) before `file`.
@@ -446,7 +446,9 @@ async fn upload(
     };
 
     // Authentication: the policy and its signature.
-    let (policy, signer) = authenticate(state, &form)?;
+    let session = crate::server::session(state, form.get("x-amz-security-token"))?;
+    let keys = session.as_ref().map_or(&state.auth, |(keys, _)| keys);
+    let (policy, signer) = authenticate(keys, &form)?;
     if policy.expiration <= OffsetDateTime::from(SystemTime::now()) {
         return Err(denied("Policy expired.").into());
     }
@@ -454,7 +456,10 @@ async fn upload(
     let key = form.require("key")?.replace("${filename}", &filename);
     policy.check(&form, bucket, &key)?;
     // Authorized as a PutObject of that key by the form's signer.
-    let caller = crate::server::caller_of(state, &signer)?;
+    let caller = match session {
+        Some((_, caller)) => caller,
+        None => crate::server::caller_of(state, &signer)?,
+    };
     let endpoint = crate::router::Endpoint::PutObject {
         bucket: bucket.to_owned(),
         key: key.clone(),
@@ -512,7 +517,7 @@ async fn upload(
 
 /// Checks the signature fields and returns the decoded policy. A form without a policy is an
 /// anonymous upload, which Quarry does not accept.
-fn authenticate(state: &AppState, form: &Form) -> Result<(PostPolicy, String), S3Error> {
+fn authenticate(keys: &AuthConfig, form: &Form) -> Result<(PostPolicy, String), S3Error> {
     let Some(policy_b64) = form.get("policy") else {
         return Err(S3Error::new(
             S3ErrorCode::AccessDenied,
@@ -524,8 +529,7 @@ fn authenticate(state: &AppState, form: &Form) -> Result<(PostPolicy, String), S
     if sigv2 && form.get("x-amz-signature").is_none() {
         let access_key = form.require("awsaccesskeyid")?;
         let signature = form.require("signature")?;
-        let signer =
-            signature::verify_post_signature_v2(&state.auth, access_key, policy_b64, signature)?;
+        let signer = signature::verify_post_signature_v2(keys, access_key, policy_b64, signature)?;
         return Ok((PostPolicy::parse(policy_b64)?, signer.access_key));
     }
     let algorithm = form.require("x-amz-algorithm")?;
@@ -541,7 +545,7 @@ fn authenticate(state: &AppState, form: &Form) -> Result<(PostPolicy, String), S
     let amz_date = form.require("x-amz-date")?;
     let signature = form.require("x-amz-signature")?;
     let signer =
-        signature::verify_post_signature(&state.auth, credential, amz_date, policy_b64, signature)?;
+        signature::verify_post_signature(keys, credential, amz_date, policy_b64, signature)?;
     Ok((PostPolicy::parse(policy_b64)?, signer.access_key))
 }
 

@@ -744,22 +744,35 @@ async fn dispatch(
         };
         (auth, authz::Caller::Anonymous)
     } else {
+        // Temporary credentials: the token says which key signs and who it acts as.
+        let token = parts
+            .headers
+            .get("x-amz-security-token")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| {
+                Query::parse(parts.uri.query())
+                    .ok()
+                    .and_then(|q| q.get("X-Amz-Security-Token").map(str::to_owned))
+            });
+        let session = session(&state, token.as_deref())?;
+        let keys = session.as_ref().map_or(&state.auth, |(keys, _)| keys);
         // Authenticate before anything else is said about the request.
         let auth = match &host_bucket {
-            Some(bucket) => signature::verify_virtual_host_request(
-                &parts,
-                &state.auth,
-                SystemTime::now(),
-                bucket,
-            )?,
-            None => signature::verify_request(&parts, &state.auth, SystemTime::now())?,
+            Some(bucket) => {
+                signature::verify_virtual_host_request(&parts, keys, SystemTime::now(), bucket)?
+            }
+            None => signature::verify_request(&parts, keys, SystemTime::now())?,
         };
         // The connection has carried an authenticated request: it is no longer the first to
         // be closed when the server is out of connection slots.
         if let Some(ConnMark(c)) = parts.extensions.get::<ConnMark>() {
             c.authed.store(true, Ordering::Relaxed);
         }
-        let caller = caller_of(&state, &auth.access_key)?;
+        let caller = match session {
+            Some((_, caller)) => caller,
+            None => caller_of(&state, &auth.access_key)?,
+        };
         (auth, caller)
     };
     let endpoint = endpoint.map_err(|e| e.error)?;
@@ -978,6 +991,46 @@ pub(crate) async fn bucket_policies(
         out.push((bucket, policy));
     }
     Ok(out)
+}
+
+/// The one key a request with a session token may be signed with.
+#[derive(Debug)]
+struct SessionKey(signature::Credentials);
+
+impl signature::KeyStore for SessionKey {
+    fn lookup(&self, access_key: &str) -> Option<signature::Credentials> {
+        (self.0.access_key == access_key).then(|| self.0.clone())
+    }
+}
+
+/// For a request carrying a session token (`x-amz-security-token`, or `X-Amz-Security-Token`
+/// in a presigned URL or a POST form): the keys its signature is checked against (only the
+/// session's) and who it acts as. `None` without a token. A token that does not open is
+/// `InvalidToken`, one past its expiry `ExpiredToken`, one whose parent key or user is gone or
+/// disabled `InvalidToken`.
+pub(crate) fn session(
+    state: &AppState,
+    token: Option<&str>,
+) -> Result<Option<(signature::AuthConfig, authz::Caller)>, S3Error> {
+    let Some(token) = token else { return Ok(None) };
+    let iam = state
+        .iam
+        .as_ref()
+        .ok_or_else(|| S3Error::from_code(S3ErrorCode::InvalidToken))?;
+    use crate::iam::sts::SessionError;
+    let (credentials, identity) = iam.session(token).map_err(|e| {
+        let code = match e {
+            SessionError::Expired => S3ErrorCode::ExpiredToken,
+            SessionError::Malformed | SessionError::Revoked => S3ErrorCode::InvalidToken,
+        };
+        S3Error::new(code, e.to_string())
+    })?;
+    let keys = signature::AuthConfig {
+        credentials: Vec::new(),
+        keys: Some(Arc::new(SessionKey(credentials))),
+        region: state.auth.region.clone(),
+    };
+    Ok(Some((keys, authz::Caller::User(identity))))
 }
 
 /// Who signed with `access_key`: the root user (a configured key) or an IAM identity. A key

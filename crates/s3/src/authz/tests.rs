@@ -261,7 +261,7 @@ fn user(name: &str, policies: &[&str]) -> Identity {
             .iter()
             .map(|p| Arc::new(Policy::parse_identity(p).unwrap()))
             .collect(),
-        narrowing: None,
+        narrowing: Vec::new(),
         service_account: false,
     }
 }

@@ -16,8 +16,10 @@
 //! the stored document fresh, applies itself and writes it back, so two changes made at the
 //! same moment on two nodes can lose one of them (the last write wins).
 
+pub mod admin;
 pub mod query;
 pub mod state;
+pub mod sts;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -46,6 +48,12 @@ pub enum IamError {
     MalformedPolicyDocument(String),
     #[error("{0}")]
     InvalidInput(String),
+    /// The caller may not make this call.
+    #[error("{0}")]
+    AccessDenied(String),
+    /// A parameter out of its range (STS's name for it).
+    #[error("{0}")]
+    Validation(String),
     #[error("{0}")]
     DeleteConflict(String),
     #[error("{0}")]
@@ -69,6 +77,8 @@ impl IamError {
             IamError::EntityAlreadyExists(_) => ("EntityAlreadyExists", 409),
             IamError::MalformedPolicyDocument(_) => ("MalformedPolicyDocument", 400),
             IamError::InvalidInput(_) => ("InvalidInput", 400),
+            IamError::Validation(_) => ("ValidationError", 400),
+            IamError::AccessDenied(_) => ("AccessDenied", 403),
             IamError::DeleteConflict(_) => ("DeleteConflict", 409),
             IamError::LimitExceeded(_) => ("LimitExceeded", 409),
             IamError::InvalidAction(_) => ("InvalidAction", 400),

@@ -19,6 +19,9 @@ use super::state::{
     group_arn, policy_arn, user_arn, AccessKey, Group, IamState, KeyOwner, ManagedPolicy, User,
     ACCOUNT_ID,
 };
+use super::sts::{
+    check_session_policy, Session, DEFAULT_DURATION, MAX_DURATION, MIN_DURATION, SESSION_KEY_PREFIX,
+};
 use super::{Iam, IamError};
 use crate::authz::{self, Caller};
 use crate::error::{S3Error, S3ErrorCode};
@@ -102,7 +105,10 @@ pub async fn serve(
     } else {
         IAM_XMLNS
     };
-    let free = call.service == "sts" && call.action == "GetCallerIdentity";
+    // What a session may do is a part of what its caller may do: asking for one needs no
+    // permission of its own (MinIO's model), nor does asking who one is (as in AWS).
+    let free =
+        call.service == "sts" && matches!(call.action.as_str(), "GetCallerIdentity" | "AssumeRole");
     if matches!(caller, Caller::Anonymous) {
         return error(ns, "AccessDenied", 403, "Access Denied.");
     }
@@ -118,7 +124,7 @@ pub async fn serve(
         }
     }
     let result = if call.service == "sts" {
-        sts(caller, &call)
+        sts(iam, caller, &call)
     } else {
         run(iam, caller, &call).await
     };
@@ -174,12 +180,14 @@ enum Answer {
     Names(&'static str, Vec<String>),
     Policy(String, ManagedPolicy, usize),
     Policies(Vec<(String, ManagedPolicy, usize)>),
-    /// The one version (`v1`) a managed policy has here: its document and creation time.
-    PolicyVersion(ManagedPolicy),
+    /// A managed policy's one version: its document and creation time.
+    PolicyVersion(String, String),
     Attached(Vec<String>),
     Group(String, Group, Vec<(String, User)>),
     Groups(&'static str, Vec<(String, Group)>),
     CallerIdentity(String, String),
+    /// Temporary credentials, the caller's ARN and user id, the session name.
+    AssumeRole(Session, String, String, String),
 }
 
 fn iso(t: &str) -> &str {
@@ -271,6 +279,14 @@ impl Answer {
                 write_policy(w, name, p, *n);
                 w.close("Policy");
             }
+            Answer::PolicyVersion(doc, created) => {
+                w.open("PolicyVersion")
+                    .elem("Document", &crate::xml::url_encode(doc))
+                    .elem("VersionId", "v1")
+                    .elem_display("IsDefaultVersion", true)
+                    .elem("CreateDate", iso(created))
+                    .close("PolicyVersion");
+            }
             Answer::Policies(ps) => {
                 w.open("Policies");
                 for (name, p, n) in ps {
@@ -279,14 +295,6 @@ impl Answer {
                     w.close("member");
                 }
                 w.close("Policies").elem_display("IsTruncated", false);
-            }
-            Answer::PolicyVersion(p) => {
-                w.open("PolicyVersion")
-                    .elem("Document", &crate::xml::url_encode(&p.document))
-                    .elem("VersionId", "v1")
-                    .elem_display("IsDefaultVersion", true)
-                    .elem("CreateDate", iso(&p.created))
-                    .close("PolicyVersion");
             }
             Answer::Attached(names) => {
                 w.open("AttachedPolicies");
@@ -319,6 +327,25 @@ impl Answer {
                 }
                 w.close(element).elem_display("IsTruncated", false);
             }
+            Answer::AssumeRole(session, arn, user_id, name) => {
+                let expiration = time::OffsetDateTime::from_unix_timestamp(session.expires)
+                    .ok()
+                    .and_then(|t| {
+                        t.format(&time::format_description::well_known::Rfc3339)
+                            .ok()
+                    })
+                    .unwrap_or_default();
+                w.open("Credentials")
+                    .elem("AccessKeyId", &session.access_key)
+                    .elem("SecretAccessKey", &session.secret_key)
+                    .elem("SessionToken", &session.token)
+                    .elem("Expiration", &expiration)
+                    .close("Credentials")
+                    .open("AssumedRoleUser")
+                    .elem("Arn", arn)
+                    .elem("AssumedRoleId", &format!("{user_id}:{name}"))
+                    .close("AssumedRoleUser");
+            }
             Answer::CallerIdentity(arn, user_id) => {
                 w.elem("Arn", arn)
                     .elem("UserId", user_id)
@@ -336,8 +363,9 @@ fn status(active: bool) -> &'static str {
     }
 }
 
-fn sts(caller: &Caller, call: &QueryCall) -> Result<Answer, IamError> {
+fn sts(iam: &Iam, caller: &Caller, call: &QueryCall) -> Result<Answer, IamError> {
     match call.action.as_str() {
+        "AssumeRole" => assume_role(iam, caller, call),
         "GetCallerIdentity" => Ok(match caller {
             Caller::Root => Answer::CallerIdentity(
                 format!("arn:aws:iam::{ACCOUNT_ID}:root"),
@@ -350,12 +378,71 @@ fn sts(caller: &Caller, call: &QueryCall) -> Result<Answer, IamError> {
             }
         }),
         other => Err(IamError::InvalidAction(format!(
-            "Could not find operation {other} for version 2011-06-15 (STS here answers GetCallerIdentity)."
+            "Could not find operation {other} for version 2011-06-15 (STS here answers AssumeRole and GetCallerIdentity)."
         ))),
     }
 }
 
-fn now() -> String {
+/// `AssumeRole`: temporary credentials acting as the caller (an IAM user or service account),
+/// narrowed by `Policy` when given. `RoleArn` is accepted and not looked up (there are no roles);
+/// `RoleSessionName` (2 to 64 of letters, digits and `+=,.@-_`) names the session;
+/// `DurationSeconds` is 900 to 43200 (default 3600).
+fn assume_role(iam: &Iam, caller: &Caller, call: &QueryCall) -> Result<Answer, IamError> {
+    let id = match caller {
+        Caller::User(id) => id,
+        Caller::Root => {
+            return Err(IamError::AccessDenied(
+                "The root user cannot call AssumeRole: call it with the keys of an IAM user."
+                    .into(),
+            ))
+        }
+        Caller::Anonymous => return Err(IamError::AccessDenied("Access Denied.".into())),
+    };
+    if id.access_key.starts_with(SESSION_KEY_PREFIX) {
+        return Err(IamError::AccessDenied(
+            "Temporary credentials cannot call AssumeRole: call it with the keys of an IAM user."
+                .into(),
+        ));
+    }
+    let name = call.get("RoleSessionName").unwrap_or("session");
+    let name_ok = (2..=64).contains(&name.len())
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "+=,.@_-".contains(c));
+    if !name_ok {
+        return Err(IamError::Validation(format!(
+            "RoleSessionName {name:?} is invalid: 2 to 64 characters of letters, digits and +=,.@_-."
+        )));
+    }
+    let duration = match call.get("DurationSeconds") {
+        None => DEFAULT_DURATION,
+        Some(d) => d
+            .parse::<u64>()
+            .ok()
+            .filter(|d| (MIN_DURATION..=MAX_DURATION).contains(d))
+            .ok_or_else(|| {
+                IamError::Validation(format!(
+                    "DurationSeconds {d:?} is invalid: it must be {MIN_DURATION} to {MAX_DURATION}."
+                ))
+            })?,
+    };
+    let policy = match call.get("Policy").filter(|p| !p.is_empty()) {
+        None => None,
+        Some(doc) => {
+            check_session_policy(doc)?;
+            Some(doc.to_owned())
+        }
+    };
+    let session = iam.issue_session(&id.access_key, duration, policy);
+    Ok(Answer::AssumeRole(
+        session,
+        id.arn.clone(),
+        id.user_id.clone(),
+        name.to_owned(),
+    ))
+}
+
+pub(crate) fn now() -> String {
     time::OffsetDateTime::now_utc()
         .replace_nanosecond(0)
         .ok()
@@ -409,7 +496,7 @@ fn check_name(what: &str, name: &str, max: usize) -> Result<(), IamError> {
     }
 }
 
-fn check_document(doc: &str) -> Result<(), IamError> {
+pub(crate) fn check_document(doc: &str) -> Result<(), IamError> {
     if doc.len() > MAX_POLICY {
         return Err(IamError::LimitExceeded(format!(
             "The policy document is {} bytes; at most {MAX_POLICY} are accepted.",
@@ -690,21 +777,18 @@ async fn run(iam: &Iam, caller: &Caller, call: &QueryCall) -> Result<Answer, Iam
             })?;
             Ok(Answer::Policy(name.to_owned(), p.clone(), attachments(state, name)))
         }
-        // Policies are not versioned here: `v1` is the document (how the aws cli and the
-        // console read a managed policy's text).
+        // Policies have one version, v1 (SetDefaultPolicyVersion and CreatePolicyVersion are
+        // not answered).
         "GetPolicyVersion" => {
             let name = policy_name(call.required("PolicyArn")?)?;
             let version = call.required("VersionId")?;
-            let p = state.policies.get(name).ok_or_else(|| {
-                IamError::NoSuchEntity(format!("Policy {} was not found.", policy_arn(name)))
-            })?;
-            if version != "v1" {
-                return Err(IamError::NoSuchEntity(format!(
+            let p = state.policies.get(name).filter(|_| version == "v1").ok_or_else(|| {
+                IamError::NoSuchEntity(format!(
                     "Policy {} version {version} does not exist.",
                     policy_arn(name)
-                )));
-            }
-            Ok(Answer::PolicyVersion(p.clone()))
+                ))
+            })?;
+            Ok(Answer::PolicyVersion(p.document.clone(), p.created.clone()))
         }
         "ListPolicies" => Ok(Answer::Policies(
             state

@@ -190,8 +190,9 @@ pub struct Identity {
     pub access_key: String,
     /// The user's policies: inline, attached, and its groups' inline and attached.
     pub policies: Vec<Arc<Policy>>,
-    /// A service account's own policy: the request must also be allowed by it.
-    pub narrowing: Option<Arc<Policy>>,
+    /// A service account's own policy and a session's policy: the request must also be
+    /// allowed by each.
+    pub narrowing: Vec<Arc<Policy>>,
     pub service_account: bool,
 }
 
@@ -291,7 +292,7 @@ impl Snapshot {
                 continue;
             }
             let (user, narrowing, expires, service_account) = match &key.owner {
-                KeyOwner::User(u) => (u, None, None, false),
+                KeyOwner::User(u) => (u, Vec::new(), None, false),
                 KeyOwner::ServiceAccount {
                     parent,
                     policy,
@@ -299,10 +300,10 @@ impl Snapshot {
                     ..
                 } => {
                     let narrowing = match policy {
-                        None => None,
+                        None => Vec::new(),
                         // A narrowing policy that does not parse narrows to nothing.
                         Some(doc) => match parse(doc, &format!("policy of service account {ak}")) {
-                            Some(p) => Some(p),
+                            Some(p) => vec![p],
                             None => continue,
                         },
                     };

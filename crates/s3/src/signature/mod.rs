@@ -17,8 +17,9 @@
 //! `post` checks the SigV4 signature of a browser POST form's policy; the policy's conditions are
 //! checked by the handler (`crate::post_object`).
 //!
-//! Not here: anonymous access, SigV4a, session tokens (STS), and
-//! Content-MD5 (its MD5 is computed with the ETag by the handler).
+//! Not here: anonymous access, SigV4a, and Content-MD5 (its MD5 is computed with the ETag by the
+//! handler). Session tokens (STS) are opened by the server before verification
+//! (`crate::server::session`), which then checks the signature against the session's key only.
 
 mod body;
 pub mod checksum;

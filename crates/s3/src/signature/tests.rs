@@ -1173,3 +1173,22 @@ fn a_changed_secret_never_meets_a_cached_key() {
     );
     assert!(verify_request(&example, &cfg(), at(0)).is_ok());
 }
+
+#[test]
+fn an_empty_region_is_accepted_for_iam_and_sts_only() {
+    // boto3 clients made with region_name='' (as ceph/s3-tests makes its IAM and STS clients)
+    // sign with an empty region; S3 requests must still name the server's region.
+    let c = cfg();
+    for (scope, ok) in [
+        ("AK/20130524//iam/aws4_request", true),
+        ("AK/20130524//sts/aws4_request", true),
+        ("AK/20130524/us-east-1/iam/aws4_request", true),
+        ("AK/20130524//s3/aws4_request", false),
+        ("AK/20130524/eu-west-1/iam/aws4_request", false),
+        ("AK/20130524/us-east-1/s3/aws4_request", true),
+    ] {
+        let r = v4::Credential::parse(scope, v4::AuthKind::Header)
+            .and_then(|cr| cr.check(v4::AuthKind::Header, &c, "20130524T000000Z"));
+        assert_eq!(r.is_ok(), ok, "{scope}: {r:?}");
+    }
+}

@@ -1,0 +1,379 @@
+//! Temporary credentials: STS AssumeRole at the S3 endpoint, and S3 requests signed with the
+//! session's keys and its token (header SigV4, the SDK's aws-chunked uploads, presigned URLs).
+//! Every refusal beside a control request that passes.
+
+use std::time::{Duration, SystemTime};
+
+use quarry_integration::aws_sdk_s3::config::{BehaviorVersion, Credentials, Region};
+use quarry_integration::aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use quarry_integration::aws_sdk_s3::presigning::PresigningConfig;
+use quarry_integration::*;
+
+use crate::iam::{call, denied, elem, get, list, ok, put, user_with_key, ROOT};
+
+/// An SDK client signing with temporary credentials (the token goes in
+/// `x-amz-security-token`, or in the query of a presigned URL).
+fn session_client(srv: &TestServer, s: &Session) -> aws_sdk_s3::Client {
+    let conf = aws_sdk_s3::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .endpoint_url(srv.endpoint())
+        .force_path_style(true)
+        .region(Region::new("us-east-1"))
+        .credentials_provider(Credentials::new(
+            &s.access_key,
+            &s.secret_key,
+            Some(s.token.clone()),
+            None,
+            "sts-test",
+        ))
+        .build();
+    aws_sdk_s3::Client::from_conf(conf)
+}
+
+#[derive(Debug, Clone)]
+struct Session {
+    access_key: String,
+    secret_key: String,
+    token: String,
+}
+
+async fn assume(srv: &TestServer, creds: (&str, &str), extra: &[(&str, &str)]) -> (u16, String) {
+    let mut params = vec![("Action", "AssumeRole")];
+    // The defaults, unless the call gives its own.
+    for (k, v) in [
+        ("RoleArn", "arn:aws:iam::000000000000:role/any"),
+        ("RoleSessionName", "test-session"),
+    ] {
+        if !extra.iter().any(|(e, _)| *e == k) {
+            params.push((k, v));
+        }
+    }
+    params.extend_from_slice(extra);
+    call(srv, 0, creds, "sts", &params).await
+}
+
+fn session_of(r: &(u16, String)) -> Session {
+    ok(r);
+    Session {
+        access_key: elem(&r.1, "AccessKeyId").to_owned(),
+        secret_key: xml_unescape(elem(&r.1, "SecretAccessKey")),
+        token: xml_unescape(elem(&r.1, "SessionToken")),
+    }
+}
+
+#[track_caller]
+fn refused((status, body): &(u16, String), want_status: u16, code: &str) {
+    assert_eq!(*status, want_status, "{body}");
+    assert!(body.contains(&format!("<Code>{code}</Code>")), "{body}");
+}
+
+fn code_of<T, E, R>(r: Result<T, SdkError<E, R>>) -> String
+where
+    T: std::fmt::Debug,
+    E: ProvideErrorMetadata + std::fmt::Debug,
+    R: std::fmt::Debug,
+{
+    match r {
+        Ok(v) => panic!("expected a refusal, got {v:?}"),
+        Err(e) => error_code(&e).unwrap_or_else(|| format!("{e:?}")),
+    }
+}
+
+const READ_WRITE_DATA: &str = r#"{"Version":"2012-10-17","Statement":[
+    {"Effect":"Allow","Action":"s3:*","Resource":["arn:aws:s3:::data","arn:aws:s3:::data/*"]}]}"#;
+
+async fn user_with_policy(srv: &TestServer, name: &str) -> (String, String) {
+    let keys = user_with_key(srv, name).await;
+    ok(&call(
+        srv,
+        0,
+        ROOT,
+        "iam",
+        &[
+            ("Action", "PutUserPolicy"),
+            ("UserName", name),
+            ("PolicyName", "data"),
+            ("PolicyDocument", READ_WRITE_DATA),
+        ],
+    )
+    .await);
+    keys
+}
+
+#[tokio::test]
+async fn sessions_act_as_their_user_narrowed_by_the_session_policy() {
+    let srv = TestServer::start(4).await;
+    let root = srv.client();
+    for b in ["data", "other"] {
+        srv.create_bucket(b).await;
+        put(&root, b, "a.txt").await.unwrap();
+        put(&root, b, "b/x").await.unwrap();
+    }
+    let (ak, sk) = user_with_policy(&srv, "alice").await;
+
+    // AWS's answer shape: credentials with an expiry, the assumed user.
+    let r = assume(&srv, (&ak, &sk), &[("DurationSeconds", "900")]).await;
+    let s = session_of(&r);
+    assert!(s.access_key.starts_with("QSTS"), "{}", r.1);
+    assert!(r.1.contains("<Expiration>"), "{}", r.1);
+    assert_eq!(
+        elem(&r.1, "Arn"),
+        "arn:aws:iam::000000000000:user/alice",
+        "{}",
+        r.1
+    );
+    let session = session_client(&srv, &s);
+    get(&session, "data", "a.txt").await.unwrap();
+    put(&session, "data", "new").await.unwrap();
+    list(&session, "data", "").await.unwrap();
+    // A multipart upload and the SDK's aws-chunked body (checksum trailer) carry the token too.
+    session
+        .put_object()
+        .bucket("data")
+        .key("chunked")
+        .checksum_algorithm(aws_sdk_s3::types::ChecksumAlgorithm::Crc32)
+        .body(vec![7u8; 100_000].into())
+        .send()
+        .await
+        .unwrap();
+    // The session is no more than its user: alice may not touch "other" (root, the control, may).
+    denied(get(&session, "other", "a.txt").await);
+    get(&root, "other", "a.txt").await.unwrap();
+
+    // The same keys without the token: unknown key. With a garbage token: InvalidToken.
+    let no_token = srv.client_with(&s.access_key, &s.secret_key);
+    assert_eq!(
+        code_of(
+            no_token
+                .get_object()
+                .bucket("data")
+                .key("a.txt")
+                .send()
+                .await
+        ),
+        "InvalidAccessKeyId"
+    );
+    let garbage = Session {
+        token: "bm90IGEgdG9rZW4gYXQgYWxsIGJ1dCBsb25nIGVub3VnaA==".into(),
+        ..s.clone()
+    };
+    assert_eq!(
+        code_of(
+            session_client(&srv, &garbage)
+                .get_object()
+                .bucket("data")
+                .key("a.txt")
+                .send()
+                .await
+        ),
+        "InvalidToken"
+    );
+    // Another session's token with these keys: the signature is checked against the other
+    // session's key only.
+    let other = session_of(&assume(&srv, (&ak, &sk), &[]).await);
+    let swapped = Session {
+        token: other.token.clone(),
+        ..s.clone()
+    };
+    assert_eq!(
+        code_of(
+            session_client(&srv, &swapped)
+                .get_object()
+                .bucket("data")
+                .key("a.txt")
+                .send()
+                .await
+        ),
+        "InvalidAccessKeyId"
+    );
+    get(&session_client(&srv, &other), "data", "a.txt")
+        .await
+        .unwrap();
+
+    // A session policy narrows: only GetObject on data/a.txt.
+    let narrow = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:GetObject","Resource":"arn:aws:s3:::data/a.txt"}]}"#;
+    let narrowed = session_client(
+        &srv,
+        &session_of(&assume(&srv, (&ak, &sk), &[("Policy", narrow)]).await),
+    );
+    get(&narrowed, "data", "a.txt").await.unwrap();
+    denied(get(&narrowed, "data", "b/x").await);
+    denied(put(&narrowed, "data", "c").await);
+    get(&session, "data", "b/x").await.unwrap();
+    // ... and never widens: everything, but alice has nothing on "other".
+    let all = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:*","Resource":"*"}]}"#;
+    let wide = session_client(
+        &srv,
+        &session_of(&assume(&srv, (&ak, &sk), &[("Policy", all)]).await),
+    );
+    denied(get(&wide, "other", "a.txt").await);
+    get(&wide, "data", "a.txt").await.unwrap();
+
+    // A presigned URL carries the token in its query; without it the key is unknown.
+    let url = session
+        .get_object()
+        .bucket("data")
+        .key("a.txt")
+        .presigned(PresigningConfig::expires_in(Duration::from_secs(300)).unwrap())
+        .await
+        .unwrap()
+        .uri()
+        .to_owned();
+    assert!(url.contains("X-Amz-Security-Token="), "{url}");
+    let http = reqwest::Client::new();
+    let r = http.get(&url).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.bytes().await.unwrap().as_ref(), b"data");
+    let stripped: String = url
+        .split('&')
+        .filter(|p| !p.starts_with("X-Amz-Security-Token="))
+        .collect::<Vec<_>>()
+        .join("&");
+    let r = http.get(&stripped).send().await.unwrap();
+    assert_eq!(r.status(), 403);
+
+    // The parameters are checked as AWS checks them; the control above asked for 900.
+    for bad in ["899", "43201", "soon"] {
+        refused(
+            &assume(&srv, (&ak, &sk), &[("DurationSeconds", bad)]).await,
+            400,
+            "ValidationError",
+        );
+    }
+    ok(&assume(&srv, (&ak, &sk), &[("DurationSeconds", "43200")]).await);
+    refused(
+        &assume(&srv, (&ak, &sk), &[("RoleSessionName", "a b")]).await,
+        400,
+        "ValidationError",
+    );
+    refused(
+        &assume(&srv, (&ak, &sk), &[("Policy", "{not json")]).await,
+        400,
+        "MalformedPolicyDocument",
+    );
+    // The root user has no user to act as: AWS refuses it AssumeRole too.
+    refused(&assume(&srv, ROOT, &[]).await, 403, "AccessDenied");
+    // An unsigned call is refused.
+    let r = send_raw(
+        "POST",
+        &format!("{}/", srv.endpoint()),
+        &[(
+            "content-type".into(),
+            "application/x-www-form-urlencoded".into(),
+        )],
+        b"Action=AssumeRole&Version=2011-06-15".to_vec(),
+    )
+    .await;
+    assert_eq!(r.status(), 403);
+}
+
+/// Seals session claims the way the server does (format 1: ChaCha20-Poly1305 under
+/// HMAC-SHA256(root secret, "quarry iam secrets v1\0" + root access key), associated data
+/// "quarry sts session v1"), so a token past its expiry can be made without waiting for one.
+fn forge(access_key: &str, secret: &str, parent: &str, exp: i64) -> Session {
+    use base64::Engine as _;
+    use chacha20poly1305::aead::{Aead, KeyInit, Payload};
+    use hmac::{Hmac, Mac};
+    let mut mac = <Hmac<sha2::Sha256> as Mac>::new_from_slice(SECRET_KEY.as_bytes()).unwrap();
+    mac.update(b"quarry iam secrets v1\0");
+    mac.update(ACCESS_KEY.as_bytes());
+    let key = mac.finalize().into_bytes();
+    let cipher = chacha20poly1305::ChaCha20Poly1305::new(chacha20poly1305::Key::from_slice(&key));
+    let claims =
+        serde_json::json!({"v": 1, "ak": access_key, "sk": secret, "parent": parent, "exp": exp});
+    let nonce: [u8; 12] = rand::random();
+    let ct = cipher
+        .encrypt(
+            chacha20poly1305::Nonce::from_slice(&nonce),
+            Payload {
+                msg: claims.to_string().as_bytes(),
+                aad: b"quarry sts session v1",
+            },
+        )
+        .unwrap();
+    let mut raw = nonce.to_vec();
+    raw.extend_from_slice(&ct);
+    Session {
+        access_key: access_key.into(),
+        secret_key: secret.into(),
+        token: base64::engine::general_purpose::STANDARD.encode(raw),
+    }
+}
+
+#[tokio::test]
+async fn expired_revoked_and_deleted_sessions_are_refused_at_once() {
+    let srv = TestServer::start(4).await;
+    srv.create_bucket("data").await;
+    put(&srv.client(), "data", "a.txt").await.unwrap();
+    let (ak, sk) = user_with_policy(&srv, "alice").await;
+    let (bob_ak, bob_sk) = user_with_policy(&srv, "bob").await;
+
+    // Expiry: a token one second past its end, beside the same token valid for ten minutes.
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let expired = forge("QSTSEXPIREDEXPIRED00", "expired-secret", &ak, now - 1);
+    assert_eq!(
+        code_of(
+            session_client(&srv, &expired)
+                .get_object()
+                .bucket("data")
+                .key("a.txt")
+                .send()
+                .await
+        ),
+        "ExpiredToken"
+    );
+    let live = forge("QSTSEXPIREDEXPIRED00", "expired-secret", &ak, now + 600);
+    get(&session_client(&srv, &live), "data", "a.txt")
+        .await
+        .unwrap();
+
+    let alice = session_client(&srv, &session_of(&assume(&srv, (&ak, &sk), &[]).await));
+    let bob = session_client(
+        &srv,
+        &session_of(&assume(&srv, (&bob_ak, &bob_sk), &[]).await),
+    );
+    get(&alice, "data", "a.txt").await.unwrap();
+
+    // The key that asked for the session made inactive: its sessions stop, and come back with it.
+    let status = |s: &'static str| {
+        [
+            ("Action", "UpdateAccessKey"),
+            ("UserName", "alice"),
+            ("AccessKeyId", ak.as_str()),
+            ("Status", s),
+        ]
+    };
+    ok(&call(&srv, 0, ROOT, "iam", &status("Inactive")).await);
+    assert_eq!(
+        code_of(alice.get_object().bucket("data").key("a.txt").send().await),
+        "InvalidToken"
+    );
+    get(&bob, "data", "a.txt").await.unwrap();
+    ok(&call(&srv, 0, ROOT, "iam", &status("Active")).await);
+    get(&alice, "data", "a.txt").await.unwrap();
+
+    // The user deleted (its policy and key first, as IAM requires): refused at once.
+    for params in [
+        vec![
+            ("Action", "DeleteUserPolicy"),
+            ("UserName", "alice"),
+            ("PolicyName", "data"),
+        ],
+        vec![
+            ("Action", "DeleteAccessKey"),
+            ("UserName", "alice"),
+            ("AccessKeyId", ak.as_str()),
+        ],
+        vec![("Action", "DeleteUser"), ("UserName", "alice")],
+    ] {
+        ok(&call(&srv, 0, ROOT, "iam", &params).await);
+    }
+    assert_eq!(
+        code_of(alice.get_object().bucket("data").key("a.txt").send().await),
+        "InvalidToken"
+    );
+    get(&bob, "data", "a.txt").await.unwrap();
+}
