@@ -9,6 +9,7 @@ mod api;
 mod bucket_config;
 mod config;
 mod copy;
+pub mod drive_heal;
 mod error;
 mod get;
 mod heal;

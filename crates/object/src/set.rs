@@ -38,6 +38,9 @@ pub struct ErasureSet {
     /// Where GET stripes and PUT chunks live: the data plane's pool in a cluster (registered
     /// with the RDMA device when verbs is on), a plain pool otherwise.
     pub(crate) buffers: BufPool,
+    /// Positions of drives being healed after a replacement, with how far their heal's walk
+    /// has come: GET takes no data from them for objects beyond it ([`Self::mask_healing`]).
+    healing: std::sync::RwLock<BTreeMap<usize, crate::drive_heal::HealedUpTo>>,
 }
 
 /// The pool sets use when none is given: one per process, plain memory, resident only as used.
@@ -108,6 +111,7 @@ impl ErasureSet {
             heal_worker: tokio::sync::Mutex::new(None),
             counters: Default::default(),
             buffers: default_buffers(),
+            healing: Default::default(),
         };
         set.new_erasure()?; // validates the parity setting against the set size
         Ok(set)
@@ -118,6 +122,36 @@ impl ErasureSet {
     pub fn with_locker(mut self, locker: Arc<dyn Locker>) -> Self {
         self.locks = locker;
         self
+    }
+
+    /// Records how far the heal of the drive at `position` has come (`None`: it is not healing).
+    pub(crate) fn set_healing(
+        &self,
+        position: usize,
+        up_to: Option<crate::drive_heal::HealedUpTo>,
+    ) {
+        let mut h = self.healing.write().unwrap_or_else(|p| p.into_inner());
+        match up_to {
+            Some(u) => {
+                h.insert(position, u);
+            }
+            None => {
+                h.remove(&position);
+            }
+        }
+    }
+
+    /// Forgets the copies of `bucket/key` on drives whose heal has not reached it yet: a read
+    /// treats them as missing (and rebuilds from the others) rather than trusting them.
+    pub(crate) fn mask_healing(&self, bucket: &str, key: &str, metas: &mut [Option<ObjectMeta>]) {
+        let h = self.healing.read().unwrap_or_else(|p| p.into_inner());
+        for (&pos, up_to) in h.iter() {
+            if !up_to.covers(bucket, key) {
+                if let Some(m) = metas.get_mut(pos) {
+                    *m = None;
+                }
+            }
+        }
     }
 
     /// The same set, with its stripes and chunks in `pool`'s buffers.
