@@ -6,8 +6,8 @@
 //! Formatting without a race: only the first node of the topology formats a fresh deployment,
 //! and only once it can reach every drive and finds none formatted. Every other node waits until
 //! the formats appear. A drive found unformatted in a formatted deployment (a replaced drive) is
-//! formatted into its position by the node that owns it, and healed as its objects are read or
-//! scanned.
+//! formatted into its position by the node that owns it, marked healing
+//! (`quarry_object::drive_heal`) and healed in full in the background by that node.
 //!
 //! Agreement on the layout: a node's RPC identity carries a cluster id derived from the layout
 //! fingerprint (the expanded drive list and set size), so a node started with another layout
@@ -298,6 +298,15 @@ pub async fn open_cluster(spec: ClusterSpec, cfg: ObjectConfig) -> Result<Arc<Er
         spec.local_node,
         spec.rpc.clone(),
     )));
+    let local: Vec<(usize, usize, std::path::PathBuf)> = t
+        .drives_of(spec.local_node)
+        .into_iter()
+        .map(|d| {
+            let (s, p) = t.position_of(d);
+            (s, p, t.drives[d].path.clone())
+        })
+        .collect();
+    server.resume_drive_heals(&local);
     Ok(server)
 }
 
@@ -419,10 +428,12 @@ async fn settle_formats(
                 reference.sets[s][p],
                 reference.sets.clone(),
             );
+            // The checkpoint first: a drive is never formatted without it.
+            quarry_object::drive_heal::mark_fresh_drive(&t.drives[d].path, s, p)?;
             drives[d].write_format(&f).await.map_err(|e| {
                 Error::Internal(format!("cannot format drive {}: {e}", t.drives[d].url))
             })?;
-            warn!(drive = %t.drives[d].url, set = s, position = p, "formatted a fresh drive into the deployment; its objects will be healed");
+            warn!(drive = %t.drives[d].url, set = s, position = p, "formatted a fresh drive into the deployment; it is healed in the background");
         }
     }
     // Enough formatted drives in every set to read: serve; the rest join as they come back.

@@ -436,7 +436,8 @@ impl ErasureSet {
         range: Option<HttpRange>,
         opener: Option<&KeyOpener>,
     ) -> Result<GetObjectReader> {
-        let (meta, metas) = self.resolve_version(bucket, key, version).await?;
+        let (meta, mut metas) = self.resolve_version(bucket, key, version).await?;
+        self.mask_healing(bucket, key, &mut metas);
         let info = object_info(bucket, key, &meta);
         if !info.is_encrypted() {
             let (offset, len) = match range {

@@ -75,6 +75,50 @@ impl ErasureSet {
         Ok(result)
     }
 
+    /// The scanner's cheap check of `bucket/key`: every drive answers with the same versions,
+    /// and every shard file of each is there with the size the erasure code implies. Reads
+    /// metadata and file sizes only, no shard data, and takes no lock (a write racing with it
+    /// makes it answer "not whole", and the full heal that follows takes the lock). Bitrot
+    /// inside a shard of the right size is for the deep pass ([`Self::heal_object`]).
+    pub async fn looks_whole(&self, bucket: &str, key: &str) -> bool {
+        let journals = crate::quorum::on_all(&self.drives, |d| {
+            let (b, k) = (bucket.to_string(), key.to_string());
+            async move { d.read_versions(&b, &k).await }
+        })
+        .await;
+        let Some(Ok(first)) = journals.first() else {
+            return false;
+        };
+        let agree = |j: &Vec<ObjectMeta>| {
+            j.len() == first.len()
+                && j.iter()
+                    .zip(first)
+                    .all(|(a, b)| crate::quorum::same_version(a, b))
+        };
+        for (pos, j) in journals.iter().enumerate() {
+            let Ok(j) = j else { return false };
+            if !agree(j) {
+                return false;
+            }
+            for v in j.iter().filter(|v| !v.delete_marker) {
+                let (Ok(erasure), Some(data_dir)) = (crate::get::erasure_of(v), v.data_dir) else {
+                    // Inline (in the metadata just read and compared) or no data.
+                    continue;
+                };
+                for part in &v.parts {
+                    let want = erasure.shard_file_size(part.size);
+                    let got = self.drives[pos]
+                        .stat_shard(bucket, key, data_dir, part.number)
+                        .await;
+                    if !matches!(got, Ok(len) if len == want) {
+                        return false;
+                    }
+                }
+            }
+        }
+        true
+    }
+
     /// Removes from each drive the versions it holds that no write quorum can hold: more drives
     /// answered without them than a write quorum leaves room for.
     async fn remove_lost_versions(

@@ -303,7 +303,11 @@ async fn run(
         s.phase = HealJobPhase::Healing;
     });
 
-    // 2. Heal.
+    // 2. Heal, within the I/O budget of the server's heal rate settings.
+    let mut budget = match sets.first() {
+        Some(s) => crate::drive_heal::IoBudget::new(s.cfg.heal_rate, s.cfg.heal_bytes_rate),
+        None => crate::drive_heal::IoBudget::new(0, 0),
+    };
     let mut rewritten: Vec<(usize, String, String)> = Vec::new();
     let mut overflow = false;
     for (i, set) in sets.iter().enumerate() {
@@ -347,6 +351,7 @@ async fn run(
                             s.bytes_healed += size;
                         }
                     });
+                    budget.spend(size).await;
                 }
                 Err((b, e)) => job.update(|s| {
                     s.report

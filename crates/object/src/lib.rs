@@ -10,6 +10,7 @@ mod bucket_config;
 mod config;
 mod config_cache;
 mod copy;
+pub mod drive_heal;
 mod error;
 mod get;
 mod heal;

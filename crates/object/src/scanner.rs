@@ -7,6 +7,10 @@
 //! the copies that are missing, outdated or corrupt. What they did is a [`HealReport`] (counts,
 //! and the first [`REPORT_DETAILS`] objects healed and failed) or the scanner's counters.
 //!
+//! The scanner's passes are cheap by default ([`ErasureSet::looks_whole`]: versions agree, shard
+//! files present with their sizes, no data read, no lock) and heal only what fails that check;
+//! every `deep_scan_every`-th pass is deep: every object is read and its bitrot verified.
+//!
 //! Before the objects of a bucket, both heal the bucket's own state on the set
 //! ([`ErasureSet::heal_bucket`]: its directory, configuration blobs and uploads in progress).
 
@@ -134,6 +138,15 @@ impl Cursor {
             prefix: prefix.to_string(),
             current: None,
         })
+    }
+
+    /// Starts the walk of the next bucket after `key` (a walk resumed from a checkpoint).
+    pub(crate) fn start_after(&mut self, key: &str) {
+        if self.current.is_none() {
+            if let Some(b) = self.buckets.pop_front() {
+                self.current = Some((b, Some(key.to_string()), VecDeque::new()));
+            }
+        }
     }
 
     /// Buckets not yet started.
@@ -275,6 +288,7 @@ pub(crate) fn spawn_scanner(
     counters: Arc<ScanCounters>,
     interval: Duration,
     rate: u32,
+    deep_every: u32,
 ) {
     let Some(runtime) = sets.first().map(|s| s.cfg.runtime.clone()) else {
         return;
@@ -282,8 +296,11 @@ pub(crate) fn spawn_scanner(
     let sets: Vec<Weak<ErasureSet>> = sets.iter().map(Arc::downgrade).collect();
     runtime.spawn(Box::pin(async move {
         tokio::time::sleep(interval.min(SCAN_FIRST_DELAY)).await;
+        let mut pass = 0u64;
         loop {
-            if !scan_pass(&sets, &counters, rate).await {
+            pass += 1;
+            let deep = deep_every > 0 && pass % u64::from(deep_every) == 0;
+            if !scan_pass(&sets, &counters, rate, deep).await {
                 return;
             }
             tokio::time::sleep(interval).await;
@@ -292,7 +309,7 @@ pub(crate) fn spawn_scanner(
 }
 
 /// One pass of the scanner. `false` when the sets are gone.
-async fn scan_pass(sets: &[Weak<ErasureSet>], c: &ScanCounters, rate: u32) -> bool {
+async fn scan_pass(sets: &[Weak<ErasureSet>], c: &ScanCounters, rate: u32, deep: bool) -> bool {
     let started = Instant::now();
     c.last_start_ns.store(now_ns(), Ordering::Relaxed);
     c.running.store(true, Ordering::Relaxed);
@@ -332,7 +349,11 @@ async fn scan_pass(sets: &[Weak<ErasureSet>], c: &ScanCounters, rate: u32) -> bo
             match cursor.next(&set).await {
                 None => break,
                 Some(Ok((b, k))) => {
-                    let r = set.heal_object(&b, &k).await;
+                    let r = if deep || !set.looks_whole(&b, &k).await {
+                        set.heal_object(&b, &k).await
+                    } else {
+                        Ok(HealResult::default())
+                    };
                     scanned += 1;
                     c.objects.fetch_add(1, Ordering::Relaxed);
                     if matches!(&r, Ok(r) if !r.healed.is_empty()) {
@@ -361,6 +382,7 @@ async fn scan_pass(sets: &[Weak<ErasureSet>], c: &ScanCounters, rate: u32) -> bo
         scanned,
         healed,
         failed,
+        deep,
         took = ?started.elapsed(),
         "scanner pass done"
     );

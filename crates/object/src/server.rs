@@ -72,6 +72,8 @@ pub struct ErasureServer {
     /// The drives' states as [`ObjectLayer::stats`] last asked them, and when: a scrape of
     /// `/metrics` must not cost a `disk_info` on every drive of every node each time.
     drive_states: tokio::sync::Mutex<Option<(std::time::Instant, Vec<DriveState>)>>,
+    /// Heals of replaced local drives started by [`Self::resume_drive_heals`].
+    drive_heals: std::sync::Mutex<Vec<Arc<crate::drive_heal::DriveHeal>>>,
 }
 
 /// How long the lifecycle worker's probe of a drive (is it online?) may take.
@@ -95,11 +97,47 @@ impl ErasureServer {
     /// in; a fresh (replaced) drive takes the position of the missing one.
     pub async fn open_local(paths: Vec<PathBuf>, cfg: ObjectConfig) -> Result<Arc<ErasureServer>> {
         let (deployment_id, drives) = Self::format_local_with(paths, cfg.orphan_sweep).await?;
+        let local: Vec<(usize, usize, PathBuf)> = drives
+            .iter()
+            .enumerate()
+            .map(|(p, d)| (0, p, d.root().to_path_buf()))
+            .collect();
         let drives = drives
             .into_iter()
             .map(|d| Arc::new(d) as Arc<dyn Drive>)
             .collect();
-        Self::open(deployment_id, drives, cfg)
+        let server = Self::open(deployment_id, drives, cfg)?;
+        server.resume_drive_heals(&local);
+        Ok(server)
+    }
+
+    /// Starts (or resumes from its checkpoint) the background heal of every local drive that
+    /// carries a `healing.json`: those formatted into the slot of a replaced drive. `local`
+    /// names each local drive as `(set, position, root directory)`. Needs the runtime's workers.
+    pub fn resume_drive_heals(&self, local: &[(usize, usize, PathBuf)]) {
+        let mut heals = self.drive_heals.lock().unwrap_or_else(|p| p.into_inner());
+        for (s, p, root) in local {
+            let Some(set) = self.sets.get(*s) else {
+                continue;
+            };
+            if !set.cfg.runtime.workers() {
+                continue;
+            }
+            if let Some(h) = crate::drive_heal::resume(set, root.clone(), *s, *p) {
+                heals.push(h);
+            }
+        }
+    }
+
+    /// The heals of replaced drives this node runs (or ran since it started), with their
+    /// checkpoints' counters.
+    pub fn drive_heals(&self) -> Vec<crate::drive_heal::DriveHealStatus> {
+        self.drive_heals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|h| h.status())
+            .collect()
     }
 
     /// Opens and formats (on first start) the local drives at `paths` (1..=16) without serving
@@ -213,7 +251,13 @@ impl ErasureServer {
                     })
                     .map(|(_, s)| s.clone())
                     .collect();
-                spawn_scanner(&mine, counters.clone(), interval, cfg.scan_rate);
+                spawn_scanner(
+                    &mine,
+                    counters.clone(),
+                    interval,
+                    cfg.scan_rate,
+                    cfg.deep_scan_every,
+                );
                 counters
             });
         let first = &sets[0];
@@ -232,6 +276,7 @@ impl ErasureServer {
             heal_jobs: Default::default(),
             cluster: std::sync::OnceLock::new(),
             drive_states: tokio::sync::Mutex::new(None),
+            drive_heals: Default::default(),
         }))
     }
 
@@ -304,10 +349,12 @@ impl ErasureServer {
                     .next()
                     .ok_or_else(|| Error::Internal("no free drive position".into()))?;
                 let f = FormatV1::new(reference.deployment_id, layout[pos], reference.sets.clone());
+                // The checkpoint first: a drive is never formatted without it.
+                crate::drive_heal::mark_fresh_drive(&paths[i], 0, pos)?;
                 drives[i].write_format(&f).await.map_err(|e| {
                     Error::Internal(format!("cannot format drive {}: {e}", paths[i].display()))
                 })?;
-                warn!(drive = %paths[i].display(), position = pos, "formatted a fresh drive into the deployment; its objects will be healed as they are read");
+                warn!(drive = %paths[i].display(), position = pos, "formatted a fresh drive into the deployment; it is healed in the background");
                 positions[i] = Some(pos);
             }
         }

@@ -40,6 +40,9 @@ pub struct ErasureSet {
     pub(crate) buffers: BufPool,
     /// Bucket configuration blobs read for the write path (see [`crate::config_cache`]).
     pub(crate) config_cache: crate::config_cache::ConfigCache,
+    /// Positions of drives being healed after a replacement, with how far their heal's walk
+    /// has come: GET takes no data from them for objects beyond it ([`Self::mask_healing`]).
+    healing: std::sync::RwLock<BTreeMap<usize, crate::drive_heal::HealedUpTo>>,
 }
 
 /// The pool sets use when none is given: one per process, plain memory, resident only as used.
@@ -111,6 +114,7 @@ impl ErasureSet {
             counters: Default::default(),
             buffers: default_buffers(),
             config_cache: Default::default(),
+            healing: Default::default(),
         };
         set.new_erasure()?; // validates the parity setting against the set size
         Ok(set)
@@ -121,6 +125,36 @@ impl ErasureSet {
     pub fn with_locker(mut self, locker: Arc<dyn Locker>) -> Self {
         self.locks = locker;
         self
+    }
+
+    /// Records how far the heal of the drive at `position` has come (`None`: it is not healing).
+    pub(crate) fn set_healing(
+        &self,
+        position: usize,
+        up_to: Option<crate::drive_heal::HealedUpTo>,
+    ) {
+        let mut h = self.healing.write().unwrap_or_else(|p| p.into_inner());
+        match up_to {
+            Some(u) => {
+                h.insert(position, u);
+            }
+            None => {
+                h.remove(&position);
+            }
+        }
+    }
+
+    /// Forgets the copies of `bucket/key` on drives whose heal has not reached it yet: a read
+    /// treats them as missing (and rebuilds from the others) rather than trusting them.
+    pub(crate) fn mask_healing(&self, bucket: &str, key: &str, metas: &mut [Option<ObjectMeta>]) {
+        let h = self.healing.read().unwrap_or_else(|p| p.into_inner());
+        for (&pos, up_to) in h.iter() {
+            if !up_to.covers(bucket, key) {
+                if let Some(m) = metas.get_mut(pos) {
+                    *m = None;
+                }
+            }
+        }
     }
 
     /// The same set, with its stripes and chunks in `pool`'s buffers.

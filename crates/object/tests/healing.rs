@@ -1,6 +1,7 @@
 //! Healing beyond one object: the heal worker's retry list (a write that missed an offline drive
 //! is healed once the drive is back), the background scanner (finds a lost shard file and a
-//! flipped byte, at its rate), and the on-demand heal of a bucket or prefix with its report.
+//! flipped byte, at its rate; cheap passes find lost shards without reading data, deep ones
+//! bitrot), and the on-demand heal of a bucket or prefix with its report.
 
 mod faults;
 
@@ -214,6 +215,7 @@ async fn the_scanner_heals_lost_and_corrupt_shards_at_its_rate() {
         ObjectConfig {
             scan_interval: Some(Duration::from_millis(300)),
             scan_rate: RATE,
+            deep_scan_every: 1,
             ..cfg()
         },
     )
@@ -403,4 +405,68 @@ async fn a_node_scans_only_its_share_of_the_sets() {
     let s = wait_stats(&layer, "one pass", |s| s.scan.passes_total >= 1).await;
     assert_eq!(s.scan.passes_total, 1, "{s:?}");
     assert_eq!(s.scan.objects_total, in_second_set, "{s:?}");
+}
+
+#[tokio::test]
+async fn cheap_scanner_passes_find_lost_shards_and_only_deep_ones_read_for_bitrot() {
+    const N: usize = 4;
+    let dir = temp_dir();
+    let paths = drive_dirs(&dir, 4);
+    let scanning = |deep_scan_every| ObjectConfig {
+        scan_interval: Some(Duration::from_millis(100)),
+        scan_rate: 0,
+        deep_scan_every,
+        ..cfg()
+    };
+    // Cheap passes only.
+    let layer = ErasureServer::open_local(paths.clone(), scanning(0))
+        .await
+        .unwrap();
+    layer.make_bucket(BUCKET).await.unwrap();
+    for i in 0..N {
+        put(&layer, &format!("k{i}"), &pattern(2 * BLOCK + i, i as u8)).await;
+    }
+    let lost = part_path(&paths[0], "k0");
+    let lost_bytes = std::fs::read(&lost).unwrap();
+    std::fs::remove_file(&lost).unwrap();
+    let flipped = part_path(&paths[1], "k2");
+    let good = std::fs::read(&flipped).unwrap();
+    let mut bad = good.clone();
+    let at = bad.len() / 2;
+    bad[at] ^= 0x40;
+    std::fs::write(&flipped, &bad).unwrap();
+
+    wait_for("a cheap pass to restore the lost shard", || {
+        std::fs::read(&lost).is_ok_and(|b| b == lost_bytes)
+    })
+    .await;
+    // Two whole passes more: a cheap pass does not read data, so the flipped byte stays.
+    let passes = layer.stats().await.scan.passes_total;
+    wait_stats(&layer, "two more passes", |s| {
+        s.scan.passes_total >= passes + 2
+    })
+    .await;
+    assert_eq!(
+        std::fs::read(&flipped).unwrap(),
+        bad,
+        "a cheap pass read data"
+    );
+    let s = layer.stats().await;
+    assert!(s.scan.healed_total >= 1, "{:?}", s.scan);
+    drop(layer);
+
+    // Every pass deep: the bitrot is found and repaired.
+    let layer = ErasureServer::open_local(paths.clone(), scanning(1))
+        .await
+        .unwrap();
+    wait_for("a deep pass to repair the flipped byte", || {
+        std::fs::read(&flipped).is_ok_and(|b| b == good)
+    })
+    .await;
+    for i in 0..N {
+        assert_eq!(
+            get(&layer, &format!("k{i}")).await,
+            pattern(2 * BLOCK + i, i as u8)
+        );
+    }
 }
