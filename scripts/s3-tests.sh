@@ -49,6 +49,9 @@ SK=s3tests-secret-key-0123456789
 # harness's KMS_TEST_KEYS), and SSE-C over the plain-HTTP test port.
 export QUARRY_KMS_SECRET_KEY=testkey-1:MTExMTExMTExMTExMTExMTExMTExMTExMTExMTExMTE=,testkey-2:MjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjI=
 export QUARRY_SSE_C_ALLOW_HTTP=1
+# New buckets with ACLs on (ObjectWriter): the suite assumes RGW's semantics, where CreateBucket
+# and PutObject take any canned ACL. Quarry's own default is AWS's, BucketOwnerEnforced (ACLs off).
+export QUARRY_DEFAULT_OBJECT_OWNERSHIP=ObjectWriter
 
 case "$MODE" in single | cluster | both | check) ;; *)
     echo "usage: $0 [single|cluster|both|check]" >&2

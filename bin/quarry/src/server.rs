@@ -90,6 +90,7 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
         domains: settings.domains.clone(),
         metrics: settings.metrics.clone(),
         sse: sse_config()?,
+        default_object_ownership: settings.default_object_ownership,
     };
     serve_s3(listener, layer, cfg, limits(&settings), tls, &settings).await
 }
@@ -172,6 +173,7 @@ async fn run_cluster(mut settings: Settings, soft_fds: u64) -> anyhow::Result<()
         domains: settings.domains.clone(),
         metrics: settings.metrics.clone(),
         sse: sse_config()?,
+        default_object_ownership: settings.default_object_ownership,
     };
     let crate::cluster::Node {
         layer, http, _rpc, ..

@@ -44,6 +44,7 @@ async fn env_with(ttl: Duration) -> Env {
             domains: vec![],
             metrics: Default::default(),
             sse: Default::default(),
+            default_object_ownership: Default::default(),
         },
     );
     let console = router(

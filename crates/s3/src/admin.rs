@@ -990,6 +990,7 @@ mod tests {
                 domains: vec![],
                 metrics: Default::default(),
                 sse: Default::default(),
+                default_object_ownership: Default::default(),
             };
             let response = app(layer, Arc::new(AlwaysReady), cfg)
                 .oneshot(req)

@@ -282,6 +282,7 @@ impl Harness {
             domains: vec!["s3.quarry.test".into()],
             metrics: Default::default(),
             sse: Default::default(),
+            default_object_ownership: Default::default(),
         };
         Harness {
             router: app(layer, Arc::new(Probe(ready)), cfg),
