@@ -342,6 +342,25 @@ async fn bucket_owner_enforced_is_the_default_and_turns_acls_off() {
         )
         .build()
         .unwrap();
+    // Not while the bucket's own ACL is public (AWS's check); once it is private, yes.
+    assert_eq!(
+        code(
+            root.put_bucket_ownership_controls()
+                .bucket("made-public")
+                .ownership_controls(enforce.clone())
+                .send()
+                .await
+        )
+        .as_deref(),
+        Some("InvalidBucketAclWithObjectOwnership")
+    );
+    root.put_bucket_acl()
+        .bucket("made-public")
+        .acl(BucketCannedAcl::Private)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anon(&srv, "GET", "/made-public/p", b"").await, 200);
     root.put_bucket_ownership_controls()
         .bucket("made-public")
         .ownership_controls(enforce)

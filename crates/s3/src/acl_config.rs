@@ -245,20 +245,24 @@ pub(crate) async fn public_access_block(
 
 /// CreateBucket's ObjectOwnership and ACL, checked before the bucket is made: the
 /// `x-amz-object-ownership` header or the server's default, and the request's ACL, which must
-/// be the owner's full control when ACLs are off.
+/// be the owner's full control when ACLs are off. The ownership is `None` (no controls stored)
+/// when the bucket gets the default and that is ObjectWriter, which is what a bucket without
+/// controls is (RGW's behaviour, where such a bucket has no OwnershipControls).
 pub(crate) fn new_bucket_settings(
     state: &AppState,
     headers: &http::HeaderMap,
-) -> ApiResult<(ObjectOwnership, Option<Acl>)> {
+) -> ApiResult<(Option<ObjectOwnership>, Option<Acl>)> {
     let ownership = match headers.get("x-amz-object-ownership") {
-        None => state.acl.default_ownership,
-        Some(v) => std::str::from_utf8(v.as_bytes())
-            .map_err(|_| ApiError::invalid_argument("x-amz-object-ownership is not ASCII."))?
-            .parse()
-            .map_err(ApiError::invalid_argument)?,
+        None => Some(state.acl.default_ownership).filter(|o| *o != ObjectOwnership::ObjectWriter),
+        Some(v) => Some(
+            std::str::from_utf8(v.as_bytes())
+                .map_err(|_| ApiError::invalid_argument("x-amz-object-ownership is not ASCII."))?
+                .parse()
+                .map_err(ApiError::invalid_argument)?,
+        ),
     };
     let acl = Acl::of_headers(headers, crate::acl::Target::Bucket)?;
-    if ownership == ObjectOwnership::BucketOwnerEnforced
+    if ownership == Some(ObjectOwnership::BucketOwnerEnforced)
         && acl.as_ref().is_some_and(|a| !a.is_owner_only())
     {
         return Err(S3ErrorCode::InvalidBucketAclWithObjectOwnership.into());
@@ -270,10 +274,12 @@ pub(crate) fn new_bucket_settings(
 pub(crate) async fn store_new_bucket_settings(
     ctx: &ReqCtx,
     bucket: &str,
-    ownership: ObjectOwnership,
+    ownership: Option<ObjectOwnership>,
     acl: Option<&Acl>,
 ) -> ApiResult<()> {
-    put_doc(ctx, bucket, OWNERSHIP_DOC, Ownership(ownership).render()).await?;
+    if let Some(ownership) = ownership {
+        put_doc(ctx, bucket, OWNERSHIP_DOC, Ownership(ownership).render()).await?;
+    }
     if let Some(acl) = acl {
         crate::acl::store_bucket_acl(ctx, bucket, acl).await?;
     }
@@ -314,6 +320,15 @@ pub(crate) async fn put_ownership_controls(ctx: &ReqCtx, bucket: &str) -> ApiRes
     let body = ctx.small_body().await?;
     let ownership = Ownership::parse(&body)?;
     ctx.layer().bucket_info(bucket).await?;
+    // ACLs cannot be turned off while the bucket's own ACL grants more than its owner's full
+    // control (AWS's check; object ACLs simply stop counting).
+    if ownership.0 == ObjectOwnership::BucketOwnerEnforced
+        && !crate::acl::bucket_acl(&ctx.state, bucket)
+            .await?
+            .is_owner_only()
+    {
+        return Err(S3ErrorCode::InvalidBucketAclWithObjectOwnership.into());
+    }
     put_doc(ctx, bucket, OWNERSHIP_DOC, ownership.render()).await?;
     ctx.state.acl.ownership.invalidate(bucket);
     Ok(Response::new(Body::empty()))

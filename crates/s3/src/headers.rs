@@ -35,7 +35,6 @@ pub const STORED_HEADERS: &[&str] = &[
 const UNSUPPORTED_HEADERS: &[(&str, &str)] = &[
     ("x-amz-server-side-encryption", "Server-side encryption"),
     ("x-amz-website-redirect-location", "Website redirects"),
-    ("x-amz-grant-", "ACL grants"),
     ("x-amz-write-offset-bytes", "Appends"),
 ];
 
