@@ -82,7 +82,7 @@ fn version_of(endpoint: &Endpoint, parts: &Parts, need: &Need) -> Option<Version
         E::GetObject { version, .. }
         | E::HeadObject { version, .. }
         | E::GetObjectAcl { version, .. }
-        | E::PutObjectAcl { version, .. } => version.clone(),
+        | E::PutObjectAcl { version, .. } => *version,
         _ => None,
     }
 }
