@@ -56,6 +56,9 @@ export QUARRY_SSE_C_ALLOW_HTTP=1
 # applied within a few of them: the worker's debug day, and a pass every 2 s.
 export QUARRY_LC_DEBUG_DAY_SECS=10
 export QUARRY_LC_INTERVAL=2
+# New buckets with ACLs on (ObjectWriter): the suite assumes RGW's semantics, where CreateBucket
+# and PutObject take any canned ACL. Quarry's own default is AWS's, BucketOwnerEnforced (ACLs off).
+export QUARRY_DEFAULT_OBJECT_OWNERSHIP=ObjectWriter
 
 case "$MODE" in single | cluster | both | check) ;; *)
     echo "usage: $0 [single|cluster|both|check]" >&2

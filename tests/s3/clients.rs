@@ -1,7 +1,8 @@
 //! S3 behaviour that real clients with their default settings rely on (tests/python/test_s3cmd.py,
 //! test_rclone.py and test_awscli.py run the clients themselves):
 //! - the ACL calls (`s3cmd info` reads them; `s3cmd setacl --acl-private` writes them): every ACL
-//!   is the owner's FULL_CONTROL, only `private` can be set;
+//!   is the owner's FULL_CONTROL on a bucket with ACLs off (BucketOwnerEnforced, the default),
+//!   where only `private` can be set;
 //! - a request signed for another region names the right one in `<Region>` (s3cmd's default
 //!   `bucket_location = US` signs for region "US", then retries with the region S3 names).
 
@@ -145,7 +146,8 @@ async fn acls_are_the_owners_full_control() {
         resp.text().await.unwrap_or_default()
     );
 
-    // Anything else is refused, not ignored.
+    // Anything else is refused, not ignored: the bucket has ACLs off (BucketOwnerEnforced, the
+    // default), as AWS answers.
     assert_s3_error(
         c.put_object_acl()
             .bucket("acls")
@@ -153,8 +155,8 @@ async fn acls_are_the_owners_full_control() {
             .acl(aws_sdk_s3::types::ObjectCannedAcl::PublicRead)
             .send()
             .await,
-        501,
-        "NotImplemented",
+        400,
+        "AccessControlListNotSupported",
     );
     assert_s3_error(
         c.put_bucket_acl()
@@ -162,8 +164,8 @@ async fn acls_are_the_owners_full_control() {
             .grant_read("uri=http://acs.amazonaws.com/groups/global/AllUsers")
             .send()
             .await,
-        501,
-        "NotImplemented",
+        400,
+        "AccessControlListNotSupported",
     );
     let public = String::from_utf8(policy)
         .expect("utf-8")
@@ -173,8 +175,8 @@ async fn acls_are_the_owners_full_control() {
         );
     expect_raw_error(
         s.signed("PUT", "/acls?acl", &[], public.into_bytes()).await,
-        501,
-        "NotImplemented",
+        400,
+        "AccessControlListNotSupported",
     )
     .await;
 

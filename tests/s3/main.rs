@@ -3,6 +3,7 @@
 //!
 //! Run `cargo build -p quarry` first, then `cargo nextest run -p quarry-integration` (or `cargo test`).
 
+mod acl;
 mod admin;
 mod auth;
 mod auth_matrix;

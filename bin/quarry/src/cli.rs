@@ -130,6 +130,17 @@ pub struct ServerArgs {
     )]
     pub multipart_expiry: Duration,
 
+    /// The ObjectOwnership of buckets created without `x-amz-object-ownership`:
+    /// BucketOwnerEnforced (ACLs off, AWS's default), BucketOwnerPreferred or ObjectWriter.
+    #[arg(
+        long,
+        env = "QUARRY_DEFAULT_OBJECT_OWNERSHIP",
+        default_value = "BucketOwnerEnforced",
+        value_parser = parse_object_ownership,
+        value_name = "OWNERSHIP"
+    )]
+    pub default_object_ownership: quarry_s3::ObjectOwnership,
+
     /// Time between passes of the background scanner, which finds and heals objects with
     /// missing or corrupt shards: a duration (e.g. 1h, 30m), or 0 to turn it off.
     #[arg(
@@ -289,6 +300,11 @@ pub fn parse_interval(s: &str) -> Result<Duration, String> {
 }
 
 /// Parses `90`, `90s`, `30m`, `24h`, `7d` into a duration of at least one second.
+/// `--default-object-ownership`: one of S3's ObjectOwnership names.
+fn parse_object_ownership(s: &str) -> Result<quarry_s3::ObjectOwnership, String> {
+    s.parse()
+}
+
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
@@ -331,6 +347,7 @@ pub struct Settings {
     pub domains: Vec<String>,
     pub log_format: LogFormat,
     pub multipart_expiry: Duration,
+    pub default_object_ownership: quarry_s3::ObjectOwnership,
     pub scan_interval: Option<Duration>,
     pub scan_rate: u32,
     pub orphan_sweep: quarry_disk::SweepSchedule,
@@ -674,6 +691,7 @@ impl ServerArgs {
             region: self.region,
             log_format: self.log_format,
             multipart_expiry: self.multipart_expiry,
+            default_object_ownership: self.default_object_ownership,
             scan_interval: Some(self.scan_interval).filter(|d| !d.is_zero()),
             scan_rate: self.scan_rate,
             orphan_sweep: quarry_disk::SweepSchedule {

@@ -92,6 +92,7 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
         sse: sse_config()?,
         lifecycle: quarry_s3::lifecycle_worker::LifecycleSettings::from_env()
             .map_err(anyhow::Error::msg)?,
+        default_object_ownership: settings.default_object_ownership,
     };
     serve_s3(listener, layer, cfg, limits(&settings), tls, &settings).await
 }
@@ -176,6 +177,7 @@ async fn run_cluster(mut settings: Settings, soft_fds: u64) -> anyhow::Result<()
         sse: sse_config()?,
         lifecycle: quarry_s3::lifecycle_worker::LifecycleSettings::from_env()
             .map_err(anyhow::Error::msg)?,
+        default_object_ownership: settings.default_object_ownership,
     };
     let crate::cluster::Node {
         layer, http, _rpc, ..

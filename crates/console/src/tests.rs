@@ -45,6 +45,7 @@ async fn env_with(ttl: Duration) -> Env {
             metrics: Default::default(),
             sse: Default::default(),
             lifecycle: Default::default(),
+            default_object_ownership: Default::default(),
         },
     );
     let console = router(

@@ -80,6 +80,7 @@ pub(crate) async fn stream_copy<L: ObjectLayer + ?Sized>(
     set_tags(&mut headers, opts.tags.as_deref());
     headers.retain(|name, _| !is_lock_header(name));
     headers.extend(opts.lock.clone());
+    crate::api::set_acl_entry(&mut headers, opts.acl.as_deref());
     let (checksums, late_checksums) = match opts.checksums {
         Some(c) => (BTreeMap::new(), Some(c.result)),
         None => (full_object_checksums(&info.checksums), None),
@@ -164,6 +165,7 @@ impl ErasureSet {
                 &mut m.headers,
                 opts.tags.as_deref().or(kept_tags.as_deref()),
             );
+            crate::api::set_acl_entry(&mut m.headers, opts.acl.as_deref());
             m.user_meta = metadata.user_meta.clone();
             m.mod_time_ns = mod_time_ns;
             m

@@ -1117,6 +1117,7 @@ mod tests {
                 metrics: Default::default(),
                 sse: Default::default(),
                 lifecycle: Default::default(),
+                default_object_ownership: Default::default(),
             };
             let response = app(layer, Arc::new(AlwaysReady), cfg)
                 .oneshot(req)

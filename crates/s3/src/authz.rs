@@ -59,8 +59,10 @@ pub const S3_ACTIONS: &[&str] = &[
     "s3:GetBucketCORS",
     "s3:GetBucketLocation",
     "s3:GetBucketObjectLockConfiguration",
+    "s3:GetBucketOwnershipControls",
     "s3:GetBucketPolicy",
     "s3:GetBucketPolicyStatus",
+    "s3:GetBucketPublicAccessBlock",
     "s3:GetBucketTagging",
     "s3:GetBucketVersioning",
     "s3:GetEncryptionConfiguration",
@@ -83,7 +85,9 @@ pub const S3_ACTIONS: &[&str] = &[
     "s3:PutBucketAcl",
     "s3:PutBucketCORS",
     "s3:PutBucketObjectLockConfiguration",
+    "s3:PutBucketOwnershipControls",
     "s3:PutBucketPolicy",
+    "s3:PutBucketPublicAccessBlock",
     "s3:PutBucketTagging",
     "s3:PutBucketVersioning",
     "s3:PutEncryptionConfiguration",
@@ -93,6 +97,7 @@ pub const S3_ACTIONS: &[&str] = &[
     "s3:PutObjectLegalHold",
     "s3:PutObjectRetention",
     "s3:PutObjectTagging",
+    "s3:PutObjectVersionAcl",
     "s3:PutObjectVersionTagging",
 ];
 
@@ -263,8 +268,36 @@ pub fn needs(endpoint: &Endpoint, headers: &HeaderMap) -> Result<Vec<Need>, S3Er
         E::ListParts { bucket, key, .. } => vec![o("s3:ListMultipartUploadParts", bucket, key)],
         E::GetBucketAcl { bucket } => vec![b("s3:GetBucketAcl", bucket)],
         E::PutBucketAcl { bucket } => vec![b("s3:PutBucketAcl", bucket)],
-        E::GetObjectAcl { bucket, key } => vec![o("s3:GetObjectAcl", bucket, key)],
-        E::PutObjectAcl { bucket, key } => vec![o("s3:PutObjectAcl", bucket, key)],
+        E::GetObjectAcl {
+            bucket,
+            key,
+            version,
+        } => vec![o(
+            versioned("s3:GetObjectAcl", "s3:GetObjectVersionAcl", version),
+            bucket,
+            key,
+        )],
+        E::PutObjectAcl {
+            bucket,
+            key,
+            version,
+        } => vec![o(
+            versioned("s3:PutObjectAcl", "s3:PutObjectVersionAcl", version),
+            bucket,
+            key,
+        )],
+        E::GetBucketOwnershipControls { bucket } => {
+            vec![b("s3:GetBucketOwnershipControls", bucket)]
+        }
+        // AWS has no DeleteBucketOwnershipControls action: it is the Put's.
+        E::PutBucketOwnershipControls { bucket } | E::DeleteBucketOwnershipControls { bucket } => {
+            vec![b("s3:PutBucketOwnershipControls", bucket)]
+        }
+        E::GetPublicAccessBlock { bucket } => vec![b("s3:GetBucketPublicAccessBlock", bucket)],
+        // AWS has no DeleteBucketPublicAccessBlock action: it is the Put's.
+        E::PutPublicAccessBlock { bucket } | E::DeletePublicAccessBlock { bucket } => {
+            vec![b("s3:PutBucketPublicAccessBlock", bucket)]
+        }
         // Not implemented: answered NotImplemented once authorized. Its action is not in
         // `S3_ACTIONS`, so only a wildcard or the root user gets that far.
         E::Unsupported { .. } => vec![Need {
@@ -503,6 +536,54 @@ pub fn authorize(
         }
     }
     Ok(())
+}
+
+/// The policies' decision on one need, for the ACL evaluation that follows a refusal
+/// (`acl_eval.rs`): an explicit deny stays a refusal, an implicit one may still be allowed by an
+/// ACL grant. The root user is always allowed.
+pub fn decide(
+    caller: &Caller,
+    need: &Need,
+    ctx: &Context,
+    bucket_policies: &BucketPolicies,
+) -> quarry_policy::Decision {
+    let bucket_policy = bucket_of_arn(&need.resource).and_then(|b| {
+        bucket_policies
+            .iter()
+            .find(|(name, _)| name == b)
+            .and_then(|(_, p)| p.as_deref())
+    });
+    let resource_policies: Vec<&Policy> = bucket_policy.into_iter().collect();
+    let (principal, identity, narrowing) = match caller {
+        Caller::Root => return quarry_policy::Decision::Allow,
+        Caller::User(id) => (
+            Principal {
+                anonymous: false,
+                ids: vec![id.arn.clone()],
+            },
+            id.policies.iter().map(|p| p.as_ref()).collect(),
+            id.narrowing.as_deref(),
+        ),
+        Caller::Anonymous => (
+            Principal {
+                anonymous: true,
+                ids: vec![],
+            },
+            Vec::new(),
+            None,
+        ),
+    };
+    let req = Request {
+        action: need.action,
+        resource: &need.resource,
+        principal: &principal,
+        context: ctx,
+    };
+    let decision = evaluate(&identity, &resource_policies, &req);
+    match narrowing {
+        Some(p) if decision.is_allowed() => evaluate(&[p], &resource_policies, &req),
+        _ => decision,
+    }
 }
 
 /// [`allowed`], with the bucket's policy beside the identity's: an explicit deny in either

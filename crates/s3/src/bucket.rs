@@ -8,7 +8,6 @@ use quarry_object::BucketInfo;
 
 use crate::api_error::{ApiError, ApiResult};
 use crate::error::S3ErrorCode;
-use crate::headers::check_acl_headers;
 use crate::list::{decode_token, encode_token};
 use crate::router::Query;
 use crate::server::ReqCtx;
@@ -106,19 +105,14 @@ pub fn render_list_buckets(
 
 pub async fn create_bucket(ctx: &ReqCtx, bucket: &str) -> ApiResult<Response> {
     let headers = &ctx.parts.headers;
-    check_acl_headers(headers)?;
-    if let Some(v) = headers.get("x-amz-object-ownership") {
-        if v.as_bytes() != b"BucketOwnerEnforced" {
-            return Err(ApiError::new(
-                S3ErrorCode::NotImplemented,
-                "Only the BucketOwnerEnforced object ownership is implemented by Quarry.",
-            ));
-        }
-    }
+    let (ownership, acl) = crate::acl_config::new_bucket_settings(&ctx.state, headers)?;
     let body = ctx.small_body().await?;
     check_location_constraint(parse_create_bucket_configuration(&body)?, ctx.region())?;
     match ctx.layer().make_bucket(bucket).await {
-        Ok(()) => {}
+        Ok(()) => {
+            crate::acl_config::store_new_bucket_settings(ctx, bucket, ownership, acl.as_ref())
+                .await?
+        }
         // The one user owns every bucket, so an existing one is the caller's own.
         Err(quarry_object::Error::BucketExists) if recreate_succeeds(ctx.region()) => {}
         Err(e) => return Err(e.into()),

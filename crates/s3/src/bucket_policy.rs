@@ -140,7 +140,8 @@ pub(crate) async fn put_bucket_policy(ctx: &ReqCtx, bucket: &str) -> ApiResult<R
         .into());
     }
     let body = ctx.small_body().await?;
-    validate(bucket, &body)?;
+    let policy = validate(bucket, &body)?;
+    crate::acl_config::check_policy_allowed(ctx, bucket, &policy).await?;
     ctx.layer()
         .put_bucket_config(bucket, CONFIG_NAME, body)
         .await?;

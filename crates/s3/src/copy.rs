@@ -261,6 +261,7 @@ pub async fn copy_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Res
     }
     let tags = crate::tagging::copy_tags(headers, &info)?;
     let lock = crate::object_lock::write_lock_entries(ctx, bucket, headers, false).await?;
+    let acl = crate::acl::object_acl_entry(&ctx.state, bucket, headers).await?;
     let compute = checksum_to_compute(requested, &info);
     // Onto itself, something must change: the metadata, the checksum algorithm or the
     // encryption. A copy of a named version onto its key restores it: that changes the key.
@@ -286,6 +287,7 @@ pub async fn copy_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Res
             metadata,
             compute,
             precondition,
+            acl,
         };
         return encrypted_copy(ctx, bucket, key, copy).await;
     }
@@ -298,6 +300,7 @@ pub async fn copy_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Res
         source_version_id: source.version,
         tags: Some(tags),
         lock,
+        acl,
     };
     let copied = ctx
         .layer()
@@ -323,6 +326,8 @@ struct EncryptedCopy<'a> {
     metadata: Option<ReplaceMetadata>,
     compute: Option<ChecksumAlgorithm>,
     precondition: Option<quarry_object::WritePrecondition>,
+    /// The copy's ACL entry (the source's is never copied).
+    acl: Option<String>,
 }
 
 /// Copies through the front end: the source opened with its key (SSE-C from the
@@ -352,10 +357,11 @@ async fn encrypted_copy(
     if reader.info.etag != c.info.etag || reader.info.mod_time_ns != c.info.mod_time_ns {
         return Err(S3ErrorCode::PreconditionFailed.into());
     }
-    let (headers, user_meta) = match c.metadata {
+    let (mut headers, user_meta) = match c.metadata {
         Some(m) => (m.headers, m.user_meta),
         None => (reader.info.headers.clone(), reader.info.user_meta.clone()),
     };
+    quarry_object::set_acl_entry(&mut headers, c.acl.as_deref());
     let sums = c.compute.map(computed_checksum);
     let tap = sums.as_ref().map(|s| s.tap.clone());
     let body: quarry_object::ByteStream =

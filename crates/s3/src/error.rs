@@ -8,6 +8,9 @@ pub enum S3ErrorCode {
     AccessDenied,
     /// A CORS preflight the bucket's CORS configuration does not allow (403).
     AccessForbidden,
+    /// An ACL other than the owner's full control on a bucket whose ObjectOwnership is
+    /// BucketOwnerEnforced (ACLs are off there).
+    AccessControlListNotSupported,
     AuthorizationHeaderMalformed,
     AuthorizationQueryParametersError,
     BadDigest,
@@ -26,6 +29,8 @@ pub enum S3ErrorCode {
     InternalError,
     InvalidAccessKeyId,
     InvalidArgument,
+    /// CreateBucket with a non-private ACL and ObjectOwnership BucketOwnerEnforced.
+    InvalidBucketAclWithObjectOwnership,
     InvalidBucketName,
     InvalidBucketState,
     InvalidDigest,
@@ -59,12 +64,14 @@ pub enum S3ErrorCode {
     NoSuchKey,
     NoSuchLifecycleConfiguration,
     NoSuchObjectLockConfiguration,
+    NoSuchPublicAccessBlockConfiguration,
     NoSuchTagSet,
     NoSuchUpload,
     NoSuchVersion,
     NotImplemented,
     NotModified,
     ObjectLockConfigurationNotFoundError,
+    OwnershipControlsNotFoundError,
     PreconditionFailed,
     /// A request body stalled: nothing, or too little, arrived within the body timeout.
     RequestTimeout,
@@ -74,6 +81,8 @@ pub enum S3ErrorCode {
     ServiceUnavailable,
     SignatureDoesNotMatch,
     SlowDown,
+    /// An ACL grant by e-mail address (AWS resolves none any more).
+    UnresolvableGrantByEmailAddress,
     XAmzContentSHA256Mismatch,
     /// Quarry's own (AWS has no such error; MinIO sends `XMinioStorageFull`): a write lost its
     /// quorum because drives are full. 507 Insufficient Storage.
@@ -86,6 +95,11 @@ impl S3ErrorCode {
         match self {
             AccessDenied => "AccessDenied",
             AccessForbidden => "AccessForbidden",
+            AccessControlListNotSupported => "AccessControlListNotSupported",
+            InvalidBucketAclWithObjectOwnership => "InvalidBucketAclWithObjectOwnership",
+            NoSuchPublicAccessBlockConfiguration => "NoSuchPublicAccessBlockConfiguration",
+            OwnershipControlsNotFoundError => "OwnershipControlsNotFoundError",
+            UnresolvableGrantByEmailAddress => "UnresolvableGrantByEmailAddress",
             AuthorizationHeaderMalformed => "AuthorizationHeaderMalformed",
             AuthorizationQueryParametersError => "AuthorizationQueryParametersError",
             BadDigest => "BadDigest",
@@ -170,6 +184,8 @@ impl S3ErrorCode {
             | NoSuchLifecycleConfiguration
             | NoSuchObjectLockConfiguration
             | ObjectLockConfigurationNotFoundError
+            | NoSuchPublicAccessBlockConfiguration
+            | OwnershipControlsNotFoundError
             | NoSuchTagSet
             | NoSuchUpload
             | NoSuchVersion
@@ -193,6 +209,17 @@ impl S3ErrorCode {
         match self {
             AccessDenied => "Access Denied.",
             AccessForbidden => "CORSResponse: This CORS request is not allowed.",
+            AccessControlListNotSupported => "The bucket does not allow ACLs",
+            InvalidBucketAclWithObjectOwnership => {
+                "Bucket cannot have ACLs set with ObjectOwnership's BucketOwnerEnforced setting"
+            }
+            NoSuchPublicAccessBlockConfiguration => {
+                "The public access block configuration was not found"
+            }
+            OwnershipControlsNotFoundError => "The bucket ownership controls were not found",
+            UnresolvableGrantByEmailAddress => {
+                "The e-mail address you provided does not match any account on record."
+            }
             AuthorizationHeaderMalformed => "The authorization header is malformed.",
             AuthorizationQueryParametersError => "The authorization query parameters are malformed.",
             BadDigest => "The Content-MD5 you specified did not match what we received.",

@@ -35,7 +35,6 @@ pub const STORED_HEADERS: &[&str] = &[
 const UNSUPPORTED_HEADERS: &[(&str, &str)] = &[
     ("x-amz-server-side-encryption", "Server-side encryption"),
     ("x-amz-website-redirect-location", "Website redirects"),
-    ("x-amz-grant-", "ACL grants"),
     ("x-amz-write-offset-bytes", "Appends"),
 ];
 
@@ -91,41 +90,10 @@ fn check_unsupported(headers: &HeaderMap, sse: bool) -> ApiResult<()> {
     Ok(())
 }
 
-/// The canned ACLs S3 defines (x-amz-acl).
-const CANNED_ACLS: &[&[u8]] = &[
-    b"private",
-    b"public-read",
-    b"public-read-write",
-    b"aws-exec-read",
-    b"authenticated-read",
-    b"bucket-owner-read",
-    b"bucket-owner-full-control",
-    b"log-delivery-write",
-];
-
-/// Canned ACLs: every bucket and object is private to its one owner, so `private` (the default)
-/// is accepted, another canned ACL is NotImplemented and anything else is refused.
+/// The `x-amz-acl` / `x-amz-grant-*` headers of an object write, checked for form (a canned ACL
+/// S3 defines, grants that parse); whether the bucket takes them is `acl::object_acl_entry`'s.
 pub fn check_acl_headers(headers: &HeaderMap) -> ApiResult<()> {
-    if headers
-        .keys()
-        .any(|k| k.as_str().starts_with("x-amz-grant-"))
-    {
-        return Err(ApiError::not_implemented("ACL grants"));
-    }
-    match headers.get("x-amz-acl") {
-        None => Ok(()),
-        Some(v) if v.as_bytes() == b"private" => Ok(()),
-        // A canned ACL S3 defines but Quarry cannot honour: NotImplemented. Any other value is
-        // no canned ACL at all: 400, as S3 answers it.
-        Some(v) if CANNED_ACLS.contains(&v.as_bytes()) => Err(ApiError::not_implemented(&format!(
-            "The canned ACL {:?}",
-            String::from_utf8_lossy(v.as_bytes())
-        ))),
-        Some(v) => Err(ApiError::invalid_argument(format!(
-            "{:?} is not a canned ACL.",
-            String::from_utf8_lossy(v.as_bytes())
-        ))),
-    }
+    crate::acl::Acl::of_headers(headers, crate::acl::Target::Object).map(|_| ())
 }
 
 pub(crate) fn check_storage_class(headers: &HeaderMap) -> ApiResult<()> {
@@ -189,8 +157,8 @@ pub fn user_metadata(headers: &HeaderMap) -> ApiResult<BTreeMap<String, String>>
         let Some(meta) = name.as_str().strip_prefix("x-amz-meta-") else {
             continue;
         };
-        let value = header_text(name.as_str(), value)?;
-        total += meta.len() + value.len();
+        let value = meta_value_text(value.as_bytes());
+        total += meta.len() + meta_value_bytes(&value).len();
         if total > MAX_USER_META {
             return Err(ApiError::new(
                 S3ErrorCode::MetadataTooLarge,
@@ -206,6 +174,33 @@ pub fn user_metadata(headers: &HeaderMap) -> ApiResult<BTreeMap<String, String>>
             .or_insert(value);
     }
     Ok(out)
+}
+
+/// Marks a stored user metadata value that arrived as bytes that are not UTF-8 (e.g. Latin-1
+/// `0xE9` from a client that encodes header values as Latin-1): the rest of the value holds each
+/// byte as the character of that number. A header value cannot contain this control character, so
+/// no value stored before (always UTF-8 text) starts with it.
+const RAW_META: char = '\u{1}';
+
+/// A user metadata value as stored: the header's bytes as they are when UTF-8 (as always), else
+/// [`RAW_META`] and one character per byte, so that they are sent back byte for byte.
+pub fn meta_value_text(bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => text.to_owned(),
+        Err(_) => std::iter::once(RAW_META)
+            .chain(bytes.iter().map(|&b| char::from(b)))
+            .collect(),
+    }
+}
+
+/// The header bytes of a stored user metadata value (see [`meta_value_text`]).
+pub fn meta_value_bytes(stored: &str) -> std::borrow::Cow<'_, [u8]> {
+    match stored.strip_prefix(RAW_META) {
+        Some(raw) if raw.chars().all(|c| (c as u32) < 256) => {
+            raw.chars().map(|c| c as u8).collect::<Vec<u8>>().into()
+        }
+        _ => stored.as_bytes().into(),
+    }
 }
 
 fn header_text(name: &str, value: &HeaderValue) -> ApiResult<String> {
@@ -320,19 +315,30 @@ mod tests {
     }
 
     #[test]
-    fn unsupported_features_are_refused() {
-        for (name, value) in [
-            ("x-amz-server-side-encryption", "AES256"),
-            ("x-amz-grant-read", "id=x"),
-            ("x-amz-acl", "public-read"),
+    fn metadata_values_round_trip_byte_for_byte() {
+        for bytes in [
+            &b"Hello World\xe9"[..],
+            "Hello World\u{e9}".as_bytes(),
+            b"plain",
         ] {
+            let stored = meta_value_text(bytes);
+            assert_eq!(&*meta_value_bytes(&stored), bytes);
+        }
+        // UTF-8 is stored as the text it is (as before), so old values read the same.
+        assert_eq!(meta_value_text("Worldé".as_bytes()), "Worldé");
+        assert_eq!(&*meta_value_bytes("Worldé"), "Worldé".as_bytes());
+    }
+
+    #[test]
+    fn unsupported_features_are_refused() {
+        for (name, value) in [("x-amz-server-side-encryption", "AES256")] {
             let h = headers(&[(name, value)]);
-            let err = check_unsupported_headers(&h)
-                .and_then(|()| check_acl_headers(&h))
-                .unwrap_err();
+            let err = check_unsupported_headers(&h).unwrap_err();
             assert_eq!(err.code(), S3ErrorCode::NotImplemented, "{name}");
         }
         assert!(check_acl_headers(&headers(&[("x-amz-acl", "private")])).is_ok());
+        assert!(check_acl_headers(&headers(&[("x-amz-acl", "public-read")])).is_ok());
+        assert!(check_acl_headers(&headers(&[("x-amz-grant-read", "id=x")])).is_ok());
         // Not a canned ACL at all: 400.
         let err = check_acl_headers(&headers(&[("x-amz-acl", "public-ready")])).unwrap_err();
         assert_eq!(err.code(), S3ErrorCode::InvalidArgument);

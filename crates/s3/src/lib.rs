@@ -20,6 +20,8 @@
 //!   decision per request (made in `server`, before the handler).
 
 mod acl;
+pub mod acl_config;
+mod acl_eval;
 pub mod admin;
 mod api_error;
 mod attributes;
@@ -56,6 +58,7 @@ mod fuzz_tests;
 #[cfg(test)]
 mod tests;
 
+pub use acl_config::ObjectOwnership;
 pub use body::BodyTimeouts;
 pub use metrics::MetricsAccess;
 pub use server::{

@@ -263,6 +263,8 @@ pub async fn create_multipart_upload(ctx: &ReqCtx, bucket: &str, key: &str) -> A
     let mut stored = stored_headers(headers)?;
     crate::tagging::store_request_tags(headers, &mut stored)?;
     stored.extend(crate::object_lock::write_lock_entries(ctx, bucket, headers, false).await?);
+    // Applied to the object at CompleteMultipartUpload, with the upload's other headers.
+    crate::acl::store_request_acl(&ctx.state, bucket, headers, &mut stored).await?;
     let opts = NewUploadOptions {
         headers: stored,
         user_meta: user_metadata(headers)?,

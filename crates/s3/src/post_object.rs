@@ -467,7 +467,16 @@ async fn upload(
     let policy_ctx = crate::authz::context(&endpoint, parts, &caller);
     let needs = crate::authz::needs(&endpoint, &parts.headers)?;
     let bucket_policies = crate::server::bucket_policies(state, &caller, &needs).await?;
-    crate::authz::authorize(&caller, &needs, &policy_ctx, &bucket_policies)?;
+    crate::acl_eval::authorize_with_acls(
+        state,
+        &caller,
+        &endpoint,
+        parts,
+        &needs,
+        &policy_ctx,
+        &bucket_policies,
+    )
+    .await?;
 
     // What the object is stored with.
     let file_type = file.content_type().map(|m| m.to_string());
@@ -475,6 +484,7 @@ async fn upload(
     check_acl_headers(&headers)?;
     crate::sse::refuse_if_bucket_default(&*state.layer, bucket, "A browser upload").await?;
     let mut stored = stored_headers(&headers)?;
+    crate::acl::store_request_acl(state, bucket, &headers, &mut stored).await?;
     // The `tagging` field is a Tagging document (the header form is for PutObject).
     if let Some(doc) = form.get("tagging") {
         let tags = crate::tagging::parse_tagging(doc.as_bytes(), crate::tagging::MAX_OBJECT_TAGS)?;

@@ -76,6 +76,7 @@ pub async fn put_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Resp
     let mut stored = stored_headers(headers)?;
     crate::tagging::store_request_tags(headers, &mut stored)?;
     stored.extend(crate::object_lock::write_lock_entries(ctx, bucket, headers, true).await?);
+    crate::acl::store_request_acl(&ctx.state, bucket, headers, &mut stored).await?;
     let opts = PutOptions {
         size,
         content_md5: content_md5(headers)?,

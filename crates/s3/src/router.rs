@@ -262,19 +262,39 @@ pub enum Endpoint {
     GetBucketAcl {
         bucket: String,
     },
-    /// `PUT /bucket?acl`: only the `private` ACL is accepted.
+    /// `PUT /bucket?acl`.
     PutBucketAcl {
         bucket: String,
     },
-    /// `GET /bucket/key?acl`.
+    /// `GET /bucket/key?acl[&versionId=]`.
     GetObjectAcl {
         bucket: String,
         key: String,
+        version: Option<VersionId>,
     },
-    /// `PUT /bucket/key?acl`.
+    /// `PUT /bucket/key?acl[&versionId=]`.
     PutObjectAcl {
         bucket: String,
         key: String,
+        version: Option<VersionId>,
+    },
+    GetBucketOwnershipControls {
+        bucket: String,
+    },
+    PutBucketOwnershipControls {
+        bucket: String,
+    },
+    DeleteBucketOwnershipControls {
+        bucket: String,
+    },
+    GetPublicAccessBlock {
+        bucket: String,
+    },
+    PutPublicAccessBlock {
+        bucket: String,
+    },
+    DeletePublicAccessBlock {
+        bucket: String,
     },
     /// `/quarry/admin/v1/...`, path style: the admin API (`admin.rs`), root user only.
     Admin {
@@ -367,7 +387,13 @@ impl Endpoint {
             | E::GetBucketAcl { bucket }
             | E::PutBucketAcl { bucket }
             | E::GetObjectAcl { bucket, .. }
-            | E::PutObjectAcl { bucket, .. } => Some(bucket),
+            | E::PutObjectAcl { bucket, .. }
+            | E::GetBucketOwnershipControls { bucket }
+            | E::PutBucketOwnershipControls { bucket }
+            | E::DeleteBucketOwnershipControls { bucket }
+            | E::GetPublicAccessBlock { bucket }
+            | E::PutPublicAccessBlock { bucket }
+            | E::DeletePublicAccessBlock { bucket } => Some(bucket),
         }
     }
 
@@ -432,6 +458,12 @@ impl Endpoint {
             Endpoint::PutBucketAcl { .. } => "PutBucketAcl",
             Endpoint::GetObjectAcl { .. } => "GetObjectAcl",
             Endpoint::PutObjectAcl { .. } => "PutObjectAcl",
+            Endpoint::GetBucketOwnershipControls { .. } => "GetBucketOwnershipControls",
+            Endpoint::PutBucketOwnershipControls { .. } => "PutBucketOwnershipControls",
+            Endpoint::DeleteBucketOwnershipControls { .. } => "DeleteBucketOwnershipControls",
+            Endpoint::GetPublicAccessBlock { .. } => "GetPublicAccessBlock",
+            Endpoint::PutPublicAccessBlock { .. } => "PutPublicAccessBlock",
+            Endpoint::DeletePublicAccessBlock { .. } => "DeletePublicAccessBlock",
             Endpoint::Admin { op } => op.name(),
             Endpoint::IamQuery => "IamQuery",
             Endpoint::Unsupported { operation } => operation,
@@ -800,6 +832,20 @@ fn bucket_endpoint(method: &Method, query: &Query, bucket: String) -> Result<End
         }),
         (Method::GET, Some("acl")) => Ok(Endpoint::GetBucketAcl { bucket }),
         (Method::PUT, Some("acl")) => Ok(Endpoint::PutBucketAcl { bucket }),
+        (Method::GET, Some("ownershipControls")) => {
+            Ok(Endpoint::GetBucketOwnershipControls { bucket })
+        }
+        (Method::PUT, Some("ownershipControls")) => {
+            Ok(Endpoint::PutBucketOwnershipControls { bucket })
+        }
+        (Method::DELETE, Some("ownershipControls")) => {
+            Ok(Endpoint::DeleteBucketOwnershipControls { bucket })
+        }
+        (Method::GET, Some("publicAccessBlock")) => Ok(Endpoint::GetPublicAccessBlock { bucket }),
+        (Method::PUT, Some("publicAccessBlock")) => Ok(Endpoint::PutPublicAccessBlock { bucket }),
+        (Method::DELETE, Some("publicAccessBlock")) => {
+            Ok(Endpoint::DeletePublicAccessBlock { bucket })
+        }
         (Method::GET | Method::PUT | Method::DELETE | Method::POST | Method::HEAD, Some(sub)) => {
             Ok(unsupported(bucket_operation_name(method, sub)))
         }
@@ -946,11 +992,21 @@ fn object_endpoint(
         (Method::GET | Method::HEAD, Some("partNumber")) => {
             format!("{} of a specific object version", verb(method))
         }
-        (Method::GET, Some("acl")) if !versioned => {
-            return Ok(Endpoint::GetObjectAcl { bucket, key })
+        (Method::GET, Some("acl")) => {
+            let version = version("GetObjectAcl")?;
+            return Ok(Endpoint::GetObjectAcl {
+                bucket,
+                key,
+                version,
+            });
         }
-        (Method::PUT, Some("acl")) if !versioned => {
-            return Ok(Endpoint::PutObjectAcl { bucket, key })
+        (Method::PUT, Some("acl")) => {
+            let version = version("PutObjectAcl")?;
+            return Ok(Endpoint::PutObjectAcl {
+                bucket,
+                key,
+                version,
+            });
         }
         (Method::GET, Some("tagging")) => {
             let version = version("GetObjectTagging")?;

@@ -56,6 +56,8 @@ pub struct S3Config {
     pub sse: crate::sse::SseConfig,
     /// The background lifecycle worker (default: none).
     pub lifecycle: crate::lifecycle_worker::LifecycleSettings,
+    /// The ObjectOwnership of buckets created without `x-amz-object-ownership`.
+    pub default_object_ownership: crate::acl_config::ObjectOwnership,
 }
 
 /// The answer of a readiness probe.
@@ -424,6 +426,7 @@ fn app_with(
         lifecycle: Default::default(),
         sse: cfg.sse,
         bucket_policies: Default::default(),
+        acl: crate::acl_config::AclState::new(cfg.default_object_ownership),
         ids: RequestIds::new(),
         metrics,
     });
@@ -445,6 +448,8 @@ pub(crate) struct AppState {
     pub sse: crate::sse::SseConfig,
     /// Parsed bucket policies, for authorization (see `bucket_policy.rs`).
     pub(crate) bucket_policies: crate::bucket_policy::PolicyCache,
+    /// Default ownership and cached ownership controls, public access blocks and bucket ACLs.
+    pub(crate) acl: crate::acl_config::AclState,
     ids: RequestIds,
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
     /// How long a request body may stall (every body a handler reads goes through it).
@@ -802,7 +807,16 @@ async fn dispatch(
     // Authorization: once, here, from the endpoint, before any handler runs.
     let needs = authz::needs(&endpoint, &parts.headers)?;
     let bucket_policies = bucket_policies(&state, &caller, &needs).await?;
-    authz::authorize(&caller, &needs, &policy_ctx, &bucket_policies)?;
+    crate::acl_eval::authorize_with_acls(
+        &state,
+        &caller,
+        &endpoint,
+        &parts,
+        &needs,
+        &policy_ctx,
+        &bucket_policies,
+    )
+    .await?;
     let ctx = ReqCtx {
         caller,
         policy_ctx,
@@ -827,6 +841,7 @@ async fn dispatch(
             ctx.state.cors.invalidate(&bucket);
             ctx.state.bucket_policies.invalidate(&bucket);
             ctx.state.lifecycle.invalidate(&bucket);
+            ctx.state.acl.invalidate(&bucket);
             result
         }
         E::GetBucketLocation { bucket } => bucket::get_bucket_location(&ctx, &bucket).await,
@@ -966,8 +981,34 @@ async fn dispatch(
         E::Admin { op } => crate::admin::handle(&ctx, op).await,
         E::GetBucketAcl { bucket } => acl::get_bucket_acl(&ctx, &bucket).await,
         E::PutBucketAcl { bucket } => acl::put_bucket_acl(&ctx, &bucket).await,
-        E::GetObjectAcl { bucket, key } => acl::get_object_acl(&ctx, &bucket, &key).await,
-        E::PutObjectAcl { bucket, key } => acl::put_object_acl(&ctx, &bucket, &key).await,
+        E::GetObjectAcl {
+            bucket,
+            key,
+            version,
+        } => acl::get_object_acl(&ctx, &bucket, &key, version).await,
+        E::PutObjectAcl {
+            bucket,
+            key,
+            version,
+        } => acl::put_object_acl(&ctx, &bucket, &key, version).await,
+        E::GetBucketOwnershipControls { bucket } => {
+            crate::acl_config::get_ownership_controls(&ctx, &bucket).await
+        }
+        E::PutBucketOwnershipControls { bucket } => {
+            crate::acl_config::put_ownership_controls(&ctx, &bucket).await
+        }
+        E::DeleteBucketOwnershipControls { bucket } => {
+            crate::acl_config::delete_ownership_controls(&ctx, &bucket).await
+        }
+        E::GetPublicAccessBlock { bucket } => {
+            crate::acl_config::get_public_access_block(&ctx, &bucket).await
+        }
+        E::PutPublicAccessBlock { bucket } => {
+            crate::acl_config::put_public_access_block(&ctx, &bucket).await
+        }
+        E::DeletePublicAccessBlock { bucket } => {
+            crate::acl_config::delete_public_access_block(&ctx, &bucket).await
+        }
         E::Unsupported { operation } => Err(ApiError::new(
             S3ErrorCode::NotImplemented,
             format!("{operation} is not implemented by Quarry."),

@@ -283,6 +283,7 @@ impl Harness {
             metrics: Default::default(),
             sse: Default::default(),
             lifecycle: Default::default(),
+            default_object_ownership: Default::default(),
         };
         Harness {
             router: app(layer, Arc::new(Probe(ready)), cfg),

@@ -224,6 +224,8 @@ pub struct CopyOptions {
     /// The copy's object lock entries (see `api/protect.rs`); a source's retention and legal
     /// hold are never copied.
     pub lock: BTreeMap<String, String>,
+    /// The copy's ACL entry ([`ACL_HEADER`]); `None`: private. The source's is never copied.
+    pub acl: Option<String>,
 }
 
 /// A function that sees every byte of a stream, in order.

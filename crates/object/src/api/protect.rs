@@ -14,6 +14,23 @@ use crate::error::Result;
 /// (`k1=v1&k2=v2`, keys in ascending order). Absent: no tags.
 pub const TAGS_HEADER: &str = "x-quarry-tagging";
 
+/// The version's access control list, in the front end's stored form (`quarry_s3::acl`).
+/// Absent: the owner's full control only (`private`). Never copied with the version: a copy
+/// gets the ACL its request names ([`super::CopyOptions::acl`]).
+pub const ACL_HEADER: &str = "x-quarry-acl";
+
+/// Gives stored headers the ACL entry `acl` (`None`: none, i.e. private).
+pub fn set_acl_entry(headers: &mut BTreeMap<String, String>, acl: Option<&str>) {
+    match acl {
+        Some(a) => {
+            headers.insert(ACL_HEADER.to_owned(), a.to_owned());
+        }
+        None => {
+            headers.remove(ACL_HEADER);
+        }
+    }
+}
+
 /// When the version's metadata was last changed in place (nanoseconds since the Unix epoch,
 /// decimal). Two copies of one version that differ in it are different copies for quorum: the
 /// change is made on a write quorum, so the copies that missed it never win a read.

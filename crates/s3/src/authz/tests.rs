@@ -158,6 +158,24 @@ fn every_endpoint_maps_to_its_action() {
         ("PUT", "/bkt/a/b.txt?acl", &[], one("s3:PutObjectAcl", obj)),
         (
             "GET",
+            "/bkt/a/b.txt?acl&versionId=null",
+            &[],
+            one("s3:GetObjectVersionAcl", obj),
+        ),
+        (
+            "DELETE",
+            "/bkt?ownershipControls",
+            &[],
+            one("s3:PutBucketOwnershipControls", bkt),
+        ),
+        (
+            "GET",
+            "/bkt?publicAccessBlock",
+            &[],
+            one("s3:GetBucketPublicAccessBlock", bkt),
+        ),
+        (
+            "GET",
             "/bkt?tagging",
             &[],
             one("s3:GetBucketTagging", "arn:aws:s3:::bkt"),

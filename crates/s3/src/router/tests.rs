@@ -434,7 +434,6 @@ fn unsupported_operations_are_named() {
             "GetBucketAnalytics",
         ),
         ("GET", "/bkt?somethingnew", &auth, "GetBucketSomethingnew"),
-        ("GET", "/bkt/k?acl&versionId=v1", &auth, "GetObjectAcl"),
         ("DELETE", "/bkt/k?retention", &auth, "DeleteObjectRetention"),
         ("POST", "/bkt/k?restore", &auth, "RestoreObject"),
     ];
@@ -736,6 +735,7 @@ fn acl_operations_are_routed() {
             Endpoint::GetObjectAcl {
                 bucket: bk(),
                 key: k(),
+                version: None,
             },
         ),
         (
@@ -745,7 +745,20 @@ fn acl_operations_are_routed() {
             Endpoint::PutObjectAcl {
                 bucket: bk(),
                 key: k(),
+                version: Some(VersionId::Null),
             },
+        ),
+        (
+            "PUT",
+            "/bkt?ownershipControls",
+            &auth,
+            Endpoint::PutBucketOwnershipControls { bucket: bk() },
+        ),
+        (
+            "DELETE",
+            "/bkt?publicAccessBlock",
+            &auth,
+            Endpoint::DeletePublicAccessBlock { bucket: bk() },
         ),
     ];
     for (method, uri, headers, want) in cases {
