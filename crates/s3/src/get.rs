@@ -275,7 +275,23 @@ async fn get_object_part(
             "Cannot specify both Range header and partNumber query parameter",
         ));
     }
-    let reader = ctx.layer().get_object_part(bucket, key, number).await?;
+    let customer = crate::sse::customer_key(
+        headers,
+        crate::sse::CUSTOMER,
+        ctx.secure(),
+        ctx.state.sse.allow_http_sse_c,
+    )?;
+    let customer_md5 = customer.as_ref().map(|c| c.md5_b64());
+    crate::sse::refuse_write_headers_on_read(headers)?;
+    let (opener, refusal) = crate::sse::opener(&ctx.state.sse, customer.clone());
+    let reader = ctx
+        .layer()
+        .get_object_part_decrypted(bucket, key, number, opener)
+        .await
+        .map_err(|e| crate::sse::refusal_or(&refusal, e))?;
+    if customer.is_some() && !reader.info.is_encrypted() {
+        crate::sse::check_read_headers(&reader.info, customer.as_ref())?;
+    }
     check_preconditions(headers, &reader.info)?;
     let body = if head {
         Body::empty()
@@ -297,6 +313,11 @@ async fn get_object_part(
             &reader.info.parts.to_string(),
         );
     }
+    crate::sse::response_headers(
+        response.headers_mut(),
+        &reader.info,
+        customer_md5.as_deref(),
+    );
     version_header(ctx, bucket, response.headers_mut(), &reader.info).await?;
     Ok(response)
 }
