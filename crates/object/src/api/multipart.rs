@@ -32,9 +32,11 @@ pub struct NewUploadOptions {
 /// bucket, key and encryption record (empty: the upload is not encrypted), and opens an
 /// encrypted upload's object key. Its error is the part's answer.
 #[derive(Clone)]
-pub struct PartKeyOpener(
-    pub Arc<dyn Fn(&ObjectInfo) -> crate::Result<Option<quarry_crypt::ObjectKey>> + Send + Sync>,
-);
+pub struct PartKeyOpener(pub Arc<OpenPartKey>);
+
+/// See [`PartKeyOpener`].
+pub type OpenPartKey =
+    dyn Fn(&ObjectInfo) -> crate::Result<Option<quarry_crypt::ObjectKey>> + Send + Sync;
 
 impl std::fmt::Debug for PartKeyOpener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
