@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 
 use base64::Engine;
 use quarry_integration::aws_sdk_s3::types::{
-    ServerSideEncryption, ServerSideEncryptionByDefault, ServerSideEncryptionConfiguration,
-    ServerSideEncryptionRule,
+    CompletedMultipartUpload, CompletedPart, ServerSideEncryption, ServerSideEncryptionByDefault,
+    ServerSideEncryptionConfiguration, ServerSideEncryptionRule,
 };
 use quarry_integration::aws_sdk_s3::Client;
 use quarry_integration::*;
@@ -608,4 +608,422 @@ async fn copy_between_sse_c_sse_s3_sse_kms_and_plain() {
         400,
         "InvalidArgument",
     );
+}
+
+impl Mode {
+    fn key(self) -> Option<(String, String)> {
+        match self {
+            Mode::C(seed) => Some(customer(seed)),
+            _ => None,
+        }
+    }
+}
+
+/// The SSE headers of a write request in `mode` (the fluent builders have no common trait).
+macro_rules! with_sse {
+    ($req:expr, $mode:expr) => {{
+        let req = $req;
+        match $mode {
+            Mode::Plain => req,
+            Mode::S3 => req.server_side_encryption(ServerSideEncryption::Aes256),
+            Mode::Kms => req
+                .server_side_encryption(ServerSideEncryption::AwsKms)
+                .ssekms_key_id("testkey-1"),
+            Mode::C(seed) => {
+                let (k, m) = customer(seed);
+                req.sse_customer_algorithm("AES256")
+                    .sse_customer_key(k)
+                    .sse_customer_key_md5(m)
+            }
+        }
+    }};
+}
+
+/// The SSE-C key headers of a request (parts and reads), when `mode` is SSE-C.
+macro_rules! with_key {
+    ($req:expr, $mode:expr) => {{
+        let req = $req;
+        match Mode::key($mode) {
+            Some((k, m)) => req
+                .sse_customer_algorithm("AES256")
+                .sse_customer_key(k)
+                .sse_customer_key_md5(m),
+            None => req,
+        }
+    }};
+}
+
+async fn upload_part(
+    c: &Client,
+    key: &str,
+    id: &str,
+    n: i32,
+    data: &[u8],
+    mode: Mode,
+) -> Result<String, String> {
+    with_key!(
+        c.upload_part()
+            .bucket(B)
+            .key(key)
+            .upload_id(id)
+            .part_number(n)
+            .body(data.to_vec().into()),
+        mode
+    )
+    .send()
+    .await
+    .map(|r| {
+        if let Mode::C(_) = mode {
+            assert_eq!(r.sse_customer_algorithm.as_deref(), Some("AES256"));
+            assert_eq!(r.sse_customer_key_md5, mode.key().map(|k| k.1));
+        }
+        r.e_tag.expect("a part ETag")
+    })
+    .map_err(|e| describe(&e))
+}
+
+fn completed(parts: &[(i32, &str)]) -> CompletedMultipartUpload {
+    CompletedMultipartUpload::builder()
+        .set_parts(Some(
+            parts
+                .iter()
+                .map(|(n, e)| CompletedPart::builder().part_number(*n).e_tag(*e).build())
+                .collect(),
+        ))
+        .build()
+}
+
+async fn read(
+    c: &Client,
+    key: &str,
+    mode: Mode,
+    range: Option<String>,
+    part: Option<i32>,
+) -> Vec<u8> {
+    with_key!(
+        c.get_object()
+            .bucket(B)
+            .key(key)
+            .set_range(range.clone())
+            .set_part_number(part),
+        mode
+    )
+    .send()
+    .await
+    .unwrap_or_else(|e| {
+        panic!(
+            "GET {key} {mode:?} {range:?} part {part:?}: {}",
+            describe(&e)
+        )
+    })
+    .body
+    .collect()
+    .await
+    .unwrap()
+    .to_vec()
+}
+
+/// Multipart uploads in SSE-S3, SSE-KMS and SSE-C: every part sealed on its own (a part
+/// uploaded again included), the response headers of each call, reads whole, by range across
+/// part and package boundaries and by part number, plaintext sizes in ListParts and HEAD, and
+/// no shard holding the plaintext.
+#[tokio::test]
+async fn multipart_uploads_encrypt_every_part() {
+    let s = TestServer::start_https(4).await;
+    s.create_bucket(B).await;
+    let c = s.client();
+    let marker = b"QUARRY-SSE-MP-MARKER-7e1a";
+    let mut p1 = Vec::new();
+    while p1.len() < (5 << 20) + 1000 {
+        p1.extend_from_slice(marker);
+    }
+    let p3 = random_bytes(200_000);
+    let whole = [p1.clone(), p3.clone()].concat();
+    for (i, mode) in [Mode::S3, Mode::Kms, Mode::C(5)].into_iter().enumerate() {
+        let key = format!("mp{i}");
+        let created = with_sse!(c.create_multipart_upload().bucket(B).key(&key), mode)
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("create {mode:?}: {}", describe(&e)));
+        match mode {
+            Mode::S3 => assert_eq!(
+                created.server_side_encryption,
+                Some(ServerSideEncryption::Aes256)
+            ),
+            Mode::Kms => assert_eq!(created.ssekms_key_id.as_deref(), Some("testkey-1")),
+            _ => assert_eq!(created.sse_customer_algorithm.as_deref(), Some("AES256")),
+        }
+        let id = created.upload_id.unwrap();
+        // Part 1 twice (the second upload replaces the first under a key of its own), part 3
+        // after a gap: the stored parts are renumbered, their keys are not.
+        upload_part(&c, &key, &id, 1, &random_bytes(1000), mode)
+            .await
+            .unwrap();
+        let e1 = upload_part(&c, &key, &id, 1, &p1, mode).await.unwrap();
+        let e3 = upload_part(&c, &key, &id, 3, &p3, mode).await.unwrap();
+        if let Mode::S3 = mode {
+            assert_eq!(e1, etag_of(&p1), "SSE-S3 part ETags are MD5s, as AWS");
+        } else {
+            assert_ne!(
+                e1,
+                etag_of(&p1),
+                "SSE-KMS/C part ETags do not reveal the MD5"
+            );
+        }
+        let listed = c
+            .list_parts()
+            .bucket(B)
+            .key(&key)
+            .upload_id(&id)
+            .send()
+            .await
+            .unwrap();
+        let sizes: Vec<i64> = listed.parts().iter().map(|p| p.size.unwrap()).collect();
+        assert_eq!(
+            sizes,
+            vec![p1.len() as i64, p3.len() as i64],
+            "plaintext sizes"
+        );
+        let done = c
+            .complete_multipart_upload()
+            .bucket(B)
+            .key(&key)
+            .upload_id(&id)
+            .multipart_upload(completed(&[(1, &e1), (3, &e3)]))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("complete {mode:?}: {}", describe(&e)));
+        match mode {
+            Mode::S3 => assert_eq!(
+                done.server_side_encryption,
+                Some(ServerSideEncryption::Aes256)
+            ),
+            Mode::Kms => assert_eq!(done.ssekms_key_id.as_deref(), Some("testkey-1")),
+            _ => {}
+        }
+        let head = with_key!(c.head_object().bucket(B).key(&key), mode)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(head.content_length, Some(whole.len() as i64));
+        assert_bytes_eq(&read(&c, &key, mode, None, None).await, &whole, "whole");
+        let edge = p1.len();
+        for (a, z) in [
+            (edge - 10, edge + 10),             // across the part boundary
+            (65_530, 65_545),                   // across a package boundary of part 1
+            (edge + 65_530, edge + 65_545),     // and of part 3
+            (whole.len() - 5, whole.len() - 1), // the last bytes
+        ] {
+            let got = read(&c, &key, mode, Some(format!("bytes={a}-{z}")), None).await;
+            assert_bytes_eq(&got, &whole[a..=z], &format!("{mode:?} {a}-{z}"));
+        }
+        assert_bytes_eq(&read(&c, &key, mode, None, Some(2)).await, &p3, "part 2");
+        assert_bytes_eq(&read(&c, &key, mode, None, Some(1)).await, &p1, "part 1");
+    }
+    // No shard of any of them holds the plaintext.
+    for p in drive_files(&s) {
+        let b = std::fs::read(&p).unwrap_or_default();
+        assert!(!contains(&b, marker), "plaintext in {}", p.display());
+    }
+    // Control: the same parts in clear are found.
+    let id = c
+        .create_multipart_upload()
+        .bucket(B)
+        .key("clear")
+        .send()
+        .await
+        .unwrap()
+        .upload_id
+        .unwrap();
+    let e = upload_part(&c, "clear", &id, 1, &p1, Mode::Plain)
+        .await
+        .unwrap();
+    c.complete_multipart_upload()
+        .bucket(B)
+        .key("clear")
+        .upload_id(&id)
+        .multipart_upload(completed(&[(1, &e)]))
+        .send()
+        .await
+        .unwrap();
+    assert!(drive_files(&s)
+        .iter()
+        .any(|p| contains(&std::fs::read(p).unwrap_or_default(), marker)));
+}
+
+/// AWS's refusals of parts of an SSE-C upload, each beside the request that passes: a part
+/// without the key, with another key, with a key MD5 that is not the key's; an SSE-C key on
+/// a part of an upload that did not ask for one; a part of another upload at complete.
+#[tokio::test]
+async fn multipart_sse_c_parts_need_the_upload_key() {
+    let s = TestServer::start_https(4).await;
+    s.create_bucket(B).await;
+    let c = s.client();
+    let mode = Mode::C(7);
+    let data = random_bytes(100_000);
+    let id = with_sse!(c.create_multipart_upload().bucket(B).key("c"), mode)
+        .send()
+        .await
+        .unwrap()
+        .upload_id
+        .unwrap();
+    let missing = upload_part(&c, "c", &id, 1, &data, Mode::Plain).await;
+    assert!(missing.unwrap_err().contains("InvalidRequest"));
+    let wrong = upload_part(&c, "c", &id, 1, &data, Mode::C(8)).await;
+    assert!(wrong.unwrap_err().contains("InvalidArgument"));
+    let (k, _) = customer(7);
+    let bad_md5 = c
+        .upload_part()
+        .bucket(B)
+        .key("c")
+        .upload_id(&id)
+        .part_number(1)
+        .sse_customer_algorithm("AES256")
+        .sse_customer_key(k)
+        .sse_customer_key_md5(customer(8).1)
+        .body(data.clone().into())
+        .send()
+        .await;
+    assert_s3_error(bad_md5, 400, "InvalidArgument");
+    // Control: the upload's key passes.
+    let e1 = upload_part(&c, "c", &id, 1, &data, mode).await.unwrap();
+
+    // An SSE-C key on a part of an SSE-S3 upload, beside its part without one.
+    let other = with_sse!(c.create_multipart_upload().bucket(B).key("s"), Mode::S3)
+        .send()
+        .await
+        .unwrap()
+        .upload_id
+        .unwrap();
+    let refused = upload_part(&c, "s", &other, 1, &data, mode).await;
+    assert!(refused.unwrap_err().contains("InvalidRequest"));
+    let e_other = upload_part(&c, "s", &other, 1, &data, Mode::S3)
+        .await
+        .unwrap();
+
+    // A part of the other upload (its ETag) does not complete this one; its own part does.
+    let complete = |etag: String| {
+        let c = c.clone();
+        let id = id.clone();
+        async move {
+            c.complete_multipart_upload()
+                .bucket(B)
+                .key("c")
+                .upload_id(id)
+                .multipart_upload(completed(&[(1, &etag)]))
+                .send()
+                .await
+        }
+    };
+    assert_s3_error(complete(e_other).await, 400, "InvalidPart");
+    complete(e1).await.unwrap();
+    assert_bytes_eq(
+        &read(&c, "c", mode, None, None).await,
+        &data,
+        "SSE-C upload",
+    );
+    // The completed object answers only to its key.
+    assert_s3_error(
+        c.get_object().bucket(B).key("c").send().await,
+        400,
+        "InvalidRequest",
+    );
+}
+
+/// A bucket's default encryption applies to multipart uploads; UploadPartCopy reads an SSE-C
+/// source with the copy-source key into an upload of another encryption.
+#[tokio::test]
+async fn multipart_default_encryption_and_part_copies() {
+    let s = TestServer::start_https(4).await;
+    s.create_bucket(B).await;
+    let c = s.client();
+    c.put_bucket_encryption()
+        .bucket(B)
+        .server_side_encryption_configuration(
+            ServerSideEncryptionConfiguration::builder()
+                .rules(
+                    ServerSideEncryptionRule::builder()
+                        .apply_server_side_encryption_by_default(
+                            ServerSideEncryptionByDefault::builder()
+                                .sse_algorithm(ServerSideEncryption::Aes256)
+                                .build()
+                                .unwrap(),
+                        )
+                        .build(),
+                )
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let src = random_bytes(300_000);
+    let src_mode = Mode::C(3);
+    with_sse!(
+        c.put_object().bucket(B).key("src").body(src.clone().into()),
+        src_mode
+    )
+    .send()
+    .await
+    .unwrap();
+    let created = c
+        .create_multipart_upload()
+        .bucket(B)
+        .key("dst")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        created.server_side_encryption,
+        Some(ServerSideEncryption::Aes256),
+        "the bucket default applies"
+    );
+    let id = created.upload_id.unwrap();
+    let copy = |with_key: bool| {
+        let c = c.clone();
+        let id = id.clone();
+        async move {
+            let mut req = c
+                .upload_part_copy()
+                .bucket(B)
+                .key("dst")
+                .upload_id(id)
+                .part_number(1)
+                .copy_source(format!("{B}/src"))
+                .copy_source_range("bytes=1000-250999");
+            if with_key {
+                let (k, m) = customer(3);
+                req = req
+                    .copy_source_sse_customer_algorithm("AES256")
+                    .copy_source_sse_customer_key(k)
+                    .copy_source_sse_customer_key_md5(m);
+            }
+            req.send().await
+        }
+    };
+    // Without the source's key: refused; with it: copied.
+    assert_s3_error(copy(false).await, 400, "InvalidRequest");
+    let out = copy(true)
+        .await
+        .unwrap_or_else(|e| panic!("UploadPartCopy: {}", describe(&e)));
+    assert_eq!(
+        out.server_side_encryption,
+        Some(ServerSideEncryption::Aes256)
+    );
+    let etag = out.copy_part_result.unwrap().e_tag.unwrap();
+    c.complete_multipart_upload()
+        .bucket(B)
+        .key("dst")
+        .upload_id(&id)
+        .multipart_upload(completed(&[(1, &etag)]))
+        .send()
+        .await
+        .unwrap();
+    let got = c.get_object().bucket(B).key("dst").send().await.unwrap();
+    assert_eq!(
+        got.server_side_encryption,
+        Some(ServerSideEncryption::Aes256)
+    );
+    let body = got.body.collect().await.unwrap().to_vec();
+    assert_bytes_eq(&body, &src[1000..251_000], "part copy of an SSE-C source");
 }

@@ -15,7 +15,9 @@ use aws_sdk_s3::config::{
 };
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata};
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier};
+use aws_sdk_s3::types::{
+    CompletedMultipartUpload, CompletedPart, Delete, ObjectIdentifier, ServerSideEncryption,
+};
 use aws_sdk_s3::Client;
 
 use crate::payload::{mix, Payloads, Verifier};
@@ -78,6 +80,8 @@ struct Shared {
     live: Live,
     parts: u32,
     batch: usize,
+    /// `x-amz-server-side-encryption` of every object written (`--sse`).
+    sse: Option<ServerSideEncryption>,
 }
 
 impl Shared {
@@ -214,6 +218,11 @@ pub async fn run(mode: Mode, args: &BenchArgs) -> anyhow::Result<Report> {
         live: Live::default(),
         parts: args.parts.max(1),
         batch: args.batch,
+        sse: match args.sse {
+            crate::Sse::None => None,
+            crate::Sse::S3 => Some(ServerSideEncryption::Aes256),
+            crate::Sse::Kms => Some(ServerSideEncryption::AwsKms),
+        },
     });
     let tty = std::io::stderr().is_terminal();
 
@@ -279,6 +288,7 @@ async fn prepare(shared: &Arc<Shared>, concurrent: usize, tty: bool) -> anyhow::
                     .put_object()
                     .bucket(&shared.bucket)
                     .key(shared.key(i))
+                    .set_server_side_encryption(shared.sse.clone())
                     .body(ByteStream::from(shared.payloads.body(i, 0)))
                     .customize()
                     .disable_payload_signing()
@@ -454,6 +464,7 @@ async fn put(shared: &Shared, w: usize, obj: u64, generation: u64, rec: &mut Rec
         .put_object()
         .bucket(&shared.bucket)
         .key(shared.key(obj))
+        .set_server_side_encryption(shared.sse.clone())
         .body(ByteStream::from(body))
         .customize()
         .disable_payload_signing()
@@ -763,6 +774,7 @@ async fn op_multipart(shared: &Shared, w: usize, rec: &mut Recorder) -> bool {
         .create_multipart_upload()
         .bucket(&shared.bucket)
         .key(&key)
+        .set_server_side_encryption(shared.sse.clone())
         .send()
         .await
     {

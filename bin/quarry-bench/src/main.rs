@@ -4,6 +4,7 @@
 //! ```text
 //! quarry-bench get --host 127.0.0.1:9000 --access-key K --secret-key S \
 //!     --obj.size 1MiB --concurrent 8 --duration 10s [--objects N] [--json]
+//! quarry-bench put --sse s3 ...     (SSE-S3 objects; kms for SSE-KMS)
 //! quarry-bench compare before.json after.json
 //! ```
 //!
@@ -130,6 +131,18 @@ pub struct BenchArgs {
     /// Objects per DeleteObjects request in delete mode (1 to 1000).
     #[arg(long, default_value_t = 100)]
     pub batch: usize,
+    /// Server-side encryption of the objects written: none, s3 (SSE-S3, AES256) or kms
+    /// (SSE-KMS with the server's default key). The server needs a key service for s3 and kms.
+    #[arg(long, value_enum, default_value_t = Sse::None)]
+    pub sse: Sse,
+}
+
+/// `--sse`.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sse {
+    None,
+    S3,
+    Kms,
 }
 
 fn main() -> ExitCode {

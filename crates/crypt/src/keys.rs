@@ -27,6 +27,7 @@ const B64: base64::engine::GeneralPurpose = base64::engine::general_purpose::STA
 const SEALED_VERSION: u8 = 1;
 const SEAL_INFO: &[u8] = b"quarry/seal/v1";
 const PART_INFO: &[u8] = b"quarry/package/v1/part";
+const UPLOAD_PART_INFO: &[u8] = b"quarry/package/v1/upload-part";
 
 /// 32 key bytes, wiped when dropped.
 #[derive(Clone)]
@@ -96,6 +97,21 @@ impl ObjectKey {
         // HKDF-Expand of 32 bytes with SHA-256 cannot fail.
         let k = hkdf32(&self.0 .0, &[], &[PART_INFO, &part.to_be_bytes()])
             .expect("HKDF-SHA256 expands to 32 bytes");
+        PartKey(k)
+    }
+
+    /// The key of a multipart upload's part: HKDF-SHA256 of the object key with the part
+    /// number the client gave and `part_id`, a value unique to this upload of the part (its
+    /// random data directory). A part uploaded again under the same number gets another key,
+    /// so no two plaintexts are ever sealed with one key and nonce; and the key does not
+    /// depend on where the part ends up in the completed object.
+    pub fn upload_part_key(&self, number: u32, part_id: &[u8]) -> PartKey {
+        let k = hkdf32(
+            &self.0 .0,
+            &[],
+            &[UPLOAD_PART_INFO, &number.to_be_bytes(), part_id],
+        )
+        .expect("HKDF-SHA256 expands to 32 bytes");
         PartKey(k)
     }
 
@@ -369,5 +385,10 @@ mod tests {
     fn part_keys_differ() {
         let ok = ObjectKey::random().unwrap();
         assert_ne!(ok.part_key(1).0.expose(), ok.part_key(2).0.expose());
+        let a = ok.upload_part_key(1, b"dir-a");
+        assert_ne!(a.0.expose(), ok.upload_part_key(1, b"dir-b").0.expose());
+        assert_ne!(a.0.expose(), ok.upload_part_key(2, b"dir-a").0.expose());
+        assert_ne!(a.0.expose(), ok.part_key(1).0.expose());
+        assert_eq!(a.0.expose(), ok.upload_part_key(1, b"dir-a").0.expose());
     }
 }

@@ -459,7 +459,8 @@ impl ErasureSet {
         let mut decryptors = Vec::new();
         let (mut from, mut to) = (None, 0u64);
         let (mut plain_at, mut stored_at) = (0u64, 0u64);
-        for p in &meta.parts {
+        let part_keys = crate::sse::PartKeys::of(&meta)?;
+        for (i, p) in meta.parts.iter().enumerate() {
             let plain = crate::sse::part_plain_size(p.size)?;
             let (s, e) = (offset.max(plain_at), (offset + len).min(plain_at + plain));
             // An empty read (an empty object) still opens its first part's empty package.
@@ -468,7 +469,8 @@ impl ErasureSet {
                 let pr = PackageRange::new(plain, s - plain_at, e - s);
                 from.get_or_insert(stored_at + pr.enc_offset);
                 to = stored_at + pr.enc_offset + pr.enc_len;
-                decryptors.push(Decryptor::new(&object_key.part_key(p.number), plain, &pr));
+                let part_key = part_keys.key(&object_key, i, p.number);
+                decryptors.push(Decryptor::new(&part_key, plain, &pr));
             }
             plain_at += plain;
             stored_at += p.size;

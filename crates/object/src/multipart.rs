@@ -48,10 +48,19 @@ fn upload_info(u: &UploadMeta) -> UploadInfo {
     }
 }
 
+/// The plaintext size of a part as the client sent it (an encrypted upload stores more).
+fn part_plain_size(p: &PartMeta, u: &UploadMeta) -> Result<u64> {
+    if crate::sse::headers_encrypted(&u.headers) {
+        crate::sse::part_plain_size(p.size)
+    } else {
+        Ok(p.size)
+    }
+}
+
 fn uploaded_part(p: &PartMeta, u: &UploadMeta) -> UploadedPart {
     UploadedPart {
         number: p.number,
-        size: p.size,
+        size: part_plain_size(p, u).unwrap_or(0),
         etag: p.etag.clone(),
         checksum: p.checksum.clone(),
         checksum_algorithm: u.checksum_algorithm.clone(),
@@ -250,7 +259,14 @@ impl ErasureSet {
         opts: NewUploadOptions,
     ) -> Result<UploadInfo> {
         self.require_bucket(bucket).await?;
-        let erasure = self.new_erasure()?;
+        let mut opts = opts;
+        let erasure = match &opts.encryption {
+            None => self.new_erasure()?,
+            Some(e) => {
+                crate::sse::record_upload(&mut opts.headers, e);
+                self.new_erasure_with_block(crate::sse::stored_block(self.cfg.block_size))?
+            }
+        };
         let distribution = self.distribution(bucket, key);
         let base = UploadMeta {
             version: UPLOAD_META_VERSION,
@@ -310,6 +326,27 @@ impl ErasureSet {
         let wq = write_quorum(erasure.data_shards(), erasure.parity_shards());
         let tmp_id = self.new_id();
         let data_dir = self.new_id();
+        // The request's keys are checked against the upload before any byte is read; an
+        // encrypted upload's part is sealed under a key of its own (number and data dir).
+        let encrypted = crate::sse::headers_encrypted(&upload.headers);
+        let object_key = match &opts.key {
+            Some(opener) => {
+                let (_, record) = crate::sse::split(&upload.headers);
+                let info = ObjectInfo {
+                    bucket: bucket.to_string(),
+                    key: key.to_string(),
+                    encryption: if encrypted { record } else { BTreeMap::new() },
+                    ..Default::default()
+                };
+                (opener.0)(&info)?
+            }
+            None => None,
+        };
+        let part_key = match (encrypted, &object_key) {
+            (false, _) => None,
+            (true, None) => return Err(Error::KeyRequired),
+            (true, Some(k)) => Some(k.upload_part_key(number, data_dir.as_bytes())),
+        };
         let mut tmp_guard = TmpGuard::new(self.drives.clone(), tmp_id);
         // Drives without the upload get no shard: they could not commit it.
         let drives: Vec<Arc<dyn Drive>> = self.drives.clone();
@@ -340,7 +377,9 @@ impl ErasureSet {
         };
         let limit = opts.size.unwrap_or(MAX_PART_SIZE).min(MAX_PART_SIZE);
         let Streamed {
-            size, md5: digest, ..
+            size,
+            stored,
+            md5: digest,
         } = sink
             .stream(
                 &erasure,
@@ -355,7 +394,7 @@ impl ErasureSet {
                         h.update(block);
                     }
                 },
-                None,
+                part_key.as_ref(),
             )
             .await?;
         let checksum = hasher.map(|h| h.finish());
@@ -384,11 +423,15 @@ impl ErasureSet {
             }
         }))
         .await;
+        let (size, etag) = match &object_key {
+            Some(k) if encrypted => (stored, crate::sse::part_etag(&upload.headers, k, &digest)),
+            _ => (size, hex::encode(digest)),
+        };
         let part = PartMeta {
             version: UPLOAD_META_VERSION,
             number,
             size,
-            etag: hex::encode(digest),
+            etag,
             checksum,
             mod_time_ns: self.now_ns(),
             data_dir,
@@ -511,10 +554,11 @@ impl ErasureSet {
                     )));
                 }
             }
-            if i + 1 < parts.len() && p.size < MIN_PART_SIZE {
+            let plain = part_plain_size(p, &q.upload)?;
+            if i + 1 < parts.len() && plain < MIN_PART_SIZE {
                 return Err(Error::EntityTooSmall {
                     part: p.number,
-                    size: p.size,
+                    size: plain,
                     min: MIN_PART_SIZE,
                 });
             }
@@ -594,6 +638,11 @@ impl ErasureSet {
             headers: {
                 let mut h = q.upload.headers.clone();
                 h.insert(COMPLETED_UPLOAD.to_owned(), upload_id.to_owned());
+                if crate::sse::headers_encrypted(&h) {
+                    let ids: Vec<(u32, uuid::Uuid)> =
+                        part_metas.iter().map(|p| (p.number, p.data_dir)).collect();
+                    crate::sse::record_part_keys(&mut h, &ids);
+                }
                 h
             },
             user_meta: q.upload.user_meta.clone(),
@@ -804,11 +853,13 @@ impl ErasureSet {
         Ok((object_info(bucket, key, &meta), parts))
     }
 
+    /// An encrypted object's part is opened with `opener` (`KeyRequired` without one).
     pub async fn get_object_part(
         self: &Arc<Self>,
         bucket: &str,
         key: &str,
         part_number: u32,
+        opener: Option<&crate::api::KeyOpener>,
     ) -> Result<GetObjectReader> {
         // The object may be replaced between reading its parts and reading the bytes: the
         // reader's ETag says which version was read, and a mismatch is read again.
@@ -821,13 +872,24 @@ impl ErasureSet {
                     parts: meta.parts.len(),
                 });
             }
-            let offset: u64 = meta.parts[..idx - 1].iter().map(|p| p.size).sum();
-            let len = meta.parts[idx - 1].size;
+            // Plaintext sizes: an encrypted object's parts are stored sealed.
+            let sizes: Vec<u64> = if crate::sse::is_encrypted(&meta) {
+                meta.parts
+                    .iter()
+                    .map(|p| crate::sse::part_plain_size(p.size))
+                    .collect::<Result<_>>()?
+            } else {
+                meta.parts.iter().map(|p| p.size).collect()
+            };
+            let offset: u64 = sizes[..idx - 1].iter().sum();
+            let len = sizes[idx - 1];
             let range = (len > 0).then(|| HttpRange::FromTo(offset, offset + len - 1));
             // The same version, by id, when the bucket is versioned: a newer version
             // committed in between does not change what is read.
             let version = meta.version_id.map(crate::api::VersionId::Id);
-            let reader = self.get_object_version(bucket, key, version, range).await?;
+            let reader = self
+                .get_object_decrypted(bucket, key, version, range, opener)
+                .await?;
             if reader.info.etag == meta.etag {
                 return Ok(GetObjectReader {
                     range: (offset, len),

@@ -990,7 +990,19 @@ impl ObjectLayer for ErasureServer {
         part_number: u32,
     ) -> Result<GetObjectReader> {
         self.object_set(bucket, key)?
-            .get_object_part(bucket, key, part_number)
+            .get_object_part(bucket, key, part_number, None)
+            .await
+    }
+
+    async fn get_object_part_decrypted(
+        &self,
+        bucket: &str,
+        key: &str,
+        part_number: u32,
+        opener: KeyOpener,
+    ) -> Result<GetObjectReader> {
+        self.object_set(bucket, key)?
+            .get_object_part(bucket, key, part_number, Some(&opener))
             .await
     }
 

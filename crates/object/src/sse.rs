@@ -18,8 +18,11 @@ use std::collections::VecDeque;
 
 use bytes::BytesMut;
 use futures::StreamExt;
-use quarry_crypt::{decrypted_size, Decryptor, ObjectKey, PACKAGE_SIZE, SEALED_PACKAGE_SIZE};
+use quarry_crypt::{
+    decrypted_size, Decryptor, ObjectKey, PartKey, PACKAGE_SIZE, SEALED_PACKAGE_SIZE,
+};
 use quarry_disk::ObjectMeta;
+use uuid::Uuid;
 
 use crate::api::{Encryption, ObjectStream};
 use crate::error::{Error, Result};
@@ -28,6 +31,14 @@ use crate::error::{Error, Result};
 pub(crate) const PREFIX: &str = "x-quarry-internal-sse-";
 /// The package format of the data (the object layer's own entry).
 const FORMAT: &str = "x-quarry-internal-sse-format";
+/// An encrypted multipart upload's part ETags: `md5` (the plaintext's MD5, SSE-S3) or `keyed`
+/// (derived with the object key; see [`keyed_etag`]).
+const ETAG_KIND: &str = "x-quarry-internal-sse-etag";
+/// A completed encrypted multipart object's part keys: for each stored part in order, the
+/// number it was uploaded as and the hex id of that upload of the part (its data dir),
+/// `N:hex` separated by commas (see [`quarry_crypt::ObjectKey::upload_part_key`]). Absent:
+/// part i is sealed with `part_key(i)` (a single-part PUT).
+const PART_KEYS: &str = "x-quarry-internal-sse-parts";
 
 /// Plaintext bytes per block when encrypting with erasure block size `block_size`: whole
 /// packages, at least one.
@@ -47,6 +58,76 @@ pub(crate) fn record(headers: &mut BTreeMap<String, String>, enc: &Encryption) {
         headers.insert(format!("{PREFIX}{k}"), v.clone());
     }
     headers.insert(FORMAT.to_string(), quarry_crypt::ALGORITHM.to_string());
+}
+
+/// Records `enc` in a new multipart upload's headers, with how its parts' ETags are made.
+pub(crate) fn record_upload(headers: &mut BTreeMap<String, String>, enc: &Encryption) {
+    record(headers, enc);
+    let kind = if enc.etag_is_md5 { "md5" } else { "keyed" };
+    headers.insert(ETAG_KIND.to_string(), kind.to_string());
+}
+
+/// Whether an upload's (or a version's) headers say its data is encrypted.
+pub(crate) fn headers_encrypted(headers: &BTreeMap<String, String>) -> bool {
+    headers.contains_key(FORMAT)
+}
+
+/// The ETag of a part of an encrypted upload whose plaintext has MD5 `md5`.
+pub(crate) fn part_etag(
+    headers: &BTreeMap<String, String>,
+    key: &ObjectKey,
+    md5: &[u8; 16],
+) -> String {
+    match headers.get(ETAG_KIND).map(String::as_str) {
+        Some("md5") => hex::encode(md5),
+        _ => keyed_etag(key, md5),
+    }
+}
+
+/// Records in a completed object's headers which upload of which part each stored part is.
+pub(crate) fn record_part_keys(headers: &mut BTreeMap<String, String>, parts: &[(u32, Uuid)]) {
+    let v: Vec<String> = parts
+        .iter()
+        .map(|(n, id)| format!("{n}:{}", id.simple()))
+        .collect();
+    headers.insert(PART_KEYS.to_string(), v.join(","));
+}
+
+/// The keys of a version's stored parts, in order.
+pub(crate) struct PartKeys(Option<Vec<(u32, Uuid)>>);
+
+impl PartKeys {
+    pub(crate) fn of(meta: &ObjectMeta) -> Result<Self> {
+        let Some(v) = meta.headers.get(PART_KEYS) else {
+            return Ok(PartKeys(None));
+        };
+        let bad = || Error::Corrupt("the object's part key record is unreadable".into());
+        let ids = v
+            .split(',')
+            .map(|e| {
+                let (n, id) = e.split_once(':').ok_or_else(bad)?;
+                Ok((
+                    n.parse::<u32>().map_err(|_| bad())?,
+                    Uuid::parse_str(id).map_err(|_| bad())?,
+                ))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if ids.len() != meta.parts.len() {
+            return Err(bad());
+        }
+        Ok(PartKeys(Some(ids)))
+    }
+
+    /// The key of stored part `index` (0-based) numbered `number`.
+    pub(crate) fn key(&self, object_key: &ObjectKey, index: usize, number: u32) -> PartKey {
+        match &self.0 {
+            Some(ids) => {
+                let (n, id) = ids[index];
+                object_key.upload_part_key(n, id.as_bytes())
+            }
+            None => object_key.part_key(number),
+        }
+    }
 }
 
 /// Whether a version's data is encrypted.
@@ -72,6 +153,8 @@ pub(crate) fn split(
     let mut rec = BTreeMap::new();
     for (k, v) in headers {
         match k.strip_prefix(PREFIX) {
+            // The object layer's own, possibly long (one entry per part).
+            Some(_) if k == PART_KEYS || k == ETAG_KIND => {}
             Some(name) => {
                 rec.insert(name.to_string(), v.clone());
             }

@@ -226,6 +226,7 @@ async fn part_checksums_come_from_the_hasher_of_the_uploads_algorithm() {
                 size: Some(1000),
                 content_md5: None,
                 hashers: Some(hashers),
+                key: None,
             },
         )
         .await

@@ -169,14 +169,7 @@ pub async fn get_object(
         }
     };
     let headers = &ctx.parts.headers;
-    let customer = crate::sse::customer_key(
-        headers,
-        crate::sse::CUSTOMER,
-        ctx.secure(),
-        ctx.state.sse.allow_http_sse_c,
-    )?;
-    let customer_md5 = customer.as_ref().map(|c| c.md5_b64());
-    crate::sse::refuse_write_headers_on_read(headers)?;
+    let (customer, customer_md5) = read_customer_key(ctx)?;
     let range = match headers.get(header::RANGE) {
         Some(v) => parse_range(&String::from_utf8_lossy(v.as_bytes()))?,
         None => None,
@@ -266,6 +259,23 @@ pub async fn get_object(
     Ok(response)
 }
 
+/// A read's SSE-C key (and the MD5 its answer echoes); SSE-S3 and SSE-KMS headers are refused
+/// on reads, as in AWS.
+fn read_customer_key(
+    ctx: &ReqCtx,
+) -> ApiResult<(Option<quarry_crypt::CustomerKey>, Option<String>)> {
+    let headers = &ctx.parts.headers;
+    let customer = crate::sse::customer_key(
+        headers,
+        crate::sse::CUSTOMER,
+        ctx.secure(),
+        ctx.state.sse.allow_http_sse_c,
+    )?;
+    crate::sse::refuse_write_headers_on_read(headers)?;
+    let md5 = customer.as_ref().map(|c| c.md5_b64());
+    Ok((customer, md5))
+}
+
 /// GetObject and HeadObject with `partNumber`: that part's bytes of a completed object, as a 206
 /// with `Content-Range` and `x-amz-mp-parts-count`.
 async fn get_object_part(
@@ -282,7 +292,16 @@ async fn get_object_part(
             "Cannot specify both Range header and partNumber query parameter",
         ));
     }
-    let reader = ctx.layer().get_object_part(bucket, key, number).await?;
+    let (customer, customer_md5) = read_customer_key(ctx)?;
+    let (opener, refusal) = crate::sse::opener(&ctx.state.sse, customer.clone());
+    let reader = ctx
+        .layer()
+        .get_object_part_decrypted(bucket, key, number, opener)
+        .await
+        .map_err(|e| crate::sse::refusal_or(&refusal, e))?;
+    if customer.is_some() && !reader.info.is_encrypted() {
+        crate::sse::check_read_headers(&reader.info, customer.as_ref())?;
+    }
     check_preconditions(headers, &reader.info)?;
     let body = if head {
         Body::empty()
@@ -304,6 +323,11 @@ async fn get_object_part(
             &reader.info.parts.to_string(),
         );
     }
+    crate::sse::response_headers(
+        response.headers_mut(),
+        &reader.info,
+        customer_md5.as_deref(),
+    );
     version_header(ctx, bucket, response.headers_mut(), &reader.info).await?;
     Ok(response)
 }

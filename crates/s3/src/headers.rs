@@ -64,12 +64,8 @@ pub(crate) fn set_header(out: &mut HeaderMap, name: &str, value: &str) {
     }
 }
 
-pub(crate) fn check_unsupported_headers(headers: &HeaderMap) -> ApiResult<()> {
-    check_unsupported(headers, false)
-}
-
-/// [`check_unsupported_headers`] for the calls that implement server-side encryption (their
-/// SSE headers are checked by [`crate::sse`]).
+/// Refuses headers of features not implemented (NotImplemented). Every caller implements
+/// server-side encryption: its SSE headers are checked by [`crate::sse`].
 pub(crate) fn check_unsupported_headers_but_sse(headers: &HeaderMap) -> ApiResult<()> {
     check_unsupported(headers, true)
 }
@@ -333,7 +329,9 @@ mod tests {
     fn unsupported_features_are_refused() {
         for (name, value) in [("x-amz-server-side-encryption", "AES256")] {
             let h = headers(&[(name, value)]);
-            let err = check_unsupported_headers(&h).unwrap_err();
+            let err = check_unsupported(&h, false)
+                .and_then(|()| check_acl_headers(&h))
+                .unwrap_err();
             assert_eq!(err.code(), S3ErrorCode::NotImplemented, "{name}");
         }
         assert!(check_acl_headers(&headers(&[("x-amz-acl", "private")])).is_ok());

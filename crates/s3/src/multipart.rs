@@ -26,7 +26,7 @@ use crate::api_error::{ApiError, ApiResult};
 use crate::copy::{check_copy_conditions, copy_source, CopySource};
 use crate::error::S3ErrorCode;
 use crate::headers::{
-    check_acl_headers, check_storage_class, check_unsupported_headers, checksum_headers,
+    check_acl_headers, check_storage_class, check_unsupported_headers_but_sse, checksum_headers,
     content_md5, set_header, stored_headers, user_metadata, write_precondition,
 };
 use crate::router::Query;
@@ -241,10 +241,11 @@ fn algorithm_of(recorded: &str) -> ApiResult<ChecksumAlgorithm> {
 /// `POST /bucket/key?uploads`.
 pub async fn create_multipart_upload(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Response> {
     let headers = &ctx.parts.headers;
-    check_unsupported_headers(headers)?;
+    check_unsupported_headers_but_sse(headers)?;
     check_acl_headers(headers)?;
     check_storage_class(headers)?;
-    crate::sse::refuse_if_bucket_default(ctx.layer(), bucket, "A multipart upload").await?;
+    let (encryption, customer_md5) = crate::sse::for_new_object(ctx, bucket, key).await?;
+    let record = encryption.as_ref().map(|e| e.record.clone());
     let algorithm = match headers.get("x-amz-checksum-algorithm") {
         None => None,
         Some(v) => {
@@ -269,6 +270,7 @@ pub async fn create_multipart_upload(ctx: &ReqCtx, bucket: &str, key: &str) -> A
         headers: stored,
         user_meta: user_metadata(headers)?,
         checksum_algorithm: checksum.map(UploadChecksum::recorded),
+        encryption,
     };
     let info = ctx.layer().new_multipart_upload(bucket, key, opts).await?;
     let mut response = xml_response(xml::initiate_multipart_upload_result(
@@ -276,6 +278,9 @@ pub async fn create_multipart_upload(ctx: &ReqCtx, bucket: &str, key: &str) -> A
         key,
         &info.upload_id,
     ));
+    if let Some(rec) = &record {
+        crate::sse::record_headers(response.headers_mut(), rec, customer_md5.as_deref());
+    }
     if let Some(c) = checksum {
         set_header(
             response.headers_mut(),
@@ -345,7 +350,8 @@ pub async fn upload_part(
     upload_id: &str,
     number: u32,
 ) -> ApiResult<Response> {
-    check_unsupported_headers(&ctx.parts.headers)?;
+    check_unsupported_headers_but_sse(&ctx.parts.headers)?;
+    let (key_opener, customer_md5) = part_key(ctx, crate::sse::CUSTOMER)?;
     let size = signature::declared_size(&ctx.parts)
         .ok_or_else(|| ApiError::from(S3ErrorCode::MissingContentLength))?;
     if size > MAX_PART_SIZE {
@@ -354,17 +360,25 @@ pub async fn upload_part(
             format!("A part may be at most {MAX_PART_SIZE} bytes; this one declares {size}."),
         ));
     }
+    let (opener, refusal, record) = key_opener;
     let opts = PartOptions {
         size: Some(size),
         content_md5: content_md5(&ctx.parts.headers)?,
         hashers: Some(hashers()),
+        key: Some(opener),
     };
     let body = ctx.body_stream()?;
     let part = ctx
         .layer()
         .put_object_part(bucket, key, upload_id, number, body, opts)
-        .await?;
+        .await
+        .map_err(|e| crate::sse::refusal_or(&refusal, e))?;
     let mut response = Response::new(Body::empty());
+    crate::sse::record_headers(
+        response.headers_mut(),
+        &record.lock().unwrap_or_else(|p| p.into_inner()),
+        customer_md5.as_deref(),
+    );
     set_header(
         response.headers_mut(),
         "etag",
@@ -378,6 +392,33 @@ pub async fn upload_part(
         );
     }
     Ok(response)
+}
+
+/// The key opener of a part written by this request (its SSE-C headers under `prefix`), and
+/// the key MD5 its answer echoes.
+#[allow(clippy::type_complexity)]
+fn part_key(
+    ctx: &ReqCtx,
+    prefix: &str,
+) -> ApiResult<(
+    (
+        quarry_object::PartKeyOpener,
+        crate::sse::Refusal,
+        crate::sse::UploadRecord,
+    ),
+    Option<String>,
+)> {
+    let headers = &ctx.parts.headers;
+    // A part takes the upload's encryption: SSE-S3 and SSE-KMS headers are the upload's to give.
+    crate::sse::refuse_write_headers_on_read(headers)?;
+    let customer = crate::sse::customer_key(
+        headers,
+        prefix,
+        ctx.secure(),
+        ctx.state.sse.allow_http_sse_c,
+    )?;
+    let md5 = customer.as_ref().map(|c| c.md5_b64());
+    Ok((crate::sse::part_opener(&ctx.state.sse, customer), md5))
 }
 
 /// The object checksum a CompleteMultipartUpload may name (`x-amz-checksum-<algorithm>`, with or
@@ -478,8 +519,15 @@ pub async fn upload_part_copy(
     upload_id: &str,
     number: u32,
 ) -> ApiResult<Response> {
-    check_unsupported_headers(&ctx.parts.headers)?;
+    check_unsupported_headers_but_sse(&ctx.parts.headers)?;
     let headers = &ctx.parts.headers;
+    let ((opener, refusal, record), customer_md5) = part_key(ctx, crate::sse::CUSTOMER)?;
+    let source_customer = crate::sse::customer_key(
+        headers,
+        crate::sse::COPY_SOURCE_CUSTOMER,
+        ctx.secure(),
+        ctx.state.sse.allow_http_sse_c,
+    )?;
     let CopySource {
         bucket: src_bucket,
         key: src_key,
@@ -519,10 +567,20 @@ pub async fn upload_part_copy(
     }
     let http_range = (len > 0 && (offset, len) != (0, info.size))
         .then(|| HttpRange::FromTo(offset, offset + len - 1));
+    // An encrypted source is opened with its key (SSE-C: the copy-source headers' key).
+    crate::sse::check_read_headers(&info, source_customer.as_ref())?;
+    let (source_opener, source_refusal) = crate::sse::opener(&ctx.state.sse, source_customer);
     let reader = ctx
         .layer()
-        .get_object_version(&src_bucket, &src_key, src_version, http_range)
-        .await?;
+        .get_object_decrypted(
+            &src_bucket,
+            &src_key,
+            src_version,
+            http_range,
+            source_opener,
+        )
+        .await
+        .map_err(|e| crate::sse::refusal_or(&source_refusal, e))?;
     // The conditions are evaluated on the version being read (it may have changed since the
     // size was looked up; then its size must still cover the range).
     check_copy_conditions(headers, &reader.info, std::time::SystemTime::now())?;
@@ -537,20 +595,28 @@ pub async fn upload_part_copy(
         size: Some(len),
         content_md5: None,
         hashers: Some(hashers()),
+        key: Some(opener),
     };
     let part = ctx
         .layer()
         .put_object_part(bucket, key, upload_id, number, body, opts)
-        .await?;
+        .await
+        .map_err(|e| crate::sse::refusal_or(&refusal, e))?;
     let checksum = part
         .checksum_algorithm
         .as_deref()
         .zip(part.checksum.as_deref());
-    Ok(xml_response(xml::copy_part_result(
+    let mut response = xml_response(xml::copy_part_result(
         &part.etag,
         part.mod_time_ns,
         checksum,
-    )))
+    ));
+    crate::sse::record_headers(
+        response.headers_mut(),
+        &record.lock().unwrap_or_else(|p| p.into_inner()),
+        customer_md5.as_deref(),
+    );
+    Ok(response)
 }
 
 /// `POST /bucket/key?uploadId=X`.
@@ -695,6 +761,7 @@ pub async fn complete_multipart_upload(
         checksum.map(|(a, v)| (a.as_str(), v.as_str())),
     ));
     checksum_headers(response.headers_mut(), &info);
+    crate::sse::response_headers(response.headers_mut(), &info, None);
     crate::versioning::version_header(ctx, bucket, response.headers_mut(), &info).await?;
     Ok(response)
 }

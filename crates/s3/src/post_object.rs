@@ -482,7 +482,14 @@ async fn upload(
     let file_type = file.content_type().map(|m| m.to_string());
     let headers = form_headers(&form, file_type.as_deref())?;
     check_acl_headers(&headers)?;
-    crate::sse::refuse_if_bucket_default(&*state.layer, bucket, "A browser upload").await?;
+    // Server-side encryption: the form's SSE fields, else the bucket's default rule.
+    let secure = parts
+        .extensions
+        .get::<crate::authz::ConnInfo>()
+        .is_some_and(|c| c.secure);
+    let (encryption, customer_md5) =
+        crate::sse::encryption_for(&headers, secure, &state.sse, &*state.layer, bucket, &key)
+            .await?;
     let mut stored = stored_headers(&headers)?;
     crate::acl::store_request_acl(state, bucket, &headers, &mut stored).await?;
     // The `tagging` field is a Tagging document (the header form is for PutObject).
@@ -501,6 +508,7 @@ async fn upload(
         headers: stored,
         user_meta: user_metadata(&headers)?,
         checksums: BTreeMap::new(),
+        encryption,
         ..PutOptions::default()
     };
     let (min, max) = policy.length_range().unwrap_or((0, MAX_PUT_SIZE));
@@ -515,14 +523,9 @@ async fn upload(
         .layer
         .put_object(bucket, &key, Box::pin(body), opts)
         .await?;
-    Ok(success_response(
-        &form,
-        parts,
-        bucket,
-        &key,
-        &info.etag,
-        virtual_host,
-    ))
+    let mut response = success_response(&form, parts, bucket, &key, &info.etag, virtual_host);
+    crate::sse::response_headers(response.headers_mut(), &info, customer_md5.as_deref());
+    Ok(response)
 }
 
 /// Checks the signature fields and returns the decoded policy. A form without a policy is an
@@ -563,7 +566,6 @@ fn authenticate(keys: &AuthConfig, form: &Form) -> Result<(PostPolicy, String), 
 /// rules for them apply unchanged. The file part's own Content-Type is the default type.
 fn form_headers(form: &Form, file_type: Option<&str>) -> ApiResult<HeaderMap> {
     const UNSUPPORTED: &[(&str, &str)] = &[
-        ("x-amz-server-side-encryption", "Server-side encryption"),
         ("x-amz-object-lock-", "Object lock"),
         ("x-amz-website-redirect-location", "Website redirects"),
         ("x-amz-checksum-", "Checksums of POST uploads"),
@@ -584,6 +586,8 @@ fn form_headers(form: &Form, file_type: Option<&str>) -> ApiResult<HeaderMap> {
         }
         let header = match name.as_str() {
             "acl" => "x-amz-acl",
+            // Checked by crate::sse as a PutObject's headers.
+            n if n.starts_with("x-amz-server-side-encryption") => n,
             n if STORED_HEADERS.contains(&n) || n.starts_with("x-amz-meta-") => n,
             _ => continue,
         };

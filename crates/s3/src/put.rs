@@ -28,27 +28,7 @@ pub const MAX_PUT_SIZE: u64 = 5 * 1024 * 1024 * 1024;
 pub async fn put_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Response> {
     let headers = &ctx.parts.headers;
     check_unsupported_headers_but_sse(headers)?;
-    let sse = crate::sse::write_request(headers, ctx.secure(), &ctx.state.sse)?;
-    let sse = match sse {
-        Some(r) => Some(r),
-        None => crate::sse::bucket_default(ctx, bucket).await?,
-    };
-    let encryption = sse
-        .as_ref()
-        .map(|r| {
-            crate::sse::new_encryption(
-                &ctx.state.sse,
-                bucket,
-                key,
-                r,
-                crate::sse::bucket_key_requested(headers),
-            )
-        })
-        .transpose()?;
-    let customer_md5 = match &sse {
-        Some(crate::sse::SseRequest::C(c)) => Some(c.md5_b64()),
-        _ => None,
-    };
+    let (encryption, customer_md5) = crate::sse::for_new_object(ctx, bucket, key).await?;
     check_acl_headers(headers)?;
     check_storage_class(headers)?;
     // No length at all (`Transfer-Encoding: chunked`, or aws-chunked without a decoded length):

@@ -22,7 +22,7 @@ use base64::Engine as _;
 use http::HeaderMap;
 use quarry_crypt::keys::{context, CUSTOMER_KEY_ID};
 use quarry_crypt::{CryptError, CustomerKey, Kms, SealedKey};
-use quarry_object::{Encryption, KeyOpener, ObjectInfo};
+use quarry_object::{Encryption, KeyOpener, ObjectInfo, PartKeyOpener};
 
 use crate::api_error::{ApiError, ApiResult};
 use crate::error::S3ErrorCode;
@@ -448,9 +448,73 @@ pub(crate) fn refusal_or(slot: &Refusal, e: quarry_object::Error) -> ApiError {
         .unwrap_or_else(|| e.into())
 }
 
+/// A [`PartKeyOpener`] for UploadPart and UploadPartCopy: checks the part's SSE-C key against
+/// its upload as AWS does (an SSE-C upload needs the key on every part, the same key; SSE-C
+/// headers on another upload are refused) and opens an encrypted upload's key. Its refusal is
+/// put in the returned slot (see [`refusal_or`]), the upload's record in the other (for the
+/// response headers).
+pub(crate) fn part_opener(
+    cfg: &SseConfig,
+    customer: Option<CustomerKey>,
+) -> (PartKeyOpener, Refusal, UploadRecord) {
+    let cfg = cfg.clone();
+    let slot: Refusal = Arc::default();
+    let record: UploadRecord = Arc::default();
+    let (put, put_record) = (slot.clone(), record.clone());
+    let opener = PartKeyOpener(Arc::new(move |info: &ObjectInfo| {
+        *put_record.lock().unwrap_or_else(|p| p.into_inner()) = info.encryption.clone();
+        let refuse = |e: ApiError| {
+            *put.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+            quarry_object::Error::WrongKey
+        };
+        match (is_sse_c(info), customer.as_ref()) {
+            (true, None) => {
+                return Err(refuse(ApiError::new(
+                    S3ErrorCode::InvalidRequest,
+                    "The multipart upload initiate requested encryption. Subsequent part requests must include the appropriate encryption parameters.",
+                )))
+            }
+            (false, Some(_)) => {
+                return Err(refuse(ApiError::new(
+                    S3ErrorCode::InvalidRequest,
+                    "The multipart upload initiate did not request encryption with a customer key: the encryption parameters are not applicable to its parts.",
+                )))
+            }
+            _ => {}
+        }
+        if !info.is_encrypted() {
+            return Ok(None);
+        }
+        open_key(&cfg, info, customer.as_ref())
+            .map(Some)
+            .map_err(|e| {
+                if customer.is_some() {
+                    refuse(ApiError::new(
+                    S3ErrorCode::InvalidArgument,
+                    "The provided encryption parameters did not match the ones used originally.",
+                ))
+                } else {
+                    refuse(e)
+                }
+            })
+    }));
+    (opener, slot, record)
+}
+
+/// The encryption record of the upload a part was written to (see [`part_opener`]).
+pub(crate) type UploadRecord = Arc<std::sync::Mutex<BTreeMap<String, String>>>;
+
 /// The SSE response headers of an object (PUT, GET, HEAD, copies, multipart).
 pub(crate) fn response_headers(out: &mut HeaderMap, info: &ObjectInfo, customer_md5: Option<&str>) {
-    let rec = &info.encryption;
+    record_headers(out, &info.encryption, customer_md5);
+}
+
+/// The SSE response headers of an encryption record (an object's or an upload's).
+pub(crate) fn record_headers(
+    out: &mut HeaderMap,
+    rec: &BTreeMap<String, String>,
+    customer_md5: Option<&str>,
+) {
     match rec.get(KIND).map(String::as_str) {
         Some(SSE_C) => {
             set_header(out, &format!("{CUSTOMER}algorithm"), AES256);
@@ -629,8 +693,15 @@ pub(crate) async fn bucket_default(
     ctx: &crate::server::ReqCtx,
     bucket: &str,
 ) -> ApiResult<Option<SseRequest>> {
-    let stored = ctx
-        .layer()
+    bucket_default_rule(ctx.layer(), bucket).await
+}
+
+/// [`bucket_default`] outside a request context (browser POST uploads).
+pub(crate) async fn bucket_default_rule(
+    layer: &dyn quarry_object::ObjectLayer,
+    bucket: &str,
+) -> ApiResult<Option<SseRequest>> {
+    let stored = layer
         .get_bucket_config_cached(bucket, BUCKET_ENCRYPTION)
         .await?;
     Ok(
@@ -644,19 +715,39 @@ pub(crate) async fn bucket_default(
     )
 }
 
-/// Writes that cannot encrypt yet (multipart uploads, browser POST uploads, copies) are refused
-/// in a bucket with default encryption rather than stored in clear against its rule.
-pub(crate) async fn refuse_if_bucket_default(
+/// The encryption a new object (a PUT, a copy, a multipart upload) gets from its request's
+/// headers, else from the bucket's default rule, and the SSE-C key MD5 its answers echo.
+pub(crate) async fn for_new_object(
+    ctx: &crate::server::ReqCtx,
+    bucket: &str,
+    key: &str,
+) -> ApiResult<(Option<Encryption>, Option<String>)> {
+    let (headers, cfg) = (&ctx.parts.headers, &ctx.state.sse);
+    encryption_for(headers, ctx.secure(), cfg, ctx.layer(), bucket, key).await
+}
+
+/// [`for_new_object`] of a write's SSE headers `headers` (a browser form's fields).
+pub(crate) async fn encryption_for(
+    headers: &HeaderMap,
+    secure: bool,
+    cfg: &SseConfig,
     layer: &dyn quarry_object::ObjectLayer,
     bucket: &str,
-    what: &str,
-) -> ApiResult<()> {
-    if stored_rule(layer, bucket).await?.is_some() {
-        return Err(ApiError::not_implemented(&format!(
-            "{what} into a bucket with default encryption"
-        )));
-    }
-    Ok(())
+    key: &str,
+) -> ApiResult<(Option<Encryption>, Option<String>)> {
+    let sse = match write_request(headers, secure, cfg)? {
+        Some(r) => Some(r),
+        None => bucket_default_rule(layer, bucket).await?,
+    };
+    let encryption = sse
+        .as_ref()
+        .map(|r| new_encryption(cfg, bucket, key, r, bucket_key_requested(headers)))
+        .transpose()?;
+    let customer_md5 = match &sse {
+        Some(SseRequest::C(c)) => Some(c.md5_b64()),
+        _ => None,
+    };
+    Ok((encryption, customer_md5))
 }
 
 pub(crate) async fn put_bucket_encryption(

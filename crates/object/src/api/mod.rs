@@ -405,6 +405,18 @@ pub trait ObjectLayer: Send + Sync + 'static {
         Err(crate::Error::NotImplemented("GetObject with partNumber"))
     }
 
+    /// [`ObjectLayer::get_object_part`] of an object that may be encrypted, opening its key with
+    /// `opener`.
+    async fn get_object_part_decrypted(
+        &self,
+        _bucket: &str,
+        _key: &str,
+        _part_number: u32,
+        _opener: KeyOpener,
+    ) -> Result<GetObjectReader> {
+        Err(crate::Error::NotImplemented("GetObject with partNumber"))
+    }
+
     /// Copies an object, streaming its bytes (never holding the whole object in memory); the
     /// destination may be the source itself. The copy's ETag is the MD5 of its bytes (the
     /// source's ETag unless the source is multipart), its checksums the source's full-object

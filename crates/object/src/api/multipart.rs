@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use quarry_disk::multipart::MAX_PART_NUMBER;
 
-use super::WritePrecondition;
+use super::{Encryption, ObjectInfo, WritePrecondition};
 
 /// The smallest size of every part but the last (5 MiB), as S3.
 pub const MIN_PART_SIZE: u64 = 5 * 1024 * 1024;
@@ -22,6 +22,26 @@ pub struct NewUploadOptions {
     pub user_meta: BTreeMap<String, String>,
     /// The additional checksum algorithm every part carries, lower-case (e.g. "crc32").
     pub checksum_algorithm: Option<String>,
+    /// Encrypt the object at rest: its record is kept with the upload (the key itself is not;
+    /// every part opens it again with [`PartOptions::key`]). Each part is sealed with its own
+    /// key derived from the object key (see `crate::sse`).
+    pub encryption: Option<Encryption>,
+}
+
+/// Checks a part's request against its upload, given as an [`ObjectInfo`] of the upload's
+/// bucket, key and encryption record (empty: the upload is not encrypted), and opens an
+/// encrypted upload's object key. Its error is the part's answer.
+#[derive(Clone)]
+pub struct PartKeyOpener(pub Arc<OpenPartKey>);
+
+/// See [`PartKeyOpener`].
+pub type OpenPartKey =
+    dyn Fn(&ObjectInfo) -> crate::Result<Option<quarry_crypt::ObjectKey>> + Send + Sync;
+
+impl std::fmt::Debug for PartKeyOpener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PartKeyOpener(..)")
+    }
 }
 
 /// An incremental checksum of a part's bytes, in one algorithm.
@@ -55,6 +75,8 @@ pub struct PartOptions {
     pub content_md5: Option<[u8; 16]>,
     /// Computes the part's checksum when the upload has a checksum algorithm (required then).
     pub hashers: Option<ChecksumHashers>,
+    /// Opens the key of an encrypted upload (required for one: `KeyRequired` without it).
+    pub key: Option<PartKeyOpener>,
 }
 
 /// A committed part.
