@@ -562,7 +562,7 @@ pub fn decide(
                 ids: vec![id.arn.clone()],
             },
             id.policies.iter().map(|p| p.as_ref()).collect(),
-            id.narrowing.as_deref(),
+            id.narrowing.iter().map(|p| p.as_ref()).collect(),
         ),
         Caller::Anonymous => (
             Principal {
@@ -570,7 +570,7 @@ pub fn decide(
                 ids: vec![],
             },
             Vec::new(),
-            None,
+            Vec::new(),
         ),
     };
     let req = Request {
@@ -580,10 +580,16 @@ pub fn decide(
         context: ctx,
     };
     let decision = evaluate(&identity, &resource_policies, &req);
-    match narrowing {
-        Some(p) if decision.is_allowed() => evaluate(&[p], &resource_policies, &req),
-        _ => decision,
+    if !decision.is_allowed() {
+        return decision;
     }
+    // A session's or service account's own policies narrow: each must allow it too.
+    let narrowing: Vec<&Policy> = narrowing;
+    narrowing
+        .iter()
+        .map(|p| evaluate(&[*p], &resource_policies, &req))
+        .find(|d| !d.is_allowed())
+        .unwrap_or(decision)
 }
 
 /// [`allowed`], with the bucket's policy beside the identity's: an explicit deny in either
