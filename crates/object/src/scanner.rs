@@ -299,7 +299,7 @@ pub(crate) fn spawn_scanner(
         let mut pass = 0u64;
         loop {
             pass += 1;
-            let deep = deep_every > 0 && pass % u64::from(deep_every) == 0;
+            let deep = deep_every > 0 && pass.is_multiple_of(u64::from(deep_every));
             if !scan_pass(&sets, &counters, rate, deep).await {
                 return;
             }

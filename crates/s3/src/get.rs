@@ -397,7 +397,7 @@ fn response_overrides(query: &Query) -> ApiResult<Vec<(HeaderName, HeaderValue)>
     Ok(out)
 }
 
-/// A user metadata value no header can carry as it is (a control character): one
+/// A user metadata value as S3 returns it: as stored when it is printable US-ASCII, else as one
 /// RFC 2047 encoded word, `=?UTF-8?B?<base64>?=` ("encoded as per RFC 2047 to make them
 /// mail-safe before returning", S3 User Guide, object metadata). Raw UTF-8 in a header is read as
 /// Latin-1 by some clients and refused by others.
@@ -435,11 +435,15 @@ pub fn object_headers(out: &mut HeaderMap, info: &ObjectInfo, with_checksums: bo
     }
     for (name, value) in &info.user_meta {
         if let Ok(name) = HeaderName::from_bytes(format!("x-amz-meta-{name}").as_bytes()) {
-            // Byte for byte as it came (see `headers::meta_value_text`); a value no header can
-            // carry (a line break from a POST form field) RFC 2047 encoded.
+            // As AWS answers: printable US-ASCII as it is, anything else RFC 2047 encoded. A
+            // value stored from bytes that were not UTF-8 (see `headers::meta_value_text`) is
+            // read as Latin-1, HTTP's historical charset, before it is encoded.
             let raw = crate::headers::meta_value_bytes(value);
-            let header = HeaderValue::from_bytes(&raw)
-                .or_else(|_| HeaderValue::from_str(&meta_header_text(value)));
+            let text = match std::str::from_utf8(&raw) {
+                Ok(t) => std::borrow::Cow::Borrowed(t),
+                Err(_) => std::borrow::Cow::Owned(raw.iter().map(|&b| char::from(b)).collect()),
+            };
+            let header = HeaderValue::from_str(&meta_header_text(&text));
             match header {
                 Ok(v) => {
                     out.append(name, v);
