@@ -238,10 +238,12 @@ async fn retention_and_legal_hold_keep_versions() {
 
     // GOVERNANCE: refused without the bypass, lengthened freely, shortened only with it.
     let v = put(&c, "keep", "gov").await;
+    // One instant, set and compared (taking the time twice fails across a second boundary).
+    let until = in_days(3);
     c.put_object_retention()
         .bucket("keep")
         .key("gov")
-        .retention(retention(ObjectLockRetentionMode::Governance, in_days(3)))
+        .retention(retention(ObjectLockRetentionMode::Governance, until))
         .send()
         .await
         .unwrap();
@@ -255,7 +257,7 @@ async fn retention_and_legal_hold_keep_versions() {
         .retention
         .unwrap();
     assert_eq!(got.mode, Some(ObjectLockRetentionMode::Governance));
-    assert_eq!(got.retain_until_date.unwrap().secs(), in_days(3).secs());
+    assert_eq!(got.retain_until_date.unwrap().secs(), until.secs());
     let shorten = || {
         c.put_object_retention()
             .bucket("keep")
