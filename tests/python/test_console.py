@@ -338,7 +338,7 @@ def test_console_identity(browser, single):
     key_id = css(d, "#new-key-id").text
     secret = d.find_element(By.ID, "new-key-secret").text
     assert key_id and len(secret) >= 20, (key_id, secret)
-    shot(d, "10-new-key")
+    shot(d, "20-identity-new-key")
     d.find_element(By.XPATH, "//dialog//button[text()='I have saved it']").click()
     css(d, f'tr[data-key="{key_id}"]')
 
@@ -364,7 +364,7 @@ def test_console_identity(browser, single):
     d.find_element(By.ID, "create-policy").click()
     text = css(d, "#policy-document").text
     assert f"arn:aws:s3:::{bucket}/*" in text and "s3:GetObject" in text, text
-    shot(d, "11-policy")
+    shot(d, "21-identity-policy")
 
     # Attached to the user from its page.
     d.get(f"{single.console}/#/users/{user}")
@@ -383,7 +383,7 @@ def test_console_identity(browser, single):
     css(d, f'tr[data-user="{user}"]')
     d.get(f"{single.console}/#/users/{user}")
     css(d, f'tr[data-group="{group}"]')
-    shot(d, "12-user")
+    shot(d, "22-identity-user")
 
     # The keys made in the console sign S3 calls as the policy says (the server may take a moment
     # to see a new key on every node; one node here).
@@ -404,7 +404,7 @@ def test_console_identity(browser, single):
     d.get(f"{single.console}/#/users")
     err = css(d, "main .error")
     assert "AccessDenied" in err.text, err.text
-    shot(d, "13-identity-refused")
+    shot(d, "23-identity-refused")
     d.find_element(By.ID, "signout").click()
     css(d, "#access-key")
 
