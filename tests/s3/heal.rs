@@ -314,7 +314,7 @@ async fn get_p99_ms(c: &aws_sdk_s3::Client, keys: &[String], rounds: usize) -> f
 }
 
 #[tokio::test]
-#[ignore = "failed once on its post-heal checks (panic message lost); the heal itself resumed and verified clean in that run: see /work/notes/heal2.md"]
+#[ignore = "open bug (issue 21): the drive heal resumes, verifies 0 missing and every file on the replaced drive is byte-identical, yet the heal job run after it still heals one object (obj/04) on that drive; find which check disagrees before this runs in CI"]
 async fn a_replaced_drive_is_healed_in_the_background_and_resumes_after_a_kill() {
     const SECOND: &str = "second";
     let mut s = TestServer::start_cluster(4, 1, 4).await;
