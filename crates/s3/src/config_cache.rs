@@ -7,6 +7,7 @@
 //! read that fails (no quorum) is the caller's error and is not cached.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,12 +36,16 @@ type CacheEntry<T> = (Instant, Option<Arc<T>>);
 /// Parsed documents of one kind, by bucket.
 pub(crate) struct ConfigCache<T> {
     entries: Mutex<HashMap<String, CacheEntry<T>>>,
+    /// Counts invalidations: a read that began before one (and may have read the old document)
+    /// does not fill the cache with what it read.
+    generation: AtomicU64,
 }
 
 impl<T> Default for ConfigCache<T> {
     fn default() -> Self {
         Self {
             entries: Mutex::new(HashMap::new()),
+            generation: AtomicU64::new(0),
         }
     }
 }
@@ -56,6 +61,7 @@ impl<T: CachedConfig> ConfigCache<T> {
         if let Some(hit) = self.lookup(bucket) {
             return Ok(hit);
         }
+        let generation = self.generation.load(Ordering::Acquire);
         let value = match layer.get_bucket_config(bucket, T::NAME).await {
             Ok(Some(raw)) => match T::parse(bucket, &raw) {
                 Ok(v) => Some(Arc::new(v)),
@@ -68,10 +74,13 @@ impl<T: CachedConfig> ConfigCache<T> {
             Err(e) => return Err(e),
         };
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if entries.len() >= CACHE_ENTRIES {
-            entries.clear();
+        // Checked under the lock `invalidate` bumps it under: no invalidation slips between.
+        if self.generation.load(Ordering::Acquire) == generation {
+            if entries.len() >= CACHE_ENTRIES {
+                entries.clear();
+            }
+            entries.insert(bucket.to_owned(), (Instant::now(), value.clone()));
         }
-        entries.insert(bucket.to_owned(), (Instant::now(), value.clone()));
         Ok(value)
     }
 
@@ -86,6 +95,7 @@ impl<T: CachedConfig> ConfigCache<T> {
     /// Forgets a bucket (its document just changed on this node, or the bucket was deleted).
     pub(crate) fn invalidate(&self, bucket: &str) {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
+        self.generation.fetch_add(1, Ordering::AcqRel);
         entries.remove(bucket);
     }
 }
