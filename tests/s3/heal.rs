@@ -57,6 +57,35 @@ fn drive_files_of(drive: &Path, buckets: &[&str]) -> BTreeMap<PathBuf, Vec<u8>> 
     out
 }
 
+/// Every file of `before` is in `after` with the same bytes, and nothing else is.
+fn assert_same_files(before: &BTreeMap<PathBuf, Vec<u8>>, after: &BTreeMap<PathBuf, Vec<u8>>) {
+    let missing: Vec<_> = before.keys().filter(|p| !after.contains_key(*p)).collect();
+    let extra: Vec<_> = after.keys().filter(|p| !before.contains_key(*p)).collect();
+    let differ: Vec<_> = before
+        .iter()
+        .filter(|(p, b)| after.get(*p).is_some_and(|a| a != *b))
+        .map(|(p, _)| p)
+        .collect();
+    assert!(
+        missing.is_empty() && extra.is_empty() && differ.is_empty(),
+        "missing {missing:?}\nextra {extra:?}\ndiffer {differ:?}"
+    );
+}
+
+/// A heal job run now heals nothing and finds nothing missing.
+async fn assert_heal_finds_nothing(s: &TestServer) {
+    let again = heal_job(s).await;
+    assert_eq!(
+        (
+            again["report"]["healed"].as_u64(),
+            again["bucket_items_healed"].as_u64(),
+            again["verify_missing"].as_u64()
+        ),
+        (Some(0), Some(0), Some(0)),
+        "{again}"
+    );
+}
+
 async fn heal_job(s: &TestServer) -> serde_json::Value {
     let endpoint = s.endpoint();
     let mut cmd = tokio::process::Command::new(quarry_bin());
@@ -225,29 +254,10 @@ async fn a_wiped_drive_is_healed_to_exactly_what_the_others_imply() {
 
     // Every file is back, byte for byte.
     let after = drive_files(&drive);
-    let missing: Vec<_> = before.keys().filter(|p| !after.contains_key(*p)).collect();
-    let extra: Vec<_> = after.keys().filter(|p| !before.contains_key(*p)).collect();
-    let differ: Vec<_> = before
-        .iter()
-        .filter(|(p, b)| after.get(*p).is_some_and(|a| a != *b))
-        .map(|(p, _)| p)
-        .collect();
-    assert!(
-        missing.is_empty() && extra.is_empty() && differ.is_empty(),
-        "missing {missing:?}\nextra {extra:?}\ndiffer {differ:?}"
-    );
+    assert_same_files(&before, &after);
 
     // A second heal finds nothing.
-    let again = heal_job(&s).await;
-    assert_eq!(
-        (
-            again["report"]["healed"].as_u64(),
-            again["bucket_items_healed"].as_u64(),
-            again["verify_missing"].as_u64()
-        ),
-        (Some(0), Some(0), Some(0)),
-        "{again}"
-    );
+    assert_heal_finds_nothing(&s).await;
 
     // The uploads complete, and read back whole.
     for (key, id, etag, data) in &uploads {
@@ -454,29 +464,10 @@ async fn a_replaced_drive_is_healed_in_the_background_and_resumes_after_a_kill()
 
     // Every file is back, byte for byte.
     let after = drive_files_of(&drive, &[BUCKET, SECOND]);
-    let missing: Vec<_> = before.keys().filter(|p| !after.contains_key(*p)).collect();
-    let extra: Vec<_> = after.keys().filter(|p| !before.contains_key(*p)).collect();
-    let differ: Vec<_> = before
-        .iter()
-        .filter(|(p, b)| after.get(*p).is_some_and(|a| a != *b))
-        .map(|(p, _)| p)
-        .collect();
-    assert!(
-        missing.is_empty() && extra.is_empty() && differ.is_empty(),
-        "missing {missing:?}\nextra {extra:?}\ndiffer {differ:?}"
-    );
+    assert_same_files(&before, &after);
 
     // A second heal finds nothing.
-    let again = heal_job(&s).await;
-    assert_eq!(
-        (
-            again["report"]["healed"].as_u64(),
-            again["bucket_items_healed"].as_u64(),
-            again["verify_missing"].as_u64()
-        ),
-        (Some(0), Some(0), Some(0)),
-        "{again}"
-    );
+    assert_heal_finds_nothing(&s).await;
     // The upload completes, and everything reads back through the replaced drive's node.
     c3.complete_multipart_upload()
         .bucket(BUCKET)
