@@ -426,3 +426,199 @@ async fn list_1001_versions_one_by_one() {
     }
     assert_eq!(seen, written);
 }
+
+/// The status and error code of a DeleteObject, or 204 and None.
+async fn delete_status(
+    c: &Client,
+    bucket: &str,
+    key: &str,
+    f: impl FnOnce(
+        quarry_integration::aws_sdk_s3::operation::delete_object::builders::DeleteObjectFluentBuilder,
+    ) -> quarry_integration::aws_sdk_s3::operation::delete_object::builders::DeleteObjectFluentBuilder,
+) -> (u16, Option<String>) {
+    match f(c.delete_object().bucket(bucket).key(key)).send().await {
+        Ok(_) => (204, None),
+        Err(e) => (
+            error_status(&e).unwrap_or_else(|| panic!("no response: {e:?}")),
+            error_code(&e),
+        ),
+    }
+}
+
+/// Conditional deletes (`If-Match`, `x-amz-if-match-last-modified-time`, `x-amz-if-match-size`,
+/// and DeleteObjects' `ETag`): a condition that fails is 412 and deletes nothing; a missing key
+/// is not an error and gets no delete marker; a latest delete marker matches only `*`.
+#[tokio::test]
+async fn conditional_deletes_check_the_version_they_delete() {
+    let s = TestServer::start(4).await;
+    let c = s.client();
+    let failed = (412, Some("PreconditionFailed".to_owned()));
+    let ok = (204, None);
+
+    // Unversioned: each refusal beside the request that passes.
+    s.create_bucket("cdel").await;
+    let etag = put_bytes(&c, "cdel", "k", b"twelve bytes").await;
+    let head = c
+        .head_object()
+        .bucket("cdel")
+        .key("k")
+        .send()
+        .await
+        .unwrap();
+    let mtime = *head.last_modified().unwrap();
+    let old = quarry_integration::aws_sdk_s3::primitives::DateTime::from_secs(1_420_070_400);
+    assert_eq!(
+        delete_status(&c, "cdel", "k", |d| d.if_match("\"bad\"")).await,
+        failed
+    );
+    assert_eq!(
+        delete_status(&c, "cdel", "k", |d| d.if_match_size(9999)).await,
+        failed
+    );
+    assert_eq!(
+        delete_status(&c, "cdel", "k", |d| d.if_match_last_modified_time(old)).await,
+        failed
+    );
+    assert_eq!(get_bytes(&c, "cdel", "k").await, b"twelve bytes");
+    let both = |d: quarry_integration::aws_sdk_s3::operation::delete_object::builders::DeleteObjectFluentBuilder| {
+        d.if_match(&etag).if_match_size(12).if_match_last_modified_time(mtime)
+    };
+    assert_eq!(delete_status(&c, "cdel", "k", both).await, ok);
+    assert!(c
+        .head_object()
+        .bucket("cdel")
+        .key("k")
+        .send()
+        .await
+        .is_err());
+    // Gone: no condition can fail on it.
+    assert_eq!(
+        delete_status(&c, "cdel", "k", |d| d.if_match("\"bad\"")).await,
+        ok
+    );
+
+    // Versioned: the latest version, a named version, and a delete marker.
+    s.create_bucket("cdelv").await;
+    set_versioning(&c, "cdelv", BucketVersioningStatus::Enabled).await;
+    assert_eq!(
+        delete_status(&c, "cdelv", "none", |d| d.if_match("*")).await,
+        ok
+    );
+    let listed = c
+        .list_object_versions()
+        .bucket("cdelv")
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        listed.delete_markers().is_empty(),
+        "a conditional delete of a missing key adds no marker"
+    );
+    let v1 = put(&c, "cdelv", "k", b"one").await.unwrap();
+    let v2 = put(&c, "cdelv", "k", b"second").await.unwrap();
+    let head = c
+        .head_object()
+        .bucket("cdelv")
+        .key("k")
+        .version_id(&v1)
+        .send()
+        .await
+        .unwrap();
+    let v1_etag = head.e_tag().unwrap().to_owned();
+    // v1's ETag is not the latest's.
+    assert_eq!(
+        delete_status(&c, "cdelv", "k", |d| d.if_match(&v1_etag)).await,
+        failed
+    );
+    assert_eq!(
+        delete_status(&c, "cdelv", "k", |d| d.version_id(&v1).if_match_size(6)).await,
+        failed
+    );
+    assert_eq!(
+        delete_status(&c, "cdelv", "k", |d| d
+            .version_id(&v1)
+            .if_match(&v1_etag)
+            .if_match_size(3))
+        .await,
+        ok
+    );
+    let versions = c
+        .list_object_versions()
+        .bucket("cdelv")
+        .send()
+        .await
+        .unwrap();
+    let ids: Vec<_> = versions
+        .versions()
+        .iter()
+        .filter_map(|v| v.version_id())
+        .collect();
+    assert_eq!(ids, [v2.as_str()]);
+    // The latest is v2 (6 bytes): a marker goes on top.
+    let out = c
+        .delete_object()
+        .bucket("cdelv")
+        .key("k")
+        .if_match_size(6)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.delete_marker(), Some(true));
+    // The latest is now a marker: only `*` matches it.
+    assert_eq!(
+        delete_status(&c, "cdelv", "k", |d| d.if_match("\"x\"")).await,
+        failed
+    );
+    assert_eq!(
+        delete_status(&c, "cdelv", "k", |d| d.if_match_size(0)).await,
+        failed
+    );
+    assert_eq!(
+        delete_status(&c, "cdelv", "k", |d| d.if_match("*")).await,
+        ok
+    );
+
+    // DeleteObjects: a failed condition is that key's error entry; the others are deleted.
+    put(&c, "cdelv", "a", b"aaa").await;
+    let b_etag = c
+        .put_object()
+        .bucket("cdelv")
+        .key("b")
+        .body(b"bbb".to_vec().into())
+        .send()
+        .await
+        .unwrap()
+        .e_tag
+        .unwrap();
+    let out = c
+        .delete_objects()
+        .bucket("cdelv")
+        .delete(
+            Delete::builder()
+                .objects(
+                    ObjectIdentifier::builder()
+                        .key("a")
+                        .e_tag("\"bad\"")
+                        .build()
+                        .unwrap(),
+                )
+                .objects(
+                    ObjectIdentifier::builder()
+                        .key("b")
+                        .e_tag(&b_etag)
+                        .size(3)
+                        .build()
+                        .unwrap(),
+                )
+                .build()
+                .unwrap(),
+        )
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("DeleteObjects: {}", describe(&e)));
+    let errors: Vec<_> = out.errors().iter().map(|e| (e.key(), e.code())).collect();
+    assert_eq!(errors, [(Some("a"), Some("PreconditionFailed"))]);
+    let deleted: Vec<_> = out.deleted().iter().map(|d| d.key()).collect();
+    assert_eq!(deleted, [Some("b")]);
+    assert_eq!(get_bytes(&c, "cdelv", "a").await, b"aaa");
+}

@@ -723,6 +723,17 @@ impl ErasureSet {
         if let Some(p) = precondition {
             self.check_precondition(bucket, key, p).await?;
         }
+        Ok(self.commit_locked(tmp_id, bucket, key, metas).await)
+    }
+
+    /// [`Self::commit`] for a caller that holds the key's lock.
+    pub(crate) async fn commit_locked(
+        &self,
+        tmp_id: Uuid,
+        bucket: &str,
+        key: &str,
+        metas: &[Option<ObjectMeta>],
+    ) -> Vec<std::result::Result<(), DriveError>> {
         let jobs = self.drives.iter().zip(metas).map(|(d, m)| {
             let d = d.clone();
             async move {
@@ -735,7 +746,7 @@ impl ErasureSet {
                 }
             }
         });
-        Ok(futures::future::join_all(jobs).await)
+        futures::future::join_all(jobs).await
     }
 
     /// Evaluates a conditional write against the object's current version. Also called before

@@ -756,20 +756,22 @@ impl ObjectLayer for ErasureServer {
     ) -> Result<DeleteResult> {
         let set = self.object_set(bucket, key)?;
         if let Some(v) = version {
-            return set
-                .delete_version(bucket, key, v, opts.bypass_governance)
-                .await;
+            return set.delete_version(bucket, key, v, &opts).await;
         }
+        let precondition = opts.precondition.as_ref();
         match self.versioning(bucket).await? {
             VersioningState::Unversioned => set
-                .delete_object(bucket, key)
+                .delete_object_if(bucket, key, precondition)
                 .await
                 .map(|()| DeleteResult::default()),
             VersioningState::Enabled => {
-                set.add_delete_marker(bucket, key, Some(set.new_id())).await
+                set.add_delete_marker(bucket, key, Some(set.new_id()), precondition)
+                    .await
             }
             // A null delete marker replaces the null version; other versions stay.
-            VersioningState::Suspended => set.add_delete_marker(bucket, key, None).await,
+            VersioningState::Suspended => {
+                set.add_delete_marker(bucket, key, None, precondition).await
+            }
         }
     }
 

@@ -472,7 +472,23 @@ impl ErasureSet {
     }
 
     pub async fn delete_object(&self, bucket: &str, key: &str) -> Result<()> {
+        self.delete_object_if(bucket, key, None).await
+    }
+
+    /// Deletes the key (an unversioned bucket's), if `precondition` holds for it.
+    pub(crate) async fn delete_object_if(
+        &self,
+        bucket: &str,
+        key: &str,
+        precondition: Option<&crate::api::DeletePrecondition>,
+    ) -> Result<()> {
         let _guard = self.locks.lock(&format!("{bucket}/{key}")).await?;
+        if let Some(p) = precondition {
+            let target = self.latest_for_delete(bucket, key).await?;
+            if p.check(target.as_ref()) == crate::api::DeleteCheck::Refuse {
+                return Err(Error::PreconditionFailed);
+            }
+        }
         let answers = on_all(&self.drives, |d| {
             let (b, k) = (bucket.to_string(), key.to_string());
             async move { d.delete_object(&b, &k).await }

@@ -10,7 +10,8 @@ use quarry_disk::{DriveError, ObjectMeta, META_VERSION};
 use uuid::Uuid;
 
 use crate::api::{
-    DeleteResult, ListOptions, ListVersionsOptions, ListVersionsResult, ObjectInfo, VersionId,
+    DeleteCheck, DeleteOptions, DeletePrecondition, DeleteResult, ListOptions, ListVersionsOptions,
+    ListVersionsResult, ObjectInfo, VersionId,
 };
 use crate::error::{Error, Result};
 use crate::put::erasure_info;
@@ -78,11 +79,14 @@ impl ErasureSet {
 
     /// Adds a delete marker as the key's latest version: `id` `None` is the null marker of a
     /// suspended bucket (it replaces the null version, and that version's data goes).
+    /// With a `precondition`, the marker is added only if it holds for the latest version, and
+    /// not at all when the key has no version.
     pub(crate) async fn add_delete_marker(
         &self,
         bucket: &str,
         key: &str,
         id: Option<Uuid>,
+        precondition: Option<&DeletePrecondition>,
     ) -> Result<DeleteResult> {
         self.require_bucket_for_write(bucket).await?;
         let erasure = self.new_erasure()?;
@@ -111,9 +115,21 @@ impl ErasureSet {
             })
             .collect();
         let need = self.set_write_quorum();
-        let committed = self
-            .commit(self.new_id(), bucket, key, &metas, None)
-            .await?;
+        let committed = match precondition {
+            None => {
+                self.commit(self.new_id(), bucket, key, &metas, None)
+                    .await?
+            }
+            Some(p) => {
+                let _guard = self.locks.lock(&format!("{bucket}/{key}")).await?;
+                match p.check(self.latest_for_delete(bucket, key).await?.as_ref()) {
+                    DeleteCheck::Proceed => {}
+                    DeleteCheck::Nothing => return Ok(DeleteResult::default()),
+                    DeleteCheck::Refuse => return Err(Error::PreconditionFailed),
+                }
+                self.commit_locked(self.new_id(), bucket, key, &metas).await
+            }
+        };
         let ok = count_ok(&committed);
         if ok < need {
             return Err(write_failed(ok, need, count_full(&committed)));
@@ -137,14 +153,27 @@ impl ErasureSet {
         bucket: &str,
         key: &str,
         version: VersionId,
-        bypass_governance: bool,
+        opts: &DeleteOptions,
     ) -> Result<DeleteResult> {
+        let bypass_governance = opts.bypass_governance;
         let _guard = self.locks.lock(&format!("{bucket}/{key}")).await?;
         let copies = on_all(&self.drives, |d| {
             let (b, k) = (bucket.to_string(), key.to_string());
             async move { d.read_version(&b, &k, version.stored()).await }
         })
         .await;
+        if let Some(p) = &opts.precondition {
+            let target = match pick_meta(&copies, self.set_write_quorum()) {
+                MetaQuorum::Found { meta, .. } => Some(object_info(bucket, key, &meta)),
+                MetaQuorum::NotFound => None,
+                MetaQuorum::NoQuorum { have, need } => {
+                    return Err(Error::ReadQuorum { have, need })
+                }
+            };
+            if p.check(target.as_ref()) == DeleteCheck::Refuse {
+                return Err(Error::PreconditionFailed);
+            }
+        }
         let now_ms = self.now_ns().div_euclid(1_000_000);
         for copy in copies.iter().flatten() {
             if let Some(why) =
@@ -184,6 +213,20 @@ impl ErasureSet {
             version_id: Some(version),
             delete_marker,
         })
+    }
+
+    /// The latest version of a key as a conditional delete sees it, a delete marker included;
+    /// `None` when the key has no version.
+    pub(crate) async fn latest_for_delete(
+        &self,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<ObjectInfo>> {
+        match self.read_meta_quorum(bucket, key).await {
+            Ok((meta, _, _)) => Ok(Some(object_info(bucket, key, &meta))),
+            Err(Error::ObjectNotFound) => Ok(None),
+            Err(e) => Err(e),
+        }
     }
 
     /// Every version of a key that a read quorum of drives agrees on, newest first, with

@@ -4,7 +4,9 @@
 use axum::response::Response;
 use futures::StreamExt;
 use md5::{Digest, Md5};
-use quarry_object::{DeleteOptions, DeleteResult, VersionId};
+use quarry_object::{DeleteOptions, DeletePrecondition, DeleteResult, VersionId};
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
 
 use crate::api_error::{object_error, ApiError, ApiResult};
 use crate::error::S3ErrorCode;
@@ -25,8 +27,10 @@ pub async fn delete_object(
     key: &str,
     version: Option<VersionId>,
 ) -> ApiResult<Response> {
+    let condition = delete_precondition(&ctx.parts.headers)?;
     let opts = DeleteOptions {
         bypass_governance: crate::object_lock::bypass_governance(ctx),
+        precondition: (!condition.is_empty()).then_some(condition),
     };
     let result = ctx
         .layer()
@@ -35,11 +39,59 @@ pub async fn delete_object(
     Ok(crate::versioning::delete_response(&result))
 }
 
-/// One object named in a `<Delete>` document.
+/// A conditional DeleteObject's headers: `If-Match`, `x-amz-if-match-last-modified-time` (an
+/// HTTP date or ISO 8601) and `x-amz-if-match-size`. A value that does not parse is
+/// `InvalidArgument`.
+fn delete_precondition(headers: &http::HeaderMap) -> ApiResult<DeletePrecondition> {
+    let text = |name: &str| -> ApiResult<Option<&str>> {
+        headers
+            .get(name)
+            .map(|v| {
+                v.to_str()
+                    .map_err(|_| ApiError::invalid_argument(format!("{name} is not valid text.")))
+            })
+            .transpose()
+    };
+    const MTIME: &str = "x-amz-if-match-last-modified-time";
+    const SIZE: &str = "x-amz-if-match-size";
+    Ok(DeletePrecondition {
+        etag: text("if-match")?.map(str::to_owned),
+        mod_time_s: text(MTIME)?
+            .map(|v| {
+                timestamp_seconds(v).ok_or_else(|| {
+                    ApiError::invalid_argument(format!("{MTIME} is not a valid date."))
+                })
+            })
+            .transpose()?,
+        size: text(SIZE)?
+            .map(|v| {
+                v.trim().parse::<u64>().map_err(|_| {
+                    ApiError::invalid_argument(format!("{SIZE} must be a non-negative integer."))
+                })
+            })
+            .transpose()?,
+    })
+}
+
+/// A time as S3 clients send it in a header (an HTTP date) or in XML (ISO 8601), in whole
+/// seconds since the epoch.
+fn timestamp_seconds(s: &str) -> Option<i64> {
+    let s = s.trim();
+    if let Ok(t) = httpdate::parse_http_date(s) {
+        return Some(OffsetDateTime::from(t).unix_timestamp());
+    }
+    OffsetDateTime::parse(s, &Rfc3339)
+        .ok()
+        .map(OffsetDateTime::unix_timestamp)
+}
+
+/// One object named in a `<Delete>` document, with its conditions (`ETag`, `LastModifiedTime`,
+/// `Size`), if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeleteTarget {
     pub key: String,
     pub version_id: Option<String>,
+    pub condition: DeletePrecondition,
 }
 
 /// A parsed `<Delete>` request body.
@@ -88,9 +140,29 @@ pub fn parse_delete(body: &[u8]) -> ApiResult<DeleteRequest> {
         let key = object
             .child("Key")
             .ok_or_else(|| malformed("an Object without a Key"))?;
+        let condition = DeletePrecondition {
+            etag: object.child("ETag").map(|e| e.text.trim().to_owned()),
+            mod_time_s: object
+                .child("LastModifiedTime")
+                .map(|t| {
+                    timestamp_seconds(&t.text)
+                        .ok_or_else(|| malformed("LastModifiedTime is not an ISO 8601 date"))
+                })
+                .transpose()?,
+            size: object
+                .child("Size")
+                .map(|n| {
+                    n.text
+                        .trim()
+                        .parse::<u64>()
+                        .map_err(|_| malformed("Size is not a non-negative integer"))
+                })
+                .transpose()?,
+        };
         objects.push(DeleteTarget {
             key: key.text.clone(),
             version_id: object.child("VersionId").map(|v| v.text.trim().to_owned()),
+            condition,
         });
     }
     if objects.is_empty() || objects.len() > MAX_DELETE_KEYS {
@@ -183,6 +255,7 @@ async fn delete_one(ctx: &ReqCtx, bucket: &str, target: DeleteTarget) -> DeleteO
     }
     let opts = DeleteOptions {
         bypass_governance: crate::object_lock::bypass_governance(ctx),
+        precondition: (!target.condition.is_empty()).then(|| target.condition.clone()),
     };
     match ctx
         .layer()
@@ -209,6 +282,7 @@ mod tests {
         DeleteTarget {
             key: key.into(),
             version_id: None,
+            condition: DeletePrecondition::default(),
         }
     }
 
@@ -228,7 +302,8 @@ mod tests {
                 target("a b"),
                 DeleteTarget {
                     key: " x&y ".into(),
-                    version_id: Some("null".into())
+                    version_id: Some("null".into()),
+                    condition: DeletePrecondition::default(),
                 }
             ]
         );
@@ -237,6 +312,61 @@ mod tests {
                 .unwrap()
                 .quiet
         );
+    }
+
+    #[test]
+    fn delete_conditions_are_parsed() {
+        let body = br#"<Delete><Object><Key>k</Key><ETag>"e1"</ETag>
+            <LastModifiedTime>2015-01-01T00:00:00.000Z</LastModifiedTime><Size>5</Size></Object>
+            <Object><Key>j</Key></Object></Delete>"#;
+        let req = parse_delete(body).unwrap();
+        assert_eq!(
+            req.objects[0].condition,
+            DeletePrecondition {
+                etag: Some("\"e1\"".into()),
+                mod_time_s: Some(1_420_070_400),
+                size: Some(5),
+            }
+        );
+        assert!(req.objects[1].condition.is_empty());
+        for bad in [
+            "<Size>-1</Size>",
+            "<LastModifiedTime>yesterday</LastModifiedTime>",
+        ] {
+            let body = format!("<Delete><Object><Key>k</Key>{bad}</Object></Delete>");
+            assert_eq!(
+                parse_delete(body.as_bytes()).unwrap_err().code(),
+                S3ErrorCode::MalformedXML,
+                "{bad}"
+            );
+        }
+        let mut headers = http::HeaderMap::new();
+        headers.insert("if-match", "\"e2\"".parse().unwrap());
+        headers.insert(
+            "x-amz-if-match-last-modified-time",
+            "Thu, 01 Jan 2015 00:00:00 GMT".parse().unwrap(),
+        );
+        headers.insert("x-amz-if-match-size", "0".parse().unwrap());
+        assert_eq!(
+            delete_precondition(&headers).unwrap(),
+            DeletePrecondition {
+                etag: Some("\"e2\"".into()),
+                mod_time_s: Some(1_420_070_400),
+                size: Some(0),
+            }
+        );
+        for (name, value) in [
+            ("x-amz-if-match-size", "big"),
+            ("x-amz-if-match-last-modified-time", "soon"),
+        ] {
+            let mut h = http::HeaderMap::new();
+            h.insert(name, value.parse().unwrap());
+            assert_eq!(
+                delete_precondition(&h).unwrap_err().code(),
+                S3ErrorCode::InvalidArgument,
+                "{name}"
+            );
+        }
     }
 
     #[test]

@@ -188,11 +188,121 @@ pub fn deletion_refused(
 pub struct DeleteOptions {
     /// `x-amz-bypass-governance-retention`, from a caller allowed to use it.
     pub bypass_governance: bool,
+    /// A conditional delete's conditions, checked under the key's lock.
+    pub precondition: Option<DeletePrecondition>,
+}
+
+/// The conditions of a conditional delete: `If-Match`, `x-amz-if-match-last-modified-time` and
+/// `x-amz-if-match-size` on DeleteObject, or an `<Object>`'s `ETag`, `LastModifiedTime` and
+/// `Size` in DeleteObjects. They are checked against the version the delete acts on (the one
+/// named, else the latest), atomically with the delete. Every condition given must hold.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeletePrecondition {
+    /// An ETag (quoted or bare), a comma-separated list of them, or `*` (any version).
+    pub etag: Option<String>,
+    /// The version's last-modified time, in whole seconds since the epoch.
+    pub mod_time_s: Option<i64>,
+    /// The version's size in bytes (an encrypted object's plaintext size).
+    pub size: Option<u64>,
+}
+
+/// What a conditional delete finds at its target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeleteCheck {
+    /// The conditions hold: delete.
+    Proceed,
+    /// There is nothing to delete (no such key or version): succeed without deleting, as a
+    /// delete of a missing key does (no delete marker is added for it).
+    Nothing,
+    /// A condition does not hold: `PreconditionFailed`.
+    Refuse,
+}
+
+impl DeletePrecondition {
+    /// Whether the request set no condition at all.
+    pub fn is_empty(&self) -> bool {
+        self.etag.is_none() && self.mod_time_s.is_none() && self.size.is_none()
+    }
+
+    /// Checks the conditions against the version the delete acts on (`None`: there is none).
+    /// A delete marker has no ETag, size or content: only `If-Match: *` matches it (the key
+    /// still exists, as a deleted one).
+    pub fn check(&self, target: Option<&ObjectInfo>) -> DeleteCheck {
+        let Some(t) = target else {
+            return DeleteCheck::Nothing;
+        };
+        let holds = if t.delete_marker {
+            self.mod_time_s.is_none()
+                && self.size.is_none()
+                && self.etag.as_deref().is_none_or(|e| e.trim() == "*")
+        } else {
+            self.etag
+                .as_deref()
+                .is_none_or(|e| crate::put::etag_matches(e, &t.etag))
+                && self
+                    .mod_time_s
+                    .is_none_or(|s| t.mod_time_ns.div_euclid(1_000_000_000) == s)
+                && self.size.is_none_or(|s| t.size == s)
+        };
+        if holds {
+            DeleteCheck::Proceed
+        } else {
+            DeleteCheck::Refuse
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn delete_conditions_check_the_target_version() {
+        let object = ObjectInfo {
+            size: 12,
+            mod_time_ns: 1_700_000_000_900_000_000,
+            etag: "abc".into(),
+            ..Default::default()
+        };
+        let marker = ObjectInfo {
+            delete_marker: true,
+            ..Default::default()
+        };
+        let cond = |etag: Option<&str>, mod_time_s, size| DeletePrecondition {
+            etag: etag.map(str::to_owned),
+            mod_time_s,
+            size,
+        };
+        assert!(cond(None, None, None).is_empty());
+        let all = cond(Some("\"abc\""), Some(1_700_000_000), Some(12));
+        assert!(!all.is_empty());
+        assert_eq!(all.check(Some(&object)), DeleteCheck::Proceed);
+        assert_eq!(all.check(None), DeleteCheck::Nothing);
+        for bad in [
+            cond(Some("\"abd\""), Some(1_700_000_000), Some(12)),
+            cond(Some("abc"), Some(1_700_000_001), Some(12)),
+            cond(Some("abc"), Some(1_700_000_000), Some(13)),
+        ] {
+            assert_eq!(bad.check(Some(&object)), DeleteCheck::Refuse, "{bad:?}");
+        }
+        assert_eq!(
+            cond(Some("*"), None, None).check(Some(&object)),
+            DeleteCheck::Proceed
+        );
+        // A delete marker: only `*`.
+        assert_eq!(
+            cond(Some("*"), None, None).check(Some(&marker)),
+            DeleteCheck::Proceed
+        );
+        for bad in [
+            cond(Some("abc"), None, None),
+            cond(None, Some(0), None),
+            cond(None, None, Some(0)),
+            cond(Some("*"), None, Some(0)),
+        ] {
+            assert_eq!(bad.check(Some(&marker)), DeleteCheck::Refuse, "{bad:?}");
+        }
+    }
 
     #[test]
     fn locks_refuse_deletion_as_s3() {
