@@ -622,3 +622,51 @@ async fn conditional_deletes_check_the_version_they_delete() {
     assert_eq!(deleted, [Some("b")]);
     assert_eq!(get_bytes(&c, "cdelv", "a").await, b"aaa");
 }
+
+/// GetObjectAttributes reads the version named (and says which), the latest without one; a
+/// latest delete marker is 404 with the marker header, a named marker 405.
+#[tokio::test]
+async fn object_attributes_of_a_version() {
+    use quarry_integration::aws_sdk_s3::types::ObjectAttributes;
+    let s = TestServer::start(4).await;
+    let c = s.client();
+    s.create_bucket("attrv").await;
+    set_versioning(&c, "attrv", BucketVersioningStatus::Enabled).await;
+    let v1 = put(&c, "attrv", "k", b"foo").await.unwrap();
+    let v2 = put(&c, "attrv", "k", b"longer").await.unwrap();
+    let attrs = |version: Option<&str>| {
+        c.get_object_attributes()
+            .bucket("attrv")
+            .key("k")
+            .set_version_id(version.map(str::to_owned))
+            .object_attributes(ObjectAttributes::ObjectSize)
+            .object_attributes(ObjectAttributes::Etag)
+            .send()
+    };
+    let old = attrs(Some(&v1)).await.unwrap();
+    assert_eq!(
+        (old.object_size(), old.version_id()),
+        (Some(3), Some(v1.as_str()))
+    );
+    let latest = attrs(None).await.unwrap();
+    assert_eq!(
+        (latest.object_size(), latest.version_id()),
+        (Some(6), Some(v2.as_str()))
+    );
+    let marker = c
+        .delete_object()
+        .bucket("attrv")
+        .key("k")
+        .send()
+        .await
+        .unwrap();
+    let marker = marker.version_id().unwrap().to_owned();
+    let e = attrs(None).await.unwrap_err();
+    assert_eq!(error_status(&e), Some(404));
+    let raw = e.raw_response().unwrap();
+    assert_eq!(raw.headers().get("x-amz-delete-marker"), Some("true"));
+    let e = attrs(Some(&marker)).await.unwrap_err();
+    assert_eq!(error_status(&e), Some(405));
+    // The older version still reads by id.
+    assert_eq!(attrs(Some(&v1)).await.unwrap().object_size(), Some(3));
+}

@@ -836,8 +836,11 @@ impl ErasureSet {
         &self,
         bucket: &str,
         key: &str,
+        version: Option<crate::api::VersionId>,
     ) -> Result<(ObjectInfo, Vec<crate::api::ObjectPart>)> {
-        let (meta, _, _) = self.read_meta_quorum(bucket, key).await?;
+        // A delete marker has no parts: the latest is `LatestIsDeleteMarker`, a named one
+        // `VersionIsDeleteMarker`, as for GET.
+        let (meta, _) = self.resolve_version(bucket, key, version).await?;
         let parts = meta
             .parts
             .iter()

@@ -1008,9 +1008,14 @@ impl ObjectLayer for ErasureServer {
             .await
     }
 
-    async fn object_parts(&self, bucket: &str, key: &str) -> Result<(ObjectInfo, Vec<ObjectPart>)> {
+    async fn object_parts(
+        &self,
+        bucket: &str,
+        key: &str,
+        version: Option<VersionId>,
+    ) -> Result<(ObjectInfo, Vec<ObjectPart>)> {
         self.object_set(bucket, key)?
-            .object_parts(bucket, key)
+            .object_parts(bucket, key, version)
             .await
     }
 

@@ -7,11 +7,12 @@
 use axum::response::Response;
 use http::header::LAST_MODIFIED;
 use http::HeaderMap;
-use quarry_object::{ObjectInfo, ObjectPart};
+use quarry_object::{ObjectInfo, ObjectPart, VersionId};
 
 use crate::api_error::{ApiError, ApiResult};
 use crate::headers::set_header;
 use crate::server::ReqCtx;
+use crate::versioning::version_header;
 use crate::xml::{checksum_element, checksum_type, http_date, xml_response, XmlWriter};
 
 /// The attributes a request may ask for.
@@ -82,16 +83,31 @@ fn paging(headers: &HeaderMap) -> ApiResult<(usize, u32)> {
     Ok((max, marker as u32))
 }
 
-pub async fn get_object_attributes(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Response> {
+/// `version`: `?versionId=`, else the latest version.
+pub async fn get_object_attributes(
+    ctx: &ReqCtx,
+    bucket: &str,
+    key: &str,
+    version: Option<VersionId>,
+) -> ApiResult<Response> {
     let headers = &ctx.parts.headers;
     let want = wanted(headers)?;
     let (max_parts, marker) = paging(headers)?;
+    let (customer, customer_md5) = crate::get::read_customer_key(ctx)?;
     let (info, parts) = if want.parts {
-        ctx.layer().object_parts(bucket, key).await?
+        ctx.layer().object_parts(bucket, key, version).await?
     } else {
-        (ctx.layer().object_info(bucket, key).await?, Vec::new())
+        (
+            ctx.layer()
+                .object_version_info(bucket, key, version)
+                .await?,
+            Vec::new(),
+        )
     };
+    crate::get::check_customer_key(ctx, &info, customer.as_ref())?;
     let mut response = xml_response(render(&info, &parts, want, max_parts, marker));
+    crate::sse::response_headers(response.headers_mut(), &info, customer_md5.as_deref());
+    version_header(ctx, bucket, response.headers_mut(), &info).await?;
     set_header(
         response.headers_mut(),
         LAST_MODIFIED.as_str(),

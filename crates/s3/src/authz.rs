@@ -181,7 +181,19 @@ pub fn needs(endpoint: &Endpoint, headers: &HeaderMap) -> Result<Vec<Need>, S3Er
             bucket,
             key,
         )],
-        E::GetObjectAttributes { bucket, key } => vec![o("s3:GetObjectAttributes", bucket, key)],
+        E::GetObjectAttributes {
+            bucket,
+            key,
+            version,
+        } => vec![o(
+            versioned(
+                "s3:GetObjectAttributes",
+                "s3:GetObjectVersionAttributes",
+                version,
+            ),
+            bucket,
+            key,
+        )],
         E::DeleteObject {
             bucket,
             key,

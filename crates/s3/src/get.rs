@@ -191,13 +191,7 @@ pub async fn get_object(
             .layer()
             .object_version_info(bucket, key, version)
             .await?;
-        // An SSE-C object answers only to its key (checked without reading data).
-        if info.is_encrypted() || customer.is_some() {
-            crate::sse::check_read_headers(&info, customer.as_ref())?;
-            if customer.is_some() {
-                crate::sse::open_key(&ctx.state.sse, &info, customer.as_ref())?;
-            }
-        }
+        check_customer_key(ctx, &info, customer.as_ref())?;
         check_preconditions(headers, &info)?;
         let span = match range {
             Some(r) => r.resolve(info.size)?,
@@ -259,9 +253,25 @@ pub async fn get_object(
     Ok(response)
 }
 
+/// An SSE-C object answers only to its key; a key sent for an object that has none is refused.
+/// Checked from the metadata, without reading data (HEAD, GetObjectAttributes).
+pub(crate) fn check_customer_key(
+    ctx: &ReqCtx,
+    info: &ObjectInfo,
+    customer: Option<&quarry_crypt::CustomerKey>,
+) -> ApiResult<()> {
+    if info.is_encrypted() || customer.is_some() {
+        crate::sse::check_read_headers(info, customer)?;
+        if customer.is_some() {
+            crate::sse::open_key(&ctx.state.sse, info, customer)?;
+        }
+    }
+    Ok(())
+}
+
 /// A read's SSE-C key (and the MD5 its answer echoes); SSE-S3 and SSE-KMS headers are refused
 /// on reads, as in AWS.
-fn read_customer_key(
+pub(crate) fn read_customer_key(
     ctx: &ReqCtx,
 ) -> ApiResult<(Option<quarry_crypt::CustomerKey>, Option<String>)> {
     let headers = &ctx.parts.headers;

@@ -85,10 +85,11 @@ pub enum Endpoint {
         read: ObjectRead,
         version: Option<VersionId>,
     },
-    /// `GET /bucket/key?attributes`: what `x-amz-object-attributes` asks for.
+    /// `GET /bucket/key?attributes[&versionId=]`: what `x-amz-object-attributes` asks for.
     GetObjectAttributes {
         bucket: String,
         key: String,
+        version: Option<VersionId>,
     },
     /// With `?versionId=` that version; without, in a versioned bucket, a delete marker.
     DeleteObject {
@@ -935,8 +936,13 @@ fn object_endpoint(
                 version,
             });
         }
-        (Method::GET, Some("attributes")) if !versioned => {
-            return Ok(Endpoint::GetObjectAttributes { bucket, key })
+        (Method::GET, Some("attributes")) => {
+            let version = version("GetObjectAttributes")?;
+            return Ok(Endpoint::GetObjectAttributes {
+                bucket,
+                key,
+                version,
+            });
         }
         (Method::PUT, None) if copy => return Ok(Endpoint::CopyObject { bucket, key }),
         (Method::PUT, None) => return Ok(Endpoint::PutObject { bucket, key }),

@@ -915,9 +915,11 @@ async fn dispatch(
         E::ListObjectVersions { bucket, params } => {
             versioning::list_object_versions(&ctx, &bucket, &params).await
         }
-        E::GetObjectAttributes { bucket, key } => {
-            attributes::get_object_attributes(&ctx, &bucket, &key).await
-        }
+        E::GetObjectAttributes {
+            bucket,
+            key,
+            version,
+        } => attributes::get_object_attributes(&ctx, &bucket, &key, version).await,
         E::DeleteObjects { bucket } => delete::delete_objects(&ctx, &bucket).await,
         E::GetBucketEncryption { bucket } => sse::get_bucket_encryption(&ctx, &bucket).await,
         E::PutBucketEncryption { bucket } => sse::put_bucket_encryption(&ctx, &bucket).await,

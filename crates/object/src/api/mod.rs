@@ -391,6 +391,7 @@ pub trait ObjectLayer: Send + Sync + 'static {
         &self,
         _bucket: &str,
         _key: &str,
+        _version: Option<VersionId>,
     ) -> Result<(ObjectInfo, Vec<ObjectPart>)> {
         Err(crate::Error::NotImplemented("the parts of an object"))
     }

@@ -117,6 +117,12 @@ fn every_endpoint_maps_to_its_action() {
             &[],
             one("s3:GetObjectAttributes", obj),
         ),
+        (
+            "GET",
+            "/bkt/a/b.txt?attributes&versionId=null",
+            &[],
+            one("s3:GetObjectVersionAttributes", obj),
+        ),
         ("DELETE", "/bkt/a/b.txt", &[], one("s3:DeleteObject", obj)),
         (
             "DELETE",
