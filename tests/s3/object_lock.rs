@@ -520,3 +520,115 @@ async fn a_retained_put_needs_a_digest() {
         .await;
     assert_eq!(r.status(), 400);
 }
+
+/// A multipart object's version is made at CompleteMultipartUpload, so that is when it takes the
+/// bucket's default retention (the default then in force, counted from then); a retention named
+/// at CreateMultipartUpload is kept as named.
+#[tokio::test]
+async fn multipart_objects_take_the_default_retention_at_completion() {
+    let s = TestServer::start(4).await;
+    let c = s.client();
+    locked_bucket(&c, "mpdef").await;
+    let start = |key: &'static str, explicit: Option<DateTime>| {
+        let c = c.clone();
+        async move {
+            let mut req = c.create_multipart_upload().bucket("mpdef").key(key);
+            if let Some(until) = explicit {
+                req = req
+                    .object_lock_mode(ObjectLockMode::Compliance)
+                    .object_lock_retain_until_date(until);
+            }
+            req.send().await.unwrap().upload_id.unwrap()
+        }
+    };
+    let finish = |key: &'static str, upload: String| {
+        let c = c.clone();
+        async move {
+            let etag = c
+                .upload_part()
+                .bucket("mpdef")
+                .key(key)
+                .upload_id(&upload)
+                .part_number(1)
+                .body(b"abc".to_vec().into())
+                .send()
+                .await
+                .unwrap()
+                .e_tag
+                .unwrap();
+            let parts = quarry_integration::aws_sdk_s3::types::CompletedMultipartUpload::builder()
+                .parts(
+                    quarry_integration::aws_sdk_s3::types::CompletedPart::builder()
+                        .part_number(1)
+                        .e_tag(etag)
+                        .build(),
+                )
+                .build();
+            c.complete_multipart_upload()
+                .bucket("mpdef")
+                .key(key)
+                .upload_id(&upload)
+                .multipart_upload(parts)
+                .send()
+                .await
+                .unwrap()
+                .version_id
+                .unwrap()
+        }
+    };
+    // Both uploads begin while the bucket has no default retention.
+    let plain = start("plain", None).await;
+    let named_until = in_days(30);
+    let named = start("named", Some(named_until)).await;
+    c.put_object_lock_configuration()
+        .bucket("mpdef")
+        .object_lock_configuration(
+            ObjectLockConfiguration::builder()
+                .object_lock_enabled(ObjectLockEnabled::Enabled)
+                .rule(
+                    ObjectLockRule::builder()
+                        .default_retention(
+                            DefaultRetention::builder()
+                                .mode(ObjectLockRetentionMode::Governance)
+                                .days(2)
+                                .build(),
+                        )
+                        .build(),
+                )
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let before = in_days(2).secs();
+    let plain_version = finish("plain", plain).await;
+    let named_version = finish("named", named).await;
+    let got = |key: &'static str, version: String| {
+        let c = c.clone();
+        async move {
+            c.get_object_retention()
+                .bucket("mpdef")
+                .key(key)
+                .version_id(version)
+                .send()
+                .await
+                .unwrap_or_else(|e| panic!("GetObjectRetention {key}: {}", describe(&e)))
+                .retention
+                .unwrap()
+        }
+    };
+    let r = got("plain", plain_version.clone()).await;
+    assert_eq!(r.mode, Some(ObjectLockRetentionMode::Governance));
+    let until = r.retain_until_date.unwrap().secs();
+    assert!(
+        (before..before + 60).contains(&until),
+        "retain until {until}, completed at about {before} - 2 days"
+    );
+    let r = got("named", named_version).await;
+    assert_eq!(r.mode, Some(ObjectLockRetentionMode::Compliance));
+    assert_eq!(r.retain_until_date.unwrap().secs(), named_until.secs());
+    // The default holds: the version cannot go without the bypass.
+    assert!(delete_version(&c, "mpdef", "plain", &plain_version, false)
+        .await
+        .is_some());
+}

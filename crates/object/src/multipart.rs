@@ -637,6 +637,9 @@ impl ErasureSet {
             etag,
             headers: {
                 let mut h = q.upload.headers.clone();
+                if crate::api::retention(&h).is_none() {
+                    h.extend(opts.lock_defaults.clone());
+                }
                 h.insert(COMPLETED_UPLOAD.to_owned(), upload_id.to_owned());
                 if crate::sse::headers_encrypted(&h) {
                     let ids: Vec<(u32, uuid::Uuid)> =

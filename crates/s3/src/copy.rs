@@ -260,7 +260,13 @@ pub async fn copy_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Res
         ));
     }
     let tags = crate::tagging::copy_tags(headers, &info)?;
-    let lock = crate::object_lock::write_lock_entries(ctx, bucket, headers, false).await?;
+    let lock = crate::object_lock::write_lock_entries(
+        ctx,
+        bucket,
+        headers,
+        crate::object_lock::LockWrite::Copy,
+    )
+    .await?;
     let acl = crate::acl::object_acl_entry(&ctx.state, bucket, headers).await?;
     let compute = checksum_to_compute(requested, &info);
     // Onto itself, something must change: the metadata, the checksum algorithm or the

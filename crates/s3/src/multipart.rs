@@ -263,7 +263,15 @@ pub async fn create_multipart_upload(ctx: &ReqCtx, bucket: &str, key: &str) -> A
     let checksum = upload_checksum_requested(headers, algorithm)?;
     let mut stored = stored_headers(headers)?;
     crate::tagging::store_request_tags(headers, &mut stored)?;
-    stored.extend(crate::object_lock::write_lock_entries(ctx, bucket, headers, false).await?);
+    stored.extend(
+        crate::object_lock::write_lock_entries(
+            ctx,
+            bucket,
+            headers,
+            crate::object_lock::LockWrite::CreateUpload,
+        )
+        .await?,
+    );
     // Applied to the object at CompleteMultipartUpload, with the upload's other headers.
     crate::acl::store_request_acl(&ctx.state, bucket, headers, &mut stored).await?;
     let opts = NewUploadOptions {
@@ -715,6 +723,7 @@ pub async fn complete_multipart_upload(
     }
     let mut opts = CompleteOptions {
         precondition,
+        lock_defaults: crate::object_lock::default_retention_entries(ctx, bucket).await?,
         ..Default::default()
     };
     let object_checksum = match upload {

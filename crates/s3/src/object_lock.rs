@@ -79,6 +79,14 @@ fn missing_configuration() -> ApiError {
 }
 
 impl LockConfig {
+    /// The default retention for a version created at `now_ms`, if the configuration has one.
+    pub fn default_from(&self, now_ms: i64) -> Option<Retention> {
+        self.default.map(|(mode, period)| Retention {
+            mode,
+            until_ms: now_ms.saturating_add(period.millis()),
+        })
+    }
+
     /// Parses an `ObjectLockConfiguration` document, with AWS's errors.
     pub fn parse(body: &[u8]) -> Result<LockConfig, S3Error> {
         let root = parse_document(body)?;
@@ -205,15 +213,28 @@ pub fn bypass_governance(ctx: &ReqCtx) -> bool {
             .is_some_and(|root| root.access_key == ctx.auth.access_key)
 }
 
+/// When a write takes the bucket's default retention.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LockWrite {
+    /// PutObject: now, and a retention needs a Content-MD5 or checksum (as AWS requires).
+    Put,
+    /// CopyObject: now.
+    Copy,
+    /// CreateMultipartUpload: not now. The version is created at CompleteMultipartUpload, which
+    /// takes the default then ([`default_retention_entries`]), so the retain-until date counts
+    /// from the object's creation, as for any other write.
+    CreateUpload,
+}
+
 /// The object lock entries a new version gets from a write's `x-amz-object-lock-*` headers, or
-/// from the bucket's default retention. `needs_digest`: whether the write must carry a
-/// Content-MD5 or checksum when it sets a retention (PutObject, as AWS requires).
+/// from the bucket's default retention (see [`LockWrite`]).
 pub async fn write_lock_entries(
     ctx: &ReqCtx,
     bucket: &str,
     headers: &HeaderMap,
-    needs_digest: bool,
+    write: LockWrite,
 ) -> ApiResult<BTreeMap<String, String>> {
+    let needs_digest = write == LockWrite::Put;
     let text = |name: &str| -> ApiResult<Option<&str>> {
         headers
             .get(name)
@@ -262,12 +283,10 @@ pub async fn write_lock_entries(
             ))
         }
     };
-    let retention = explicit.or_else(|| {
-        config.default.map(|(mode, period)| Retention {
-            mode,
-            until_ms: now.saturating_add(period.millis()),
-        })
-    });
+    let retention = match write {
+        LockWrite::CreateUpload => explicit,
+        LockWrite::Put | LockWrite::Copy => explicit.or_else(|| config.default_from(now)),
+    };
     let on = match hold {
         None | Some("OFF") => false,
         Some("ON") => true,
@@ -286,6 +305,20 @@ pub async fn write_lock_entries(
     let mut out = BTreeMap::new();
     set_retention(&mut out, retention);
     set_legal_hold(&mut out, on);
+    Ok(out)
+}
+
+/// The entries of the bucket's default retention counted from now, for a version created by
+/// CompleteMultipartUpload (empty without a default). The object layer applies them only to an
+/// upload that named no retention of its own.
+pub async fn default_retention_entries(
+    ctx: &ReqCtx,
+    bucket: &str,
+) -> ApiResult<BTreeMap<String, String>> {
+    let mut out = BTreeMap::new();
+    if let Some(config) = lock_config_for_write(ctx, bucket).await? {
+        set_retention(&mut out, config.default_from(now_ms()));
+    }
     Ok(out)
 }
 

@@ -55,7 +55,15 @@ pub async fn put_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Resp
     };
     let mut stored = stored_headers(headers)?;
     crate::tagging::store_request_tags(headers, &mut stored)?;
-    stored.extend(crate::object_lock::write_lock_entries(ctx, bucket, headers, true).await?);
+    stored.extend(
+        crate::object_lock::write_lock_entries(
+            ctx,
+            bucket,
+            headers,
+            crate::object_lock::LockWrite::Put,
+        )
+        .await?,
+    );
     crate::acl::store_request_acl(&ctx.state, bucket, headers, &mut stored).await?;
     let opts = PutOptions {
         size,

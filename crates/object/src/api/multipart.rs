@@ -110,6 +110,9 @@ pub struct CompleteOptions {
     pub checksums: BTreeMap<String, String>,
     /// `If-None-Match: *` / `If-Match`, evaluated under the object's lock at the commit.
     pub precondition: Option<WritePrecondition>,
+    /// The bucket's default retention as of the completion (the entries of
+    /// [`super::set_retention`]): the object takes them when its upload named no retention.
+    pub lock_defaults: BTreeMap<String, String>,
 }
 
 /// An upload in progress.
