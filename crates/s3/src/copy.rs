@@ -314,7 +314,7 @@ pub async fn copy_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Res
         .await?;
     let mut response = xml_response(copy_result_xml(&copied));
     let out = response.headers_mut();
-    crate::versioning::version_header(ctx, bucket, out, &copied).await?;
+    crate::versioning::written_version_header(out, &copied);
     let mut source_header = http::HeaderMap::new();
     crate::versioning::version_header(ctx, &source.bucket, &mut source_header, &info).await?;
     if let Some(v) = source_header.remove("x-amz-version-id") {
@@ -422,7 +422,7 @@ async fn encrypted_copy(
     let mut response = xml_response(copy_result_xml(&copied));
     let out = response.headers_mut();
     crate::sse::response_headers(out, &copied, dest_md5.as_deref());
-    crate::versioning::version_header(ctx, bucket, out, &copied).await?;
+    crate::versioning::written_version_header(out, &copied);
     let mut source_header = http::HeaderMap::new();
     crate::versioning::version_header(ctx, &c.source.bucket, &mut source_header, c.info).await?;
     if let Some(v) = source_header.remove("x-amz-version-id") {

@@ -771,7 +771,7 @@ pub async fn complete_multipart_upload(
     ));
     checksum_headers(response.headers_mut(), &info);
     crate::sse::response_headers(response.headers_mut(), &info, None);
-    crate::versioning::version_header(ctx, bucket, response.headers_mut(), &info).await?;
+    crate::versioning::written_version_header(response.headers_mut(), &info);
     Ok(response)
 }
 

@@ -95,7 +95,7 @@ pub async fn put_object(ctx: &ReqCtx, bucket: &str, key: &str) -> ApiResult<Resp
     }
     checksum_headers(response.headers_mut(), &info);
     crate::sse::response_headers(response.headers_mut(), &info, customer_md5.as_deref());
-    crate::versioning::version_header(ctx, bucket, response.headers_mut(), &info).await?;
+    crate::versioning::written_version_header(response.headers_mut(), &info);
     crate::lifecycle::expiration_header(ctx, bucket, response.headers_mut(), &info).await;
     Ok(response)
 }
