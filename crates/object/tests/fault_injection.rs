@@ -97,24 +97,33 @@ async fn local_run(
     (run, faulty)
 }
 
-/// Runs the seeds of the `drives`-drive shape.
-async fn local_many(drives: usize) {
+/// Runs the seeds of the `drives`-drive shape, in a versioned bucket with `versioned` (the
+/// versioned model, `faults/model/versioned.rs`).
+async fn local_many(drives: usize, versioned: bool) {
     let stats = Arc::new(FaultStats::default());
+    let kind = if versioned { ", versioned" } else { "" };
     let (name, label) = (
-        format!("{drives}-drive set"),
-        format!("fault injection, {drives} drives"),
+        format!("{drives}-drive set{kind}"),
+        format!("fault injection, {drives} drives{kind}"),
     );
     let shape = Shape {
         name: &name,
         label: &label,
         replay: "cargo test -p quarry-object --test fault_injection",
-        base_seed: 1000 * drives as u64,
+        base_seed: 1000 * drives as u64 + if versioned { 500 } else { 0 },
         seeds: 30,
         max_faulty: None,
     };
     let setup = |seed, log| {
         let stats = stats.clone();
-        async move { local_run(seed, drives, stats, log).await.0 }
+        async move {
+            let run = local_run(seed, drives, stats, log).await.0;
+            if versioned {
+                run.versioned().await
+            } else {
+                run
+            }
+        }
     };
     run_many(&shape, setup, || stats.summary()).await;
 }
@@ -190,12 +199,19 @@ async fn a_seed_replays_exactly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn randomized_faults_four_drives() {
-    local_many(4).await;
+    local_many(4, false).await;
+}
+
+/// The versioned model: versions and delete markers under faults; nothing acknowledged lost,
+/// no version resurrected or reordered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn randomized_faults_versioned_four_drives() {
+    local_many(4, true).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn randomized_faults_six_drives() {
-    local_many(6).await;
+    local_many(6, false).await;
 }
 
 /// A set whose drives can be switched faulty by hand, with objects written before the faults.

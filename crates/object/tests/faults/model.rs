@@ -29,6 +29,8 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use uuid::Uuid;
 
+mod versioned;
+
 /// Turns faults on and off for the drives of one set, by position in the set.
 #[async_trait::async_trait]
 pub trait Injector: Send + Sync {
@@ -141,6 +143,9 @@ pub struct Run {
     /// The layer's runtime when the run drives its background work (see
     /// [`super::StepRuntime`]): after each operation, before the next step.
     stepped: Option<Arc<super::StepRuntime>>,
+    /// A versioned bucket's model (see [`Run::versioned`]); `None`: an unversioned bucket,
+    /// checked by `model`.
+    versions: Option<versioned::Model>,
 }
 
 pub type Check = std::result::Result<(), String>;
@@ -171,6 +176,7 @@ impl Run {
             step: 0,
             totals: Totals::default(),
             stepped: None,
+            versions: None,
         }
     }
 
@@ -777,10 +783,18 @@ pub async fn run_seed(
             run.set_step(step);
         }
         run.totals.ops += 1;
-        run.op().await?;
+        if run.versions.is_some() {
+            run.op_versioned().await?;
+        } else {
+            run.op().await?;
+        }
         run.background().await?;
     }
-    run.settle().await?;
+    if run.versions.is_some() {
+        run.settle_versioned().await?;
+    } else {
+        run.settle().await?;
+    }
     run.totals.seeds = 1;
     Ok(run.totals)
 }
