@@ -124,6 +124,8 @@ pub struct Condition {
     pub qualifier: Qualifier,
     /// The condition key as written (compared case-insensitively).
     pub key: String,
+    /// `key` in ASCII lower case, as the context stores its keys.
+    key_lowercase: String,
     values: Vec<Expected>,
 }
 
@@ -186,6 +188,7 @@ pub(crate) fn parse_block(
                 if_exists,
                 qualifier,
                 key: key.clone(),
+                key_lowercase: key.to_ascii_lowercase(),
                 values,
             });
         }
@@ -312,10 +315,58 @@ fn in_net(ip: IpAddr, net: IpAddr, len: u8) -> bool {
     }
 }
 
+/// One value of the request, parsed for the operator that compares it (once per condition).
+struct Actual<'a> {
+    text: &'a str,
+    number: Option<f64>,
+    date: Option<i128>,
+    boolean: Option<bool>,
+    ip: Option<IpAddr>,
+}
+
+impl<'a> Actual<'a> {
+    fn parse(operator: Operator, text: &'a str) -> Actual<'a> {
+        use Operator as O;
+        let mut a = Actual {
+            text,
+            number: None,
+            date: None,
+            boolean: None,
+            ip: None,
+        };
+        match operator {
+            O::NumericEquals
+            | O::NumericLessThan
+            | O::NumericLessThanEquals
+            | O::NumericGreaterThan
+            | O::NumericGreaterThanEquals => a.number = number(text),
+            O::DateEquals
+            | O::DateLessThan
+            | O::DateLessThanEquals
+            | O::DateGreaterThan
+            | O::DateGreaterThanEquals => a.date = date(text),
+            O::Bool => {
+                a.boolean = if text.eq_ignore_ascii_case("true") {
+                    Some(true)
+                } else if text.eq_ignore_ascii_case("false") {
+                    Some(false)
+                } else {
+                    None
+                }
+            }
+            O::IpAddress => a.ip = text.parse::<IpAddr>().ok(),
+            _ => {}
+        }
+        a
+    }
+}
+
 impl Condition {
     /// Whether the condition holds for a request with this context.
     pub fn holds(&self, ctx: &Context) -> bool {
-        let actual = ctx.get(&self.key).filter(|v| !v.is_empty());
+        let actual = ctx
+            .get_lowercase(&self.key_lowercase)
+            .filter(|v| !v.is_empty());
         if self.operator == Operator::Null {
             // "true": the key must be absent; "false": present. Several values: any.
             return self
@@ -330,8 +381,12 @@ impl Condition {
                 Qualifier::None => self.if_exists || self.negated,
             };
         };
-        // Per value of the request: does it satisfy the operator (negation included)?
-        let one = |v: &str| self.values.iter().any(|e| self.compare(e, v, ctx)) != self.negated;
+        // Per value of the request: does it satisfy the operator (negation included)? The value
+        // is parsed for the operator once, not once per policy value.
+        let one = |v: &str| {
+            let actual = Actual::parse(self.operator, v);
+            self.values.iter().any(|e| self.compare(e, &actual, ctx)) != self.negated
+        };
         match self.qualifier {
             Qualifier::ForAllValues => actual.iter().all(|v| one(v)),
             Qualifier::ForAnyValue => actual.iter().any(|v| one(v)),
@@ -343,17 +398,22 @@ impl Condition {
     }
 
     /// The positive comparison of one request value with one policy value.
-    fn compare(&self, expected: &Expected, actual: &str, ctx: &Context) -> bool {
+    fn compare(&self, expected: &Expected, parsed: &Actual<'_>, ctx: &Context) -> bool {
         use Operator as O;
+        let actual = parsed.text;
         match (self.operator, expected) {
             (O::StringEquals | O::BinaryEquals, Expected::Text(p)) => {
                 p.resolve_literal(ctx).is_some_and(|e| e == actual)
             }
-            (O::StringEqualsIgnoreCase, Expected::Text(p)) => p
-                .resolve_literal(ctx)
-                .is_some_and(|e| e.to_lowercase() == actual.to_lowercase()),
+            (O::StringEqualsIgnoreCase, Expected::Text(p)) => {
+                p.resolve_literal(ctx).is_some_and(|e| {
+                    e.chars()
+                        .flat_map(char::to_lowercase)
+                        .eq(actual.chars().flat_map(char::to_lowercase))
+                })
+            }
             (O::StringLike, Expected::Text(p)) => p.matches(actual, ctx, false),
-            (op, Expected::Number(e)) => number(actual).is_some_and(|a| match op {
+            (op, Expected::Number(e)) => parsed.number.is_some_and(|a| match op {
                 O::NumericEquals => a == *e,
                 O::NumericLessThan => a < *e,
                 O::NumericLessThanEquals => a <= *e,
@@ -361,7 +421,7 @@ impl Condition {
                 O::NumericGreaterThanEquals => a >= *e,
                 _ => false,
             }),
-            (op, Expected::Date(e)) => date(actual).is_some_and(|a| match op {
+            (op, Expected::Date(e)) => parsed.date.is_some_and(|a| match op {
                 O::DateEquals => a == *e,
                 O::DateLessThan => a < *e,
                 O::DateLessThanEquals => a <= *e,
@@ -369,14 +429,10 @@ impl Condition {
                 O::DateGreaterThanEquals => a >= *e,
                 _ => false,
             }),
-            (O::Bool, Expected::Bool(e)) => match actual.to_ascii_lowercase().as_str() {
-                "true" => *e,
-                "false" => !*e,
-                _ => false,
-            },
-            (O::IpAddress, Expected::Net(net, len)) => actual
-                .parse::<IpAddr>()
-                .is_ok_and(|ip| in_net(ip, *net, *len)),
+            (O::Bool, Expected::Bool(e)) => parsed.boolean == Some(*e),
+            (O::IpAddress, Expected::Net(net, len)) => {
+                parsed.ip.is_some_and(|ip| in_net(ip, *net, *len))
+            }
             (O::ArnEquals | O::ArnLike, Expected::Arn(parts)) => {
                 if let [only] = parts.as_slice() {
                     return only.matches(actual, ctx, false);

@@ -24,14 +24,15 @@ impl Context {
                     values.push(value)
                 }
             }
-            None => self.entries.push((key.to_owned(), vec![value])),
+            None => self.entries.push((key.to_ascii_lowercase(), vec![value])),
         }
     }
 
     /// Replaces `key`'s values with `value`.
     pub fn set(&mut self, key: &str, value: impl Into<String>) {
         self.entries.retain(|(k, _)| !k.eq_ignore_ascii_case(key));
-        self.entries.push((key.to_owned(), vec![value.into()]));
+        self.entries
+            .push((key.to_ascii_lowercase(), vec![value.into()]));
     }
 
     /// `key`'s values, or `None` when the request has no such key.
@@ -39,6 +40,16 @@ impl Context {
         self.entries
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(key))
+            .map(|(_, v)| v.as_slice())
+    }
+
+    /// [`Context::get`] for a key already in ASCII lower case (keys are stored so): an exact
+    /// comparison, for the keys a compiled policy looks up on every request.
+    pub(crate) fn get_lowercase(&self, key: &str) -> Option<&[String]> {
+        debug_assert!(!key.bytes().any(|b| b.is_ascii_uppercase()));
+        self.entries
+            .iter()
+            .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_slice())
     }
 }

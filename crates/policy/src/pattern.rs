@@ -12,6 +12,7 @@ enum Part {
     /// `?`.
     One,
     /// `${key}` or `${key, 'default'}`: the context key's (first) value, matched literally.
+    /// The key is kept in ASCII lower case, as the context stores its keys.
     Var {
         key: String,
         default: Option<String>,
@@ -75,7 +76,7 @@ impl Pattern {
                         }
                         flush(&mut text, &mut parts);
                         parts.push(Part::Var {
-                            key: key.to_owned(),
+                            key: key.to_ascii_lowercase(),
                             default,
                         });
                         has_vars = true;
@@ -169,7 +170,7 @@ fn resolve<'a>(part: &'a Part, ctx: &'a Context) -> Option<Atom<'a>> {
         Part::Text(t) => Atom::Lit(t),
         Part::Star => Atom::Star,
         Part::One => Atom::One,
-        Part::Var { key, default } => match ctx.get(key).and_then(|v| v.first()) {
+        Part::Var { key, default } => match ctx.get_lowercase(key).and_then(|v| v.first()) {
             Some(v) => Atom::Lit(v),
             None => Atom::Lit(default.as_deref()?),
         },
@@ -199,6 +200,8 @@ fn match_atoms(atoms: &[Atom<'_>], text: &str, ignore_case: bool) -> bool {
     loop {
         if ai < atoms.len() {
             match atoms[ai] {
+                // A trailing `*` takes whatever is left.
+                Atom::Star if ai + 1 == atoms.len() => return true,
                 Atom::Star => {
                     star = Some((ai + 1, ti));
                     ai += 1;
@@ -221,7 +224,14 @@ fn match_atoms(atoms: &[Atom<'_>], text: &str, ignore_case: bool) -> bool {
         }
         match star {
             Some((sa, st)) if st < text.len() => {
-                let next = st + char_len(text, st);
+                let mut next = st + char_len(text, st);
+                // The `*` can only end where the literal after it begins: jump there.
+                if let (Some(Atom::Lit(l)), false) = (atoms.get(sa), ignore_case) {
+                    match text[next..].find(l) {
+                        Some(at) => next += at,
+                        None => return false,
+                    }
+                }
                 star = Some((sa, next));
                 ai = sa;
                 ti = next;
@@ -257,6 +267,17 @@ mod tests {
         assert!(glob_match("a*a*a*a*b", &format!("{}b", "a".repeat(50))));
         assert!(!glob_match("a*a*a*a*b", &"a".repeat(5000)));
         assert!(!glob_match("ABC", "abc"));
+        // The `*` jumps to each place its next literal starts, not only the first.
+        assert!(glob_match("*ab", "aab"));
+        assert!(glob_match("*ab", "abab"));
+        assert!(!glob_match("*ab", "aba"));
+        assert!(glob_match("a*bc", "abxbbc"));
+        assert!(glob_match("a*b?d", "abxbcd"));
+        assert!(glob_match("x*é*z", "xaéébz"));
+        assert!(!glob_match("x*é*z", "xaz"));
+        assert!(glob_match("a*", "a"));
+        assert!(glob_match("a*", "añ"));
+        assert!(!glob_match("a*", ""));
     }
 
     #[test]

@@ -332,3 +332,39 @@ fn version_2008_has_no_variables() {
         Decision::Allow
     );
 }
+
+#[test]
+fn condition_keys_and_variables_are_case_insensitive_whatever_case_each_side_uses() {
+    // The context stores keys in one case and the compiled policy looks them up in that case:
+    // a key written `AWS:SOURCEIP` in the policy still finds `aws:SourceIp` of the request, and
+    // `${AWS:UserName}` the request's `aws:username`.
+    let p = identity(
+        r#"{"Version":"2012-10-17","Statement":[
+            {"Effect":"Allow","Action":"s3:GetObject","Resource":"arn:aws:s3:::home/${AWS:UserName}/*",
+             "Condition":{"IpAddress":{"AWS:SOURCEIP":"192.0.2.0/24"},"Bool":{"aws:securetransport":"TRUE"}}}]}"#,
+    );
+    let alice = user("alice");
+    let mut ctx = Context::default();
+    ctx.set("Aws:Username", "alice");
+    ctx.insert("aws:SourceIp", "192.0.2.9");
+    ctx.set("aws:SecureTransport", "true");
+    let d = |ctx: &Context, r| decide(&[&p], &[], "s3:GetObject", r, &alice, ctx);
+    assert_eq!(d(&ctx, "arn:aws:s3:::home/alice/a"), Decision::Allow);
+    assert_eq!(d(&ctx, "arn:aws:s3:::home/bob/a"), Decision::ImplicitDeny);
+    assert_eq!(
+        ctx.get("AWS:SOURCEIP"),
+        Some(&["192.0.2.9".to_string()][..])
+    );
+    let mut outside = ctx.clone();
+    outside.set("AWS:SourceIP", "198.51.100.1");
+    assert_eq!(
+        d(&outside, "arn:aws:s3:::home/alice/a"),
+        Decision::ImplicitDeny
+    );
+    let mut plain = ctx.clone();
+    plain.set("aws:securetransport", "False");
+    assert_eq!(
+        d(&plain, "arn:aws:s3:::home/alice/a"),
+        Decision::ImplicitDeny
+    );
+}
