@@ -519,3 +519,154 @@ async fn public_access_block_refuses_and_ignores_public_access() {
         .unwrap();
     assert_eq!(anon(&srv, "GET", "/pab/q", b"").await, 200);
 }
+
+/// The keys of a DeleteObjects answer: (deleted, refused with their codes).
+async fn delete_keys(
+    c: &aws_sdk_s3::Client,
+    bucket: &str,
+    keys: &[&str],
+) -> (Vec<String>, Vec<(String, String)>) {
+    use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+    let del = Delete::builder()
+        .set_objects(Some(
+            keys.iter()
+                .map(|k| ObjectIdentifier::builder().key(*k).build().unwrap())
+                .collect(),
+        ))
+        .build()
+        .unwrap();
+    let out = c
+        .delete_objects()
+        .bucket(bucket)
+        .delete(del)
+        .send()
+        .await
+        .expect("DeleteObjects answers 200 with per-key results");
+    let mut deleted: Vec<String> = out
+        .deleted()
+        .iter()
+        .filter_map(|d| d.key().map(str::to_owned))
+        .collect();
+    deleted.sort();
+    let mut refused: Vec<(String, String)> = out
+        .errors()
+        .iter()
+        .map(|e| {
+            (
+                e.key().unwrap_or_default().to_owned(),
+                e.code().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    refused.sort();
+    (deleted, refused)
+}
+
+/// DeleteObjects decides each key as DeleteObject decides it: a bucket policy's deny refuses
+/// the keys it names (the identity policy's allow notwithstanding), and a bucket ACL's WRITE
+/// grant allows a user no policy allows. Each beside DeleteObject of the same kind of key.
+#[tokio::test]
+async fn delete_objects_decides_each_key_by_bucket_policy_and_acl_as_delete_object_does() {
+    let srv = TestServer::start(4).await;
+    let root = srv.client();
+    acl_bucket(&root, "dob", None).await;
+    for k in [
+        "keep/a", "keep/b", "tmp/a", "tmp/b", "acl/a", "acl/b", "acl/c",
+    ] {
+        put(&root, "dob", k).await.unwrap();
+    }
+    let exists = |k: &'static str| {
+        let root = root.clone();
+        async move { get(&root, "dob", k).await.is_ok() }
+    };
+
+    // alice: s3:* on the bucket by her own policy; the bucket policy denies her deletes of keep/.
+    let (ak, asec) = user_with_key(&srv, "alice").await;
+    let alice = srv.client_with(&ak, &asec);
+    ok(&call(
+        &srv,
+        0,
+        ROOT,
+        "iam",
+        &[
+            ("Action", "PutUserPolicy"),
+            ("UserName", "alice"),
+            ("PolicyName", "all"),
+            (
+                "PolicyDocument",
+                r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:*","Resource":["arn:aws:s3:::dob","arn:aws:s3:::dob/*"]}]}"#,
+            ),
+        ],
+    )
+    .await);
+    let alice_arn = user_arn(&srv, "alice").await;
+    root.put_bucket_policy()
+        .bucket("dob")
+        .policy(format!(
+            r#"{{"Version":"2012-10-17","Statement":[{{"Effect":"Deny","Principal":{{"AWS":"{alice_arn}"}},"Action":"s3:DeleteObject","Resource":"arn:aws:s3:::dob/keep/*"}}]}}"#
+        ))
+        .send()
+        .await
+        .expect("put bucket policy");
+    // DeleteObject: the deny holds for keep/, tmp/ is deleted.
+    let e = alice
+        .delete_object()
+        .bucket("dob")
+        .key("keep/a")
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(error_code(&e).as_deref(), Some("AccessDenied"));
+    alice
+        .delete_object()
+        .bucket("dob")
+        .key("tmp/a")
+        .send()
+        .await
+        .expect("alice deletes tmp/a");
+    // DeleteObjects: the same per key.
+    let (deleted, refused) = delete_keys(&alice, "dob", &["keep/b", "tmp/b"]).await;
+    assert_eq!(deleted, ["tmp/b"]);
+    assert_eq!(refused, [("keep/b".to_owned(), "AccessDenied".to_owned())]);
+    assert!(exists("keep/a").await && exists("keep/b").await);
+    assert!(!exists("tmp/a").await && !exists("tmp/b").await);
+
+    // carol: no policy at all; the bucket ACL grants her WRITE. bob: nothing.
+    let (ck, cs) = user_with_key(&srv, "carol").await;
+    let carol = srv.client_with(&ck, &cs);
+    let (bk, bs) = user_with_key(&srv, "bob").await;
+    let bob = srv.client_with(&bk, &bs);
+    let carol_id = user_id(&srv, "carol").await;
+    let root_id = root
+        .get_bucket_acl()
+        .bucket("dob")
+        .send()
+        .await
+        .unwrap()
+        .owner()
+        .and_then(|o| o.id())
+        .unwrap()
+        .to_owned();
+    root.put_bucket_acl()
+        .bucket("dob")
+        .grant_full_control(format!("id={root_id}"))
+        .grant_write(format!("id={carol_id}"))
+        .send()
+        .await
+        .expect("grant carol write");
+    carol
+        .delete_object()
+        .bucket("dob")
+        .key("acl/a")
+        .send()
+        .await
+        .expect("carol deletes acl/a by the ACL grant");
+    let (deleted, refused) = delete_keys(&bob, "dob", &["acl/b"]).await;
+    assert!(deleted.is_empty());
+    assert_eq!(refused, [("acl/b".to_owned(), "AccessDenied".to_owned())]);
+    assert!(exists("acl/b").await);
+    let (deleted, refused) = delete_keys(&carol, "dob", &["acl/b", "acl/c"]).await;
+    assert_eq!(deleted, ["acl/b", "acl/c"]);
+    assert!(refused.is_empty(), "{refused:?}");
+    assert!(!exists("acl/b").await && !exists("acl/c").await);
+}

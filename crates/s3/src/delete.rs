@@ -246,11 +246,19 @@ async fn delete_one(ctx: &ReqCtx, bucket: &str, target: DeleteTarget) -> DeleteO
     let (plain, of_version) = crate::authz::DELETE_OBJECTS_KEY_ACTIONS;
     let action = if version.is_some() { of_version } else { plain };
     let resource = crate::authz::object_arn(bucket, &target.key);
-    if !ctx.allows(action, resource) {
+    let endpoint = crate::router::Endpoint::DeleteObjects {
+        bucket: bucket.to_owned(),
+    };
+    if let Err(e) = ctx.authorize_item(&endpoint, action, resource).await {
         return DeleteOutcome::Failed {
             target,
-            code: S3ErrorCode::AccessDenied,
-            message: "Access Denied".to_owned(),
+            code: e.error.code,
+            message: if e.error.code == S3ErrorCode::AccessDenied {
+                // Per key, as S3 answers it (the request's own refusal names the action).
+                "Access Denied".to_owned()
+            } else {
+                e.error.message
+            },
         };
     }
     let opts = DeleteOptions {

@@ -466,7 +466,7 @@ async fn upload(
     };
     let policy_ctx = crate::authz::context(&endpoint, parts, &caller);
     let needs = crate::authz::needs(&endpoint, &parts.headers)?;
-    let bucket_policies = crate::server::bucket_policies(state, &caller, &needs).await?;
+    let bucket_policies = crate::server::bucket_policies(state, &caller, &needs, None).await?;
     crate::acl_eval::authorize_with_acls(
         state,
         &caller,

@@ -500,15 +500,25 @@ impl ReqCtx {
     }
 
     /// Whether the caller may perform `action` on `resource` (for the decisions a handler makes
-    /// per item, as DeleteObjects per key), by the same evaluation as the request's own.
-    pub fn allows(&self, action: &'static str, resource: String) -> bool {
-        authz::authorize(
+    /// per item, as DeleteObjects per key), by the same evaluation as the request's own: the
+    /// policies (identity and the bucket's), then the ACL grants where no policy denies.
+    /// `Err`: AccessDenied, or what kept the decision from being made (an unreadable ACL).
+    pub async fn authorize_item(
+        &self,
+        endpoint: &Endpoint,
+        action: &'static str,
+        resource: String,
+    ) -> ApiResult<()> {
+        crate::acl_eval::authorize_with_acls(
+            &self.state,
             &self.caller,
+            endpoint,
+            &self.parts,
             &[authz::Need { action, resource }],
             &self.policy_ctx,
             &self.bucket_policies,
         )
-        .is_ok()
+        .await
     }
 
     pub fn region(&self) -> &str {
@@ -806,7 +816,7 @@ async fn dispatch(
     }
     // Authorization: once, here, from the endpoint, before any handler runs.
     let needs = authz::needs(&endpoint, &parts.headers)?;
-    let bucket_policies = bucket_policies(&state, &caller, &needs).await?;
+    let bucket_policies = bucket_policies(&state, &caller, &needs, endpoint.bucket()).await?;
     crate::acl_eval::authorize_with_acls(
         &state,
         &caller,
@@ -1020,16 +1030,26 @@ async fn dispatch(
 
 /// The policies of the buckets `needs` name, for [`authz::authorize`]; none for the root user,
 /// who is allowed everything. A policy that cannot be read (no quorum) fails the request.
+/// The policies of the buckets a request's needs name and of its endpoint's own bucket (a
+/// DeleteObjects has no needs of its own: its handler decides each key against its bucket's
+/// policy, through [`ReqCtx::authorize_item`]).
 pub(crate) async fn bucket_policies(
     state: &AppState,
     caller: &authz::Caller,
     needs: &[authz::Need],
+    endpoint_bucket: Option<&str>,
 ) -> ApiResult<authz::BucketPolicies> {
     if caller.is_root() {
         return Ok(Vec::new());
     }
+    let mut buckets = authz::buckets_of(needs);
+    if let Some(b) = endpoint_bucket.filter(|b| !b.is_empty()) {
+        if !buckets.iter().any(|o| o == b) {
+            buckets.push(b.to_owned());
+        }
+    }
     let mut out = Vec::new();
-    for bucket in authz::buckets_of(needs) {
+    for bucket in buckets {
         let policy = state.bucket_policies.get(&*state.layer, &bucket).await?;
         out.push((bucket, policy));
     }
