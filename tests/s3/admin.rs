@@ -11,7 +11,7 @@ const MIB: usize = 1 << 20;
 const CLI_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Runs `quarry admin <args...>` with no credentials from the environment.
-async fn quarry_admin(args: &[&str]) -> Output {
+pub(crate) async fn quarry_admin(args: &[&str]) -> Output {
     let mut cmd = tokio::process::Command::new(quarry_bin());
     cmd.arg("admin")
         .args(args)
@@ -27,7 +27,7 @@ async fn quarry_admin(args: &[&str]) -> Output {
 }
 
 /// `quarry admin <command> --endpoint .. --access-key .. --secret-key .. <rest...>`.
-async fn as_root(s: &TestServer, command: &str, rest: &[&str]) -> Output {
+pub(crate) async fn as_root(s: &TestServer, command: &str, rest: &[&str]) -> Output {
     let endpoint = s.endpoint();
     let mut args = vec![
         command,

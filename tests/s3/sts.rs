@@ -377,3 +377,176 @@ async fn expired_revoked_and_deleted_sessions_are_refused_at_once() {
     );
     get(&bob, "data", "a.txt").await.unwrap();
 }
+
+/// `quarry admin <args..> --endpoint .. --access-key .. --secret-key .. --json`: the answer's JSON.
+async fn admin_json(srv: &TestServer, args: &[&str]) -> serde_json::Value {
+    let endpoint = srv.endpoint();
+    let mut all: Vec<&str> = args.to_vec();
+    all.extend_from_slice(&[
+        "--endpoint",
+        &endpoint,
+        "--access-key",
+        srv.access_key(),
+        "--secret-key",
+        srv.secret_key(),
+        "--json",
+    ]);
+    let out = crate::admin::quarry_admin(&all).await;
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success(),
+        "quarry admin {args:?}: {stdout}{stderr}"
+    );
+    serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
+}
+
+/// `unix` seconds as RFC 3339 (UTC), for `--expires`.
+fn rfc3339(unix: i64) -> String {
+    let (days, secs) = (unix.div_euclid(86_400), unix.rem_euclid(86_400));
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        secs / 3600,
+        secs / 60 % 60,
+        secs % 60
+    )
+}
+
+/// Service accounts and disabled users, made with the real `quarry admin` CLI: a service account
+/// acts as its parent narrowed by its own policy and stops at its expiry; a disabled user's own
+/// key, service account and session are refused from the next request, and work again once the
+/// user is enabled. Every refusal beside a control request that passes.
+#[tokio::test]
+async fn service_accounts_and_disabled_users_through_the_admin_cli() {
+    assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+    assert_eq!(rfc3339(951_782_400 + 86_399), "2000-02-29T23:59:59Z");
+    let srv = TestServer::start(4).await;
+    srv.create_bucket("data").await;
+    put(&srv.client(), "data", "a.txt").await.unwrap();
+    let (ak, sk) = user_with_policy(&srv, "dave").await;
+    let dave = srv.client_with(&ak, &sk);
+
+    // A read-only service account of dave's: reads, and is refused what the parent may do.
+    let dir = tempfile::tempdir().unwrap();
+    let narrow = dir.path().join("read-only.json");
+    std::fs::write(
+        &narrow,
+        r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:GetObject","Resource":"arn:aws:s3:::data/*"}]}"#,
+    )
+    .unwrap();
+    let sa = admin_json(
+        &srv,
+        &[
+            "svcacct",
+            "add",
+            "dave",
+            "--name",
+            "reader",
+            "--policy",
+            narrow.to_str().unwrap(),
+        ],
+    )
+    .await;
+    let (sa_ak, sa_sk) = (
+        sa["accessKey"].as_str().unwrap().to_owned(),
+        sa["secretKey"].as_str().unwrap().to_owned(),
+    );
+    let reader = srv.client_with(&sa_ak, &sa_sk);
+    get(&reader, "data", "a.txt").await.unwrap();
+    denied(put(&reader, "data", "by-reader").await);
+    denied(list(&reader, "data", "").await);
+    put(&dave, "data", "by-dave").await.unwrap();
+    // Listed as dave's, without its secret.
+    let listed = admin_json(&srv, &["svcacct", "list", "dave"]).await;
+    let text = listed.to_string();
+    assert!(text.contains(&sa_ak), "{text}");
+    assert!(
+        !text.contains(&sa_sk),
+        "the secret is shown only at creation: {text}"
+    );
+
+    // A service account that expires in three seconds: works, then is refused.
+    let now = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let brief = admin_json(
+        &srv,
+        &["svcacct", "add", "dave", "--expires", &rfc3339(now + 3)],
+    )
+    .await;
+    let brief = srv.client_with(
+        brief["accessKey"].as_str().unwrap(),
+        brief["secretKey"].as_str().unwrap(),
+    );
+    put(&brief, "data", "by-brief").await.unwrap();
+    let session = session_client(&srv, &session_of(&assume(&srv, (&ak, &sk), &[]).await));
+    get(&session, "data", "a.txt").await.unwrap();
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(
+        put(&brief, "data", "by-brief").await,
+        Err("InvalidAccessKeyId".to_owned())
+    );
+    get(&reader, "data", "a.txt").await.unwrap();
+
+    // dave disabled: his key, his service account and his session are all refused at once.
+    admin_json(&srv, &["user", "disable", "dave"]).await;
+    assert_eq!(
+        get(&dave, "data", "a.txt").await,
+        Err("InvalidAccessKeyId".to_owned())
+    );
+    assert_eq!(
+        get(&reader, "data", "a.txt").await,
+        Err("InvalidAccessKeyId".to_owned())
+    );
+    assert_eq!(
+        code_of(
+            session
+                .get_object()
+                .bucket("data")
+                .key("a.txt")
+                .send()
+                .await
+        ),
+        "InvalidToken"
+    );
+    // Another user is untouched; the root is never refused.
+    let (ek, es) = user_with_policy(&srv, "erin").await;
+    get(&srv.client_with(&ek, &es), "data", "a.txt")
+        .await
+        .unwrap();
+    get(&srv.client(), "data", "a.txt").await.unwrap();
+    // A disabled user cannot hand out new sessions either.
+    refused(
+        &assume(&srv, (&ak, &sk), &[]).await,
+        403,
+        "InvalidAccessKeyId",
+    );
+
+    // Enabled again: all three work, the service account still narrowed.
+    admin_json(&srv, &["user", "enable", "dave"]).await;
+    get(&dave, "data", "a.txt").await.unwrap();
+    get(&reader, "data", "a.txt").await.unwrap();
+    denied(put(&reader, "data", "by-reader").await);
+    get(&session, "data", "a.txt").await.unwrap();
+
+    // Removed: refused from the next request.
+    admin_json(&srv, &["svcacct", "remove", &sa_ak]).await;
+    assert_eq!(
+        get(&reader, "data", "a.txt").await,
+        Err("InvalidAccessKeyId".to_owned())
+    );
+    get(&dave, "data", "a.txt").await.unwrap();
+}
