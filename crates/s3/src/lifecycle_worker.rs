@@ -17,6 +17,8 @@
 //! is refused below, and counted as skipped). A pass is idempotent: what it did is what the rules
 //! say, so running it twice, or on two nodes for a moment, does nothing more.
 
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -131,17 +133,51 @@ pub(crate) fn spawn(
     let weak: Weak<dyn ObjectLayer> = Arc::downgrade(layer);
     runtime.spawn(async move {
         tokio::time::sleep(interval.min(FIRST_DELAY)).await;
+        let mut seen = SeenConfigs::default();
         loop {
             let Some(layer) = weak.upgrade() else { return };
-            run_pass(layer.as_ref(), &counters, settings.clock).await;
+            run_pass(layer.as_ref(), &counters, settings.clock, &mut seen).await;
             drop(layer);
             tokio::time::sleep(interval).await;
         }
     });
 }
 
+/// The lifecycle configurations this node's worker has seen, by bucket (a hash of the stored
+/// document). A new or changed configuration is applied from the pass after the one that first
+/// saw it: rules take effect about an interval after they are set, never in the moment the PUT
+/// returns (AWS: "there is usually some lag before a new or updated lifecycle configuration is
+/// fully propagated"; clients, and ceph/s3-tests' lifecycle tests, list a bucket right after
+/// setting its rules and expect nothing expired yet). The first pass after start-up applies what
+/// it finds: those configurations were set before this process began.
+#[derive(Debug, Default)]
+pub(crate) struct SeenConfigs {
+    by_bucket: HashMap<String, u64>,
+    passes: u64,
+}
+
+impl SeenConfigs {
+    /// Records `raw` as `bucket`'s configuration in this pass (into `next`); whether it is
+    /// settled (to be applied now).
+    fn settled(&self, next: &mut HashMap<String, u64>, bucket: &str, raw: &[u8]) -> bool {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        raw.hash(&mut h);
+        let h = h.finish();
+        next.insert(bucket.to_owned(), h);
+        match self.by_bucket.get(bucket) {
+            Some(prev) => *prev == h,
+            None => self.passes == 0,
+        }
+    }
+}
+
 /// One pass over every bucket with a lifecycle configuration, on this node's shares.
-pub(crate) async fn run_pass(layer: &dyn ObjectLayer, c: &LifecycleCounters, clock: Clock) {
+pub(crate) async fn run_pass(
+    layer: &dyn ObjectLayer,
+    c: &LifecycleCounters,
+    clock: Clock,
+    seen: &mut SeenConfigs,
+) {
     let started = Instant::now();
     let buckets = match layer.list_buckets().await {
         Ok(b) => b,
@@ -152,9 +188,17 @@ pub(crate) async fn run_pass(layer: &dyn ObjectLayer, c: &LifecycleCounters, clo
         }
     };
     let shares = layer.lifecycle_shares().await;
+    let mut next_seen = HashMap::new();
     if !shares.is_empty() {
         for b in &buckets {
             let config = match layer.get_bucket_config(&b.name, CONFIG_NAME).await {
+                Ok(Some(raw)) if !seen.settled(&mut next_seen, &b.name, &raw) => {
+                    tracing::debug!(
+                        bucket = b.name,
+                        "lifecycle: a new configuration, applied from the next pass"
+                    );
+                    continue;
+                }
                 Ok(Some(raw)) => match LifecycleConfig::parse(&raw) {
                     Ok(cfg) => cfg,
                     Err(e) => {
@@ -194,6 +238,8 @@ pub(crate) async fn run_pass(layer: &dyn ObjectLayer, c: &LifecycleCounters, clo
             }
         }
     }
+    seen.by_bucket = next_seen;
+    seen.passes += 1;
     let took = started.elapsed();
     add(&c.passes, 1);
     c.last_pass_millis.store(
@@ -447,5 +493,54 @@ impl BucketPass<'_> {
                 break;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One pass's look at `configs` (bucket, document): which are applied in it.
+    fn pass(seen: &mut SeenConfigs, configs: &[(&str, &[u8])]) -> Vec<String> {
+        let mut next = HashMap::new();
+        let applied = configs
+            .iter()
+            .filter(|(b, raw)| seen.settled(&mut next, b, raw))
+            .map(|(b, _)| b.to_string())
+            .collect();
+        seen.by_bucket = next;
+        seen.passes += 1;
+        applied
+    }
+
+    #[test]
+    fn a_new_or_changed_configuration_waits_one_pass_and_the_first_pass_applies_all() {
+        let mut seen = SeenConfigs::default();
+        // Start-up: what is there was set before this process began.
+        assert_eq!(pass(&mut seen, &[("a", b"rules-1")]), ["a"]);
+        // A bucket's rules set since: not in the pass that first sees them, in the next.
+        assert_eq!(
+            pass(&mut seen, &[("a", b"rules-1"), ("b", b"rules-1")]),
+            ["a"]
+        );
+        assert_eq!(
+            pass(&mut seen, &[("a", b"rules-1"), ("b", b"rules-1")]),
+            ["a", "b"]
+        );
+        // Changed rules wait one pass too; the others go on.
+        assert_eq!(
+            pass(&mut seen, &[("a", b"rules-2"), ("b", b"rules-1")]),
+            ["b"]
+        );
+        assert_eq!(
+            pass(&mut seen, &[("a", b"rules-2"), ("b", b"rules-1")]),
+            ["a", "b"]
+        );
+        // Deleted and set again: new again.
+        assert_eq!(pass(&mut seen, &[("b", b"rules-1")]), ["b"]);
+        assert_eq!(
+            pass(&mut seen, &[("a", b"rules-2"), ("b", b"rules-1")]),
+            ["b"]
+        );
     }
 }
