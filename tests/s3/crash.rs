@@ -733,3 +733,389 @@ async fn crash_consistency_seed_2() {
 async fn crash_consistency_seed_3() {
     crash_rounds(0x51ed_0003).await;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Versioned buckets: versions, delete markers and deletes by version id under SIGKILL.
+// ---------------------------------------------------------------------------------------------
+
+const VBUCKET: &str = "crash-versions";
+
+/// One acknowledged version of a key: its id and bytes (`None`: a delete marker).
+#[derive(Clone, Debug)]
+struct VKnown {
+    id: String,
+    data: Option<Arc<Vec<u8>>>,
+}
+
+/// What an operation that was not acknowledged would have left, had it taken effect.
+#[derive(Clone, Debug)]
+enum VInFlight {
+    /// A new version with these bytes.
+    Put(Arc<Vec<u8>>),
+    /// A new delete marker.
+    Marker,
+    /// The acknowledged version of this id removed.
+    Remove(String),
+}
+
+#[derive(Clone, Debug, Default)]
+struct VKey {
+    /// Oldest first.
+    known: Vec<VKnown>,
+    /// Versions whose removal was acknowledged: never listed or read again.
+    gone: Vec<String>,
+    in_flight: Option<VInFlight>,
+}
+
+type VModel = Arc<Mutex<BTreeMap<String, VKey>>>;
+
+fn vlock(m: &VModel) -> std::sync::MutexGuard<'_, BTreeMap<String, VKey>> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// One worker on its own keys of the versioned bucket, until the kill.
+async fn vworker(
+    c: Client,
+    keys: Vec<String>,
+    mut rng: StdRng,
+    model: VModel,
+    killed: Arc<AtomicBool>,
+    counters: Arc<Counters>,
+) -> Option<String> {
+    while !killed.load(Ordering::SeqCst) {
+        let key = keys[rng.gen_range(0..keys.len())].clone();
+        let known = vlock(&model).entry(key.clone()).or_default().known.clone();
+        let pick = rng.gen_range(0..100);
+        let op = if pick < 25 && !known.is_empty() {
+            VInFlight::Remove(known[rng.gen_range(0..known.len())].id.clone())
+        } else if pick < 45 {
+            VInFlight::Marker
+        } else {
+            let n = random_size(&mut rng).min(600 * 1024);
+            VInFlight::Put(Arc::new(random_data(&mut rng, n)))
+        };
+        vlock(&model).get_mut(&key).unwrap().in_flight = Some(op.clone());
+        counters.ops_started.fetch_add(1, Ordering::Relaxed);
+        let r: Result<Option<VKnown>, String> = match &op {
+            VInFlight::Put(data) => c
+                .put_object()
+                .bucket(VBUCKET)
+                .key(&key)
+                .body(data.to_vec().into())
+                .send()
+                .await
+                .map(|o| {
+                    Some(VKnown {
+                        id: o.version_id().unwrap_or_default().to_owned(),
+                        data: Some(data.clone()),
+                    })
+                })
+                .map_err(|e| format!("PUT: {}", describe(&e))),
+            VInFlight::Marker => c
+                .delete_object()
+                .bucket(VBUCKET)
+                .key(&key)
+                .send()
+                .await
+                .map(|o| {
+                    Some(VKnown {
+                        id: o.version_id().unwrap_or_default().to_owned(),
+                        data: None,
+                    })
+                })
+                .map_err(|e| format!("DELETE: {}", describe(&e))),
+            VInFlight::Remove(id) => c
+                .delete_object()
+                .bucket(VBUCKET)
+                .key(&key)
+                .version_id(id)
+                .send()
+                .await
+                .map(|_| None)
+                .map_err(|e| format!("DELETE version {id}: {}", describe(&e))),
+        };
+        match r {
+            Ok(added) => {
+                let mut m = vlock(&model);
+                let vk = m.get_mut(&key).unwrap();
+                match (added, &op) {
+                    (Some(v), _) => {
+                        if v.id.is_empty() || v.id == "null" {
+                            return Some(format!("{key}: a write answered no version id"));
+                        }
+                        vk.known.push(v);
+                    }
+                    (None, VInFlight::Remove(id)) => {
+                        vk.known.retain(|k| &k.id != id);
+                        vk.gone.push(id.clone());
+                    }
+                    (None, _) => unreachable!(),
+                }
+                vk.in_flight = None;
+                counters.acked.fetch_add(1, Ordering::Relaxed);
+            }
+            Err(e) => {
+                counters.in_flight_at_kill.fetch_add(1, Ordering::Relaxed);
+                if killed.load(Ordering::SeqCst) {
+                    return None;
+                }
+                return Some(format!("{key}: {e} (before the kill)"));
+            }
+        }
+    }
+    None
+}
+
+/// Every version of `key` as ListObjectVersions answers: (id, size, ETag, is marker, is
+/// latest); the object versions first, then the markers, each newest first as listed (the SDK
+/// hands the two apart, so their order relative to each other is not kept).
+async fn list_key_versions(
+    c: &Client,
+    key: &str,
+) -> Result<Vec<(String, i64, String, bool, bool)>, String> {
+    let (mut versions, mut markers) = (Vec::new(), Vec::new());
+    let (mut km, mut vm): (Option<String>, Option<String>) = (None, None);
+    loop {
+        let r = c
+            .list_object_versions()
+            .bucket(VBUCKET)
+            .prefix(key)
+            .set_key_marker(km.clone())
+            .set_version_id_marker(vm.clone())
+            .send()
+            .await
+            .map_err(|e| format!("ListObjectVersions {key}: {}", describe(&e)))?;
+        for v in r.versions().iter().filter(|v| v.key() == Some(key)) {
+            versions.push((
+                v.version_id().unwrap_or_default().to_owned(),
+                v.size().unwrap_or_default(),
+                v.e_tag().unwrap_or_default().to_owned(),
+                false,
+                v.is_latest().unwrap_or(false),
+            ));
+        }
+        for m in r.delete_markers().iter().filter(|m| m.key() == Some(key)) {
+            markers.push((
+                m.version_id().unwrap_or_default().to_owned(),
+                0,
+                String::new(),
+                true,
+                m.is_latest().unwrap_or(false),
+            ));
+        }
+        if r.is_truncated() != Some(true) {
+            versions.extend(markers);
+            return Ok(versions);
+        }
+        km = r.next_key_marker().map(str::to_owned);
+        vm = r.next_version_id_marker().map(str::to_owned);
+    }
+}
+
+/// After a restart: each key's versions are exactly the acknowledged ones (an in-flight
+/// operation either applied whole or not at all), newest first in the order they were
+/// acknowledged, each reading back by id byte-exact; a removed version never comes back.
+async fn check_versions(s: &TestServer, model: &VModel, ctx: &str, counters: &Counters) {
+    let c = s.client();
+    let keys: Vec<(String, VKey)> = vlock(model)
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for (key, mut vk) in keys {
+        let listed = list_key_versions(&c, &key)
+            .await
+            .unwrap_or_else(|e| panic!("{ctx}: {e}"));
+        counters.checks.fetch_add(1, Ordering::Relaxed);
+        let ids: Vec<&str> = listed.iter().map(|l| l.0.as_str()).collect();
+        for g in &vk.gone {
+            assert!(
+                !ids.contains(&g.as_str()),
+                "{ctx}: {key} lists version {g}, whose delete was acknowledged: {ids:?}"
+            );
+        }
+        // Resolve what was in flight by what is listed.
+        match vk.in_flight.take() {
+            Some(VInFlight::Remove(id)) => {
+                if !ids.contains(&id.as_str()) {
+                    vk.known.retain(|k| k.id != id);
+                    vk.gone.push(id);
+                    counters.resolved_new.fetch_add(1, Ordering::Relaxed);
+                } else {
+                    counters.resolved_old.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            Some(new) => {
+                let unknown: Vec<&(String, i64, String, bool, bool)> = listed
+                    .iter()
+                    .filter(|l| !vk.known.iter().any(|k| k.id == l.0))
+                    .collect();
+                match (unknown.as_slice(), &new) {
+                    ([], _) => {
+                        counters.resolved_old.fetch_add(1, Ordering::Relaxed);
+                    }
+                    ([one], VInFlight::Put(data))
+                        if !one.3 && one.1 == data.len() as i64 && one.2 == etag_of(data) =>
+                    {
+                        vk.known.push(VKnown {
+                            id: one.0.clone(),
+                            data: Some(data.clone()),
+                        });
+                        counters.resolved_new.fetch_add(1, Ordering::Relaxed);
+                    }
+                    ([one], VInFlight::Marker) if one.3 => {
+                        vk.known.push(VKnown {
+                            id: one.0.clone(),
+                            data: None,
+                        });
+                        counters.resolved_new.fetch_add(1, Ordering::Relaxed);
+                    }
+                    _ => panic!(
+                        "{ctx}: {key} lists versions no acknowledged write made: {unknown:?} (in flight: {new:?})"
+                    ),
+                }
+            }
+            None => {}
+        }
+        // Newest first, in the order they were acknowledged: the object versions among
+        // themselves, the markers among themselves; IsLatest on the newest alone.
+        let newest_first = |markers: bool| -> Vec<&str> {
+            vk.known
+                .iter()
+                .rev()
+                .filter(|k| k.data.is_none() == markers)
+                .map(|k| k.id.as_str())
+                .collect()
+        };
+        let listed_of = |markers: bool| -> Vec<&str> {
+            listed
+                .iter()
+                .filter(|l| l.3 == markers)
+                .map(|l| l.0.as_str())
+                .collect()
+        };
+        for markers in [false, true] {
+            assert_eq!(
+                listed_of(markers),
+                newest_first(markers),
+                "{ctx}: {key}'s {}, newest first, are not the acknowledged ones in order (all listed: {ids:?})",
+                if markers { "delete markers" } else { "versions" }
+            );
+        }
+        let latest: Vec<&str> = listed
+            .iter()
+            .filter(|l| l.4)
+            .map(|l| l.0.as_str())
+            .collect();
+        let want_latest: Vec<&str> = vk.known.last().map(|k| k.id.as_str()).into_iter().collect();
+        assert_eq!(latest, want_latest, "{ctx}: {key}'s IsLatest");
+        for k in &vk.known {
+            counters.checks.fetch_add(1, Ordering::Relaxed);
+            let r = c
+                .get_object()
+                .bucket(VBUCKET)
+                .key(&key)
+                .version_id(&k.id)
+                .send()
+                .await;
+            match (&k.data, r) {
+                (Some(data), Ok(out)) => {
+                    let etag = out.e_tag().unwrap_or_default().to_owned();
+                    let body = out.body.collect().await.unwrap().into_bytes();
+                    assert!(
+                        body[..] == data[..] && etag == etag_of(data),
+                        "{ctx}: {key} version {} reads back as {} bytes (ETag {etag}), acknowledged as {} bytes",
+                        k.id,
+                        body.len(),
+                        data.len()
+                    );
+                }
+                // GET of a marker by id: 405 MethodNotAllowed, as S3 answers.
+                (None, Err(e)) if error_code(&e).as_deref() == Some("MethodNotAllowed") => {}
+                (d, r) => panic!(
+                    "{ctx}: {key} version {} (marker: {}) answers {:?}",
+                    k.id,
+                    d.is_none(),
+                    r.map(|_| "200").map_err(|e| describe(&e))
+                ),
+            }
+        }
+        vlock(model).insert(key, vk);
+    }
+}
+
+async fn crash_versions_rounds(default_seed: u64) {
+    let seed = env_u64("QUARRY_CRASH_SEED").unwrap_or(default_seed);
+    let rounds = env_u64("QUARRY_CRASH_ROUNDS").unwrap_or(3) as usize;
+    eprintln!("versioned crash consistency: seed {seed}, {rounds} rounds");
+    let started = Instant::now();
+    let mut rng = StdRng::seed_from_u64(seed);
+    let mut s = TestServer::start_single(4).await;
+    s.create_bucket(VBUCKET).await;
+    s.client()
+        .put_bucket_versioning()
+        .bucket(VBUCKET)
+        .versioning_configuration(
+            aws_sdk_s3::types::VersioningConfiguration::builder()
+                .status(aws_sdk_s3::types::BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .expect("enable versioning");
+    let model: VModel = Arc::default();
+    let counters = Arc::new(Counters::default());
+    for round in 0..rounds {
+        let ctx = format!("versioned, seed {seed}, round {round}");
+        let killed = Arc::new(AtomicBool::new(false));
+        let c = s.client();
+        let tasks: Vec<_> = (0..WORKERS)
+            .map(|w| {
+                let keys = (0..KEYS_PER_WORKER)
+                    .map(|k| format!("v{w}/key{k}"))
+                    .collect();
+                tokio::spawn(vworker(
+                    c.clone(),
+                    keys,
+                    StdRng::seed_from_u64(rng.gen()),
+                    model.clone(),
+                    killed.clone(),
+                    counters.clone(),
+                ))
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(300..2000))).await;
+        killed.store(true, Ordering::SeqCst);
+        s.kill_node(0);
+        for t in tasks {
+            match tokio::time::timeout(Duration::from_secs(30), t).await {
+                Ok(Ok(None)) => {}
+                Ok(Ok(Some(err))) => panic!("{ctx}: {err}"),
+                Ok(Err(e)) => panic!("{ctx}: worker task failed: {e}"),
+                Err(_) => panic!("{ctx}: a worker did not finish 30 s after the kill"),
+            }
+        }
+        s.restart().await;
+        check_versions(&s, &model, &ctx, &counters).await;
+    }
+    assert_no_panic(&s, &format!("versioned, seed {seed}"));
+    let versions: usize = vlock(&model).values().map(|k| k.known.len()).sum();
+    eprintln!(
+        "versioned crash consistency: seed {seed}: {rounds} kills, {} ops started, {} acknowledged, {} in flight at a kill ({} found applied, {} not), {versions} versions kept, {} checks, {:.1}s",
+        counters.ops_started.load(Ordering::Relaxed),
+        counters.acked.load(Ordering::Relaxed),
+        counters.in_flight_at_kill.load(Ordering::Relaxed),
+        counters.resolved_new.load(Ordering::Relaxed),
+        counters.resolved_old.load(Ordering::Relaxed),
+        counters.checks.load(Ordering::Relaxed),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        counters.acked.load(Ordering::Relaxed) > 0,
+        "seed {seed}: no operation was acknowledged: the workload did not run"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn crash_consistency_versioned_seed_1() {
+    crash_versions_rounds(0x51ed_0101).await;
+}
