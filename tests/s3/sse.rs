@@ -1428,3 +1428,133 @@ async fn kms_rotation_is_refused_to_others_and_to_unknown_keys() {
     assert!(before != meta_files(&s));
     assert_bytes_eq(&get_all(&c, "k").await, &data, "k after rotation");
 }
+
+/// UploadPartCopy into an SSE-C upload, as AWS documents it: the destination upload's key in
+/// the `x-amz-server-side-encryption-customer-*` headers, the source's in the
+/// `x-amz-copy-source-server-side-encryption-customer-*` ones. An SSE-C source under another key
+/// and a plain source are copied; the wrong destination key, or none, is refused and writes no
+/// part; the completed object reads with the destination key only.
+#[tokio::test]
+async fn upload_part_copy_into_an_sse_c_upload() {
+    let s = TestServer::start_https(4).await;
+    s.create_bucket(B).await;
+    let c = s.client();
+    let (src_c, src_plain) = (random_bytes(5 << 20), random_bytes(300_000));
+    with_sse!(
+        c.put_object()
+            .bucket(B)
+            .key("src-c")
+            .body(src_c.clone().into()),
+        Mode::C(5)
+    )
+    .send()
+    .await
+    .unwrap();
+    c.put_object()
+        .bucket(B)
+        .key("src-plain")
+        .body(src_plain.clone().into())
+        .send()
+        .await
+        .unwrap();
+    let dst = Mode::C(6);
+    let id = with_sse!(c.create_multipart_upload().bucket(B).key("dst"), dst)
+        .send()
+        .await
+        .unwrap()
+        .upload_id
+        .unwrap();
+    // dest: the destination key's seed (None: no destination key); source_key: the SSE-C
+    // source's seed.
+    let copy = |n: i32, src: &'static str, dest: Option<u8>, source_key: Option<u8>| {
+        let (c, id) = (c.clone(), id.clone());
+        async move {
+            let mut req = c
+                .upload_part_copy()
+                .bucket(B)
+                .key("dst")
+                .upload_id(id)
+                .part_number(n)
+                .copy_source(format!("{B}/{src}"));
+            if let Some(seed) = dest {
+                let (k, m) = customer(seed);
+                req = req
+                    .sse_customer_algorithm("AES256")
+                    .sse_customer_key(k)
+                    .sse_customer_key_md5(m);
+            }
+            if let Some(seed) = source_key {
+                let (k, m) = customer(seed);
+                req = req
+                    .copy_source_sse_customer_algorithm("AES256")
+                    .copy_source_sse_customer_key(k)
+                    .copy_source_sse_customer_key_md5(m);
+            }
+            req.send().await
+        }
+    };
+    // Refused: the wrong destination key, no destination key, the wrong source key.
+    assert_s3_error(
+        copy(1, "src-c", Some(7), Some(5)).await,
+        400,
+        "InvalidArgument",
+    );
+    assert_s3_error(copy(1, "src-c", None, Some(5)).await, 400, "InvalidRequest");
+    assert_s3_error(
+        copy(1, "src-c", Some(6), Some(7)).await,
+        400,
+        "InvalidArgument",
+    );
+    let parts = with_key!(c.list_parts().bucket(B).key("dst").upload_id(&id), dst)
+        .send()
+        .await
+        .unwrap();
+    assert!(parts.parts().is_empty(), "a refused copy wrote a part");
+
+    // SSE-C source (key 5) -> SSE-C upload (key 6), then a plain source.
+    let out = copy(1, "src-c", Some(6), Some(5))
+        .await
+        .unwrap_or_else(|e| panic!("UploadPartCopy from SSE-C: {}", describe(&e)));
+    assert_eq!(out.sse_customer_algorithm.as_deref(), Some("AES256"));
+    assert_eq!(out.sse_customer_key_md5, dst.key().map(|k| k.1));
+    let e1 = out.copy_part_result.unwrap().e_tag.unwrap();
+    let out = copy(2, "src-plain", Some(6), None)
+        .await
+        .unwrap_or_else(|e| panic!("UploadPartCopy from plain: {}", describe(&e)));
+    assert_eq!(out.sse_customer_algorithm.as_deref(), Some("AES256"));
+    let e2 = out.copy_part_result.unwrap().e_tag.unwrap();
+    with_key!(
+        c.complete_multipart_upload()
+            .bucket(B)
+            .key("dst")
+            .upload_id(&id)
+            .multipart_upload(completed(&[(1, &e1), (2, &e2)])),
+        dst
+    )
+    .send()
+    .await
+    .unwrap_or_else(|e| panic!("complete: {}", describe(&e)));
+    let mut whole = src_c.clone();
+    whole.extend_from_slice(&src_plain);
+    assert_bytes_eq(&read(&c, "dst", dst, None, None).await, &whole, "dst");
+    // A range across the part boundary.
+    let a = src_c.len() - 10;
+    assert_bytes_eq(
+        &read(&c, "dst", dst, Some(format!("bytes={a}-{}", a + 19)), None).await,
+        &whole[a..a + 20],
+        "dst across parts",
+    );
+    // Only the destination key opens it.
+    assert_s3_error(
+        with_key!(c.get_object().bucket(B).key("dst"), Mode::C(5))
+            .send()
+            .await,
+        400,
+        "InvalidArgument",
+    );
+    assert_s3_error(
+        c.get_object().bucket(B).key("dst").send().await,
+        400,
+        "InvalidRequest",
+    );
+}
