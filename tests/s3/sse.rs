@@ -1558,3 +1558,100 @@ async fn upload_part_copy_into_an_sse_c_upload() {
         "InvalidRequest",
     );
 }
+
+/// A multipart upload in SSE-KMS with a key id and an encryption context: every call answers
+/// the key id (and Create the context), the object reads back whole and by part, and HEAD
+/// answers aws:kms, the key id and the context; the parts are sealed (no plaintext on the drives).
+#[tokio::test]
+async fn multipart_upload_with_sse_kms_key_and_context() {
+    let s = TestServer::start(4).await;
+    s.create_bucket(B).await;
+    let c = s.client();
+    let ctx = b64(br#"{"department":"finance"}"#);
+    let marker = b"QUARRY-SSE-KMS-MP-MARKER-51c0";
+    let mut p1 = random_bytes(5 << 20);
+    p1[1_000_000..1_000_000 + marker.len()].copy_from_slice(marker);
+    let p2 = random_bytes(700_000);
+    let created = c
+        .create_multipart_upload()
+        .bucket(B)
+        .key("mp-kms")
+        .server_side_encryption(ServerSideEncryption::AwsKms)
+        .ssekms_key_id("testkey-2")
+        .ssekms_encryption_context(&ctx)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("create: {}", describe(&e)));
+    assert_eq!(
+        created.server_side_encryption,
+        Some(ServerSideEncryption::AwsKms)
+    );
+    assert_eq!(created.ssekms_key_id.as_deref(), Some("testkey-2"));
+    assert_eq!(
+        created.ssekms_encryption_context.as_deref(),
+        Some(ctx.as_str())
+    );
+    let id = created.upload_id.unwrap();
+    let mut etags = Vec::new();
+    for (n, data) in [(1, &p1), (2, &p2)] {
+        let r = c
+            .upload_part()
+            .bucket(B)
+            .key("mp-kms")
+            .upload_id(&id)
+            .part_number(n)
+            .body(data.clone().into())
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("part {n}: {}", describe(&e)));
+        assert_eq!(r.server_side_encryption, Some(ServerSideEncryption::AwsKms));
+        assert_eq!(r.ssekms_key_id.as_deref(), Some("testkey-2"));
+        // SSE-KMS part ETags are not the plaintext's MD5 (as AWS).
+        assert_ne!(r.e_tag.as_deref(), Some(etag_of(data).as_str()));
+        etags.push(r.e_tag.unwrap());
+    }
+    let done = c
+        .complete_multipart_upload()
+        .bucket(B)
+        .key("mp-kms")
+        .upload_id(&id)
+        .multipart_upload(completed(&[(1, &etags[0]), (2, &etags[1])]))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("complete: {}", describe(&e)));
+    assert_eq!(
+        done.server_side_encryption,
+        Some(ServerSideEncryption::AwsKms)
+    );
+    assert_eq!(done.ssekms_key_id.as_deref(), Some("testkey-2"));
+    let mut whole = p1.clone();
+    whole.extend_from_slice(&p2);
+    let head = c
+        .head_object()
+        .bucket(B)
+        .key("mp-kms")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        head.server_side_encryption,
+        Some(ServerSideEncryption::AwsKms)
+    );
+    assert_eq!(head.ssekms_key_id.as_deref(), Some("testkey-2"));
+    assert_eq!(head.content_length, Some(whole.len() as i64));
+    assert!(
+        head.e_tag.as_deref().is_some_and(|e| e.ends_with("-2\"")),
+        "{:?}",
+        head.e_tag
+    );
+    assert_bytes_eq(&get_all(&c, "mp-kms").await, &whole, "SSE-KMS multipart");
+    assert_bytes_eq(
+        &read(&c, "mp-kms", Mode::Kms, None, Some(2)).await,
+        &p2,
+        "part 2",
+    );
+    for f in drive_files(&s) {
+        let bytes = std::fs::read(&f).unwrap();
+        assert!(!contains(&bytes, marker), "plaintext in {}", f.display());
+    }
+}
