@@ -1027,3 +1027,631 @@ async fn multipart_default_encryption_and_part_copies() {
     let body = got.body.collect().await.unwrap().to_vec();
     assert_bytes_eq(&body, &src[1000..251_000], "part copy of an SSE-C source");
 }
+
+// ---- master-key rotation (`quarry admin kms rotate`) ----
+
+/// `quarry admin <args...>` as root against `s`; returns (status ok, stdout, stderr).
+async fn admin_cli(s: &TestServer, args: &[&str]) -> (bool, String, String) {
+    let endpoint = s.endpoint();
+    let out = tokio::process::Command::new(quarry_bin())
+        .arg("admin")
+        .args(args)
+        .args([
+            "--endpoint",
+            &endpoint,
+            "--access-key",
+            s.access_key(),
+            "--secret-key",
+            s.secret_key(),
+        ])
+        .env_remove("QUARRY_ROOT_USER")
+        .env_remove("QUARRY_ROOT_PASSWORD")
+        .env_remove("QUARRY_ENDPOINT")
+        .kill_on_drop(true)
+        .output()
+        .await
+        .expect("run quarry admin");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Every shard file (`part.N`) on the drives with its modification time and bytes.
+fn shard_files(s: &TestServer) -> Vec<(PathBuf, std::time::SystemTime, Vec<u8>)> {
+    let mut out: Vec<_> = drive_files(s)
+        .into_iter()
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("part.") && !n.ends_with(".meta"))
+        })
+        .map(|p| {
+            let m = std::fs::metadata(&p).unwrap().modified().unwrap();
+            let b = std::fs::read(&p).unwrap();
+            (p, m, b)
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// Every metadata file on the drives and its bytes.
+fn meta_files(s: &TestServer) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out: Vec<_> = drive_files(s)
+        .into_iter()
+        .filter(|p| p.file_name().and_then(|n| n.to_str()) == Some("quarry.meta"))
+        .map(|p| {
+            let b = std::fs::read(&p).unwrap();
+            (p, b)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// SSE-S3 and SSE-KMS objects (two versions of one, a multi-block one) and an SSE-KMS upload in
+/// progress under `testkey-1` are re-sealed under `testkey-2` by `quarry admin kms rotate`; the
+/// server restarted with only `testkey-2` reads every one back byte for byte and completes the
+/// upload, while an object the rotation was not given (another prefix) no longer opens. No shard
+/// file is rewritten: their bytes and modification times are those from before the rotation.
+#[tokio::test]
+async fn kms_rotation_reseals_keys_without_rewriting_data() {
+    let mut s = TestServer::start(4).await;
+    s.create_bucket(B).await;
+    let c = s.client();
+    c.put_bucket_versioning()
+        .bucket(B)
+        .versioning_configuration(
+            quarry_integration::aws_sdk_s3::types::VersioningConfiguration::builder()
+                .status(quarry_integration::aws_sdk_s3::types::BucketVersioningStatus::Enabled)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let ctx = b64(br#"{"project":"rotation"}"#);
+    let (v1, v2, kms_data, big, plain, left) = (
+        random_bytes(400_000),
+        random_bytes(500_000),
+        random_bytes(600_000),
+        random_bytes(2_500_000),
+        random_bytes(300_000),
+        random_bytes(300_000),
+    );
+    let mut first_version = None;
+    for data in [&v1, &v2] {
+        let put = c
+            .put_object()
+            .bucket(B)
+            .key("data/s3")
+            .server_side_encryption(ServerSideEncryption::Aes256)
+            .body(data.clone().into())
+            .send()
+            .await
+            .unwrap();
+        first_version.get_or_insert(put.version_id.unwrap());
+    }
+    let first_version = first_version.unwrap();
+    c.put_object()
+        .bucket(B)
+        .key("data/kms")
+        .server_side_encryption(ServerSideEncryption::AwsKms)
+        .ssekms_key_id("testkey-1")
+        .ssekms_encryption_context(&ctx)
+        .body(kms_data.clone().into())
+        .send()
+        .await
+        .unwrap();
+    c.put_object()
+        .bucket(B)
+        .key("data/big")
+        .server_side_encryption(ServerSideEncryption::Aes256)
+        .body(big.clone().into())
+        .send()
+        .await
+        .unwrap();
+    c.put_object()
+        .bucket(B)
+        .key("data/plain")
+        .body(plain.clone().into())
+        .send()
+        .await
+        .unwrap();
+    c.put_object()
+        .bucket(B)
+        .key("other/s3")
+        .server_side_encryption(ServerSideEncryption::Aes256)
+        .body(left.clone().into())
+        .send()
+        .await
+        .unwrap();
+    let up = c
+        .create_multipart_upload()
+        .bucket(B)
+        .key("data/mp")
+        .server_side_encryption(ServerSideEncryption::AwsKms)
+        .ssekms_key_id("testkey-1")
+        .send()
+        .await
+        .unwrap();
+    let upload_id = up.upload_id.unwrap();
+    let (p1, p2) = (random_bytes(5 << 20), random_bytes(1_000_000));
+    let e1 = upload_part(&c, "data/mp", &upload_id, 1, &p1, Mode::Plain)
+        .await
+        .unwrap();
+
+    let (ok, out, err) = admin_cli(&s, &["kms", "keys", "--json"]).await;
+    assert!(ok, "{err}");
+    let keys: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(keys["default"], "testkey-1");
+    assert_eq!(keys["keys"][1]["id"], "testkey-2");
+    assert!(!out.contains("MTEx"), "key bytes in the listing: {out}");
+
+    let shards = shard_files(&s);
+    assert!(
+        shards.len() >= 8,
+        "the objects have shard files: {shards:?}"
+    );
+    let (ok, out, err) = admin_cli(
+        &s,
+        &[
+            "kms",
+            "rotate",
+            "--from",
+            "testkey-1",
+            "--to",
+            "testkey-2",
+            "--bucket",
+            B,
+            "--prefix",
+            "data/",
+            "--json",
+        ],
+    )
+    .await;
+    assert!(ok, "{out}{err}");
+    let r: serde_json::Value = serde_json::from_str(&out).unwrap();
+    // data/s3 (2 versions), data/kms, data/big, the upload; data/plain skipped.
+    assert_eq!(r["resealed"], 5, "{out}");
+    assert_eq!(r["scanned"], 6, "{out}");
+    assert_eq!(r["skipped_reasons"]["not_encrypted"], 1, "{out}");
+    assert_eq!(r["failed"], 0, "{out}");
+    assert!(
+        shards == shard_files(&s),
+        "a shard file changed (bytes or mtime) in the rotation"
+    );
+    // Run again: nothing is left under the old key.
+    let (ok, out, _) = admin_cli(
+        &s,
+        &[
+            "kms",
+            "rotate",
+            "--from",
+            "testkey-1",
+            "--to",
+            "testkey-2",
+            "--bucket",
+            B,
+            "--prefix",
+            "data/",
+        ],
+    )
+    .await;
+    assert!(ok, "{out}");
+    assert!(out.contains("0 re-sealed"), "{out}");
+
+    // Only the new key from now on.
+    s.set_env(
+        "QUARRY_KMS_SECRET_KEY",
+        KMS_TEST_KEYS.split(',').nth(1).unwrap(),
+    );
+    s.restart().await;
+    let c = s.client();
+    assert_bytes_eq(&get_all(&c, "data/s3").await, &v2, "data/s3 after rotation");
+    let old = c
+        .get_object()
+        .bucket(B)
+        .key("data/s3")
+        .version_id(&first_version)
+        .send()
+        .await
+        .unwrap();
+    assert_bytes_eq(
+        &old.body.collect().await.unwrap().to_vec(),
+        &v1,
+        "data/s3's first version after rotation",
+    );
+    let got = c
+        .get_object()
+        .bucket(B)
+        .key("data/kms")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(got.ssekms_key_id.as_deref(), Some("testkey-2"));
+    assert_eq!(
+        got.server_side_encryption,
+        Some(ServerSideEncryption::AwsKms)
+    );
+    assert_bytes_eq(
+        &got.body.collect().await.unwrap().to_vec(),
+        &kms_data,
+        "data/kms after rotation",
+    );
+    assert_bytes_eq(
+        &get_all(&c, "data/big").await,
+        &big,
+        "data/big after rotation",
+    );
+    assert_bytes_eq(&get_all(&c, "data/plain").await, &plain, "data/plain");
+    // The upload goes on under the new key.
+    let e2 = upload_part(&c, "data/mp", &upload_id, 2, &p2, Mode::Plain)
+        .await
+        .unwrap();
+    c.complete_multipart_upload()
+        .bucket(B)
+        .key("data/mp")
+        .upload_id(&upload_id)
+        .multipart_upload(completed(&[(1, &e1), (2, &e2)]))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("complete: {}", describe(&e)));
+    let mut whole = p1.clone();
+    whole.extend_from_slice(&p2);
+    assert_bytes_eq(&get_all(&c, "data/mp").await, &whole, "the rotated upload");
+    // Not given to the rotation: still under the removed key, so it does not open.
+    let e = c
+        .get_object()
+        .bucket(B)
+        .key("other/s3")
+        .send()
+        .await
+        .expect_err("an object under a removed master key opened");
+    assert!(
+        describe(&e).contains("InvalidArgument") || describe(&e).contains("does not exist"),
+        "{}",
+        describe(&e)
+    );
+}
+
+/// The rotation is the root user's: an IAM user allowed every S3 action (its GET passes) is
+/// refused the admin call, and the root user's call to an unknown key is a clear error that
+/// changes no metadata file.
+#[tokio::test]
+async fn kms_rotation_is_refused_to_others_and_to_unknown_keys() {
+    let s = TestServer::start(4).await;
+    s.create_bucket(B).await;
+    let c = s.client();
+    let data = random_bytes(300_000);
+    c.put_object()
+        .bucket(B)
+        .key("k")
+        .server_side_encryption(ServerSideEncryption::Aes256)
+        .body(data.clone().into())
+        .send()
+        .await
+        .unwrap();
+    let (ak, sk) = crate::iam::user_with_key(&s, "rotator").await;
+    crate::iam::ok(
+        &crate::iam::call(
+            &s,
+            0,
+            crate::iam::ROOT,
+            "iam",
+            &[
+                ("Action", "PutUserPolicy"),
+                ("UserName", "rotator"),
+                ("PolicyName", "all"),
+                (
+                    "PolicyDocument",
+                    r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:*","Resource":"*"}]}"#,
+                ),
+            ],
+        )
+        .await,
+    );
+    let user = s.client_with(&ak, &sk);
+    // Control: the user's keys work.
+    crate::iam::get(&user, B, "k").await.unwrap();
+    let before = meta_files(&s);
+    let path = format!("/quarry/admin/v1/kms/rotate?bucket={B}&from=testkey-1&to=testkey-2");
+    let url = format!("{}{path}", s.endpoint());
+    let signed = sign_headers(
+        "POST",
+        &url,
+        &[],
+        PayloadHash::Bytes(b""),
+        &ak,
+        &sk,
+        std::time::SystemTime::now(),
+    );
+    let r = send_raw("POST", &url, &signed.headers, Vec::new()).await;
+    assert_eq!(r.status().as_u16(), 403);
+    assert!(r
+        .text()
+        .await
+        .unwrap()
+        .contains("<Code>AccessDenied</Code>"));
+    let keys = format!("{}/quarry/admin/v1/kms/keys", s.endpoint());
+    let signed = sign_headers(
+        "GET",
+        &keys,
+        &[],
+        PayloadHash::Bytes(b""),
+        &ak,
+        &sk,
+        std::time::SystemTime::now(),
+    );
+    assert_eq!(
+        send_raw("GET", &keys, &signed.headers, Vec::new())
+            .await
+            .status()
+            .as_u16(),
+        403
+    );
+
+    // Root, to a key the service does not have: refused before anything is read.
+    let (ok, out, err) = admin_cli(
+        &s,
+        &[
+            "kms",
+            "rotate",
+            "--from",
+            "testkey-1",
+            "--to",
+            "no-such-key",
+        ],
+    )
+    .await;
+    assert!(!ok, "{out}");
+    assert!(
+        err.contains("InvalidArgument") && err.contains("no-such-key"),
+        "{err}"
+    );
+    let (ok, _, err) = admin_cli(
+        &s,
+        &["kms", "rotate", "--from", "testkey-1", "--to", "testkey-1"],
+    )
+    .await;
+    assert!(!ok && err.contains("InvalidArgument"), "{err}");
+    assert!(
+        before == meta_files(&s),
+        "a refused rotation changed metadata"
+    );
+    // The same call by root with a real key passes (and does change the metadata).
+    let r = s.signed("POST", &path, &[], Vec::new()).await;
+    assert_eq!(r.status().as_u16(), 200);
+    let report: serde_json::Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+    assert_eq!(report["resealed"], 1, "{report}");
+    assert!(before != meta_files(&s));
+    assert_bytes_eq(&get_all(&c, "k").await, &data, "k after rotation");
+}
+
+/// UploadPartCopy into an SSE-C upload, as AWS documents it: the destination upload's key in
+/// the `x-amz-server-side-encryption-customer-*` headers, the source's in the
+/// `x-amz-copy-source-server-side-encryption-customer-*` ones. An SSE-C source under another key
+/// and a plain source are copied; the wrong destination key, or none, is refused and writes no
+/// part; the completed object reads with the destination key only.
+#[tokio::test]
+async fn upload_part_copy_into_an_sse_c_upload() {
+    let s = TestServer::start_https(4).await;
+    s.create_bucket(B).await;
+    let c = s.client();
+    let (src_c, src_plain) = (random_bytes(5 << 20), random_bytes(300_000));
+    with_sse!(
+        c.put_object()
+            .bucket(B)
+            .key("src-c")
+            .body(src_c.clone().into()),
+        Mode::C(5)
+    )
+    .send()
+    .await
+    .unwrap();
+    c.put_object()
+        .bucket(B)
+        .key("src-plain")
+        .body(src_plain.clone().into())
+        .send()
+        .await
+        .unwrap();
+    let dst = Mode::C(6);
+    let id = with_sse!(c.create_multipart_upload().bucket(B).key("dst"), dst)
+        .send()
+        .await
+        .unwrap()
+        .upload_id
+        .unwrap();
+    // dest: the destination key's seed (None: no destination key); source_key: the SSE-C
+    // source's seed.
+    let copy = |n: i32, src: &'static str, dest: Option<u8>, source_key: Option<u8>| {
+        let (c, id) = (c.clone(), id.clone());
+        async move {
+            let mut req = c
+                .upload_part_copy()
+                .bucket(B)
+                .key("dst")
+                .upload_id(id)
+                .part_number(n)
+                .copy_source(format!("{B}/{src}"));
+            if let Some(seed) = dest {
+                let (k, m) = customer(seed);
+                req = req
+                    .sse_customer_algorithm("AES256")
+                    .sse_customer_key(k)
+                    .sse_customer_key_md5(m);
+            }
+            if let Some(seed) = source_key {
+                let (k, m) = customer(seed);
+                req = req
+                    .copy_source_sse_customer_algorithm("AES256")
+                    .copy_source_sse_customer_key(k)
+                    .copy_source_sse_customer_key_md5(m);
+            }
+            req.send().await
+        }
+    };
+    // Refused: the wrong destination key, no destination key, the wrong source key.
+    assert_s3_error(
+        copy(1, "src-c", Some(7), Some(5)).await,
+        400,
+        "InvalidArgument",
+    );
+    assert_s3_error(copy(1, "src-c", None, Some(5)).await, 400, "InvalidRequest");
+    assert_s3_error(
+        copy(1, "src-c", Some(6), Some(7)).await,
+        400,
+        "InvalidArgument",
+    );
+    let parts = with_key!(c.list_parts().bucket(B).key("dst").upload_id(&id), dst)
+        .send()
+        .await
+        .unwrap();
+    assert!(parts.parts().is_empty(), "a refused copy wrote a part");
+
+    // SSE-C source (key 5) -> SSE-C upload (key 6), then a plain source.
+    let out = copy(1, "src-c", Some(6), Some(5))
+        .await
+        .unwrap_or_else(|e| panic!("UploadPartCopy from SSE-C: {}", describe(&e)));
+    assert_eq!(out.sse_customer_algorithm.as_deref(), Some("AES256"));
+    assert_eq!(out.sse_customer_key_md5, dst.key().map(|k| k.1));
+    let e1 = out.copy_part_result.unwrap().e_tag.unwrap();
+    let out = copy(2, "src-plain", Some(6), None)
+        .await
+        .unwrap_or_else(|e| panic!("UploadPartCopy from plain: {}", describe(&e)));
+    assert_eq!(out.sse_customer_algorithm.as_deref(), Some("AES256"));
+    let e2 = out.copy_part_result.unwrap().e_tag.unwrap();
+    with_key!(
+        c.complete_multipart_upload()
+            .bucket(B)
+            .key("dst")
+            .upload_id(&id)
+            .multipart_upload(completed(&[(1, &e1), (2, &e2)])),
+        dst
+    )
+    .send()
+    .await
+    .unwrap_or_else(|e| panic!("complete: {}", describe(&e)));
+    let mut whole = src_c.clone();
+    whole.extend_from_slice(&src_plain);
+    assert_bytes_eq(&read(&c, "dst", dst, None, None).await, &whole, "dst");
+    // A range across the part boundary.
+    let a = src_c.len() - 10;
+    assert_bytes_eq(
+        &read(&c, "dst", dst, Some(format!("bytes={a}-{}", a + 19)), None).await,
+        &whole[a..a + 20],
+        "dst across parts",
+    );
+    // Only the destination key opens it.
+    assert_s3_error(
+        with_key!(c.get_object().bucket(B).key("dst"), Mode::C(5))
+            .send()
+            .await,
+        400,
+        "InvalidArgument",
+    );
+    assert_s3_error(
+        c.get_object().bucket(B).key("dst").send().await,
+        400,
+        "InvalidRequest",
+    );
+}
+
+/// A multipart upload in SSE-KMS with a key id and an encryption context: every call answers
+/// the key id (and Create the context), the object reads back whole and by part, and HEAD
+/// answers aws:kms, the key id and the context; the parts are sealed (no plaintext on the drives).
+#[tokio::test]
+async fn multipart_upload_with_sse_kms_key_and_context() {
+    let s = TestServer::start(4).await;
+    s.create_bucket(B).await;
+    let c = s.client();
+    let ctx = b64(br#"{"department":"finance"}"#);
+    let marker = b"QUARRY-SSE-KMS-MP-MARKER-51c0";
+    let mut p1 = random_bytes(5 << 20);
+    p1[1_000_000..1_000_000 + marker.len()].copy_from_slice(marker);
+    let p2 = random_bytes(700_000);
+    let created = c
+        .create_multipart_upload()
+        .bucket(B)
+        .key("mp-kms")
+        .server_side_encryption(ServerSideEncryption::AwsKms)
+        .ssekms_key_id("testkey-2")
+        .ssekms_encryption_context(&ctx)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("create: {}", describe(&e)));
+    assert_eq!(
+        created.server_side_encryption,
+        Some(ServerSideEncryption::AwsKms)
+    );
+    assert_eq!(created.ssekms_key_id.as_deref(), Some("testkey-2"));
+    assert_eq!(
+        created.ssekms_encryption_context.as_deref(),
+        Some(ctx.as_str())
+    );
+    let id = created.upload_id.unwrap();
+    let mut etags = Vec::new();
+    for (n, data) in [(1, &p1), (2, &p2)] {
+        let r = c
+            .upload_part()
+            .bucket(B)
+            .key("mp-kms")
+            .upload_id(&id)
+            .part_number(n)
+            .body(data.clone().into())
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("part {n}: {}", describe(&e)));
+        assert_eq!(r.server_side_encryption, Some(ServerSideEncryption::AwsKms));
+        assert_eq!(r.ssekms_key_id.as_deref(), Some("testkey-2"));
+        // SSE-KMS part ETags are not the plaintext's MD5 (as AWS).
+        assert_ne!(r.e_tag.as_deref(), Some(etag_of(data).as_str()));
+        etags.push(r.e_tag.unwrap());
+    }
+    let done = c
+        .complete_multipart_upload()
+        .bucket(B)
+        .key("mp-kms")
+        .upload_id(&id)
+        .multipart_upload(completed(&[(1, &etags[0]), (2, &etags[1])]))
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("complete: {}", describe(&e)));
+    assert_eq!(
+        done.server_side_encryption,
+        Some(ServerSideEncryption::AwsKms)
+    );
+    assert_eq!(done.ssekms_key_id.as_deref(), Some("testkey-2"));
+    let mut whole = p1.clone();
+    whole.extend_from_slice(&p2);
+    let head = c
+        .head_object()
+        .bucket(B)
+        .key("mp-kms")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        head.server_side_encryption,
+        Some(ServerSideEncryption::AwsKms)
+    );
+    assert_eq!(head.ssekms_key_id.as_deref(), Some("testkey-2"));
+    assert_eq!(head.content_length, Some(whole.len() as i64));
+    assert!(
+        head.e_tag.as_deref().is_some_and(|e| e.ends_with("-2\"")),
+        "{:?}",
+        head.e_tag
+    );
+    assert_bytes_eq(&get_all(&c, "mp-kms").await, &whole, "SSE-KMS multipart");
+    assert_bytes_eq(
+        &read(&c, "mp-kms", Mode::Kms, None, Some(2)).await,
+        &p2,
+        "part 2",
+    );
+    for f in drive_files(&s) {
+        let bytes = std::fs::read(&f).unwrap();
+        assert!(!contains(&bytes, marker), "plaintext in {}", f.display());
+    }
+}

@@ -7,6 +7,8 @@
 //! quarry admin heal-status [--endpoint URL] [--access-key K --secret-key S] [JOB]
 //! quarry admin info [--endpoint URL] [--access-key K --secret-key S] [--json]
 //! quarry admin drives [--endpoint URL] [--access-key K --secret-key S] [--json]
+//! quarry admin kms keys [--endpoint URL] [--access-key K --secret-key S] [--json]
+//! quarry admin kms rotate --from OLD --to NEW [--bucket B] [--prefix P] [--json] [...]
 //! quarry admin cert generate [--out DIR] [--ca-dir DIR] [--days N] [NAMES...]
 //! quarry admin user|policy|group|svcacct ...   (identities: see `crate::identities`)
 //! ```
@@ -38,7 +40,10 @@ use serde::Deserialize;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a status call may take by default.
 const STATUS_TIMEOUT: Duration = Duration::from_secs(30);
-/// Exit status of a heal that ran but left objects unhealed.
+/// How long a rotation may take by default (it walks every object it is given).
+const ROTATE_TIMEOUT: Duration = Duration::from_secs(24 * 3600);
+/// Exit status of a heal that ran but left objects unhealed (and of a rotation that left
+/// objects under the old key).
 const EXIT_UNHEALED: u8 = 3;
 
 #[derive(Debug, Args)]
@@ -78,9 +83,45 @@ pub enum AdminCommand {
     /// info, remove.
     #[command(subcommand)]
     Svcacct(crate::identities::SvcacctCommand),
+    /// The key service of SSE-S3 and SSE-KMS: list its master keys, rotate objects to another.
+    #[command(subcommand)]
+    Kms(KmsCommand),
     /// TLS certificates for a trial: `quarry admin cert generate`.
     #[command(subcommand)]
     Cert(CertCommand),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum KmsCommand {
+    /// List the master key ids the server's key service holds (names only) and the default.
+    Keys(Connection),
+    /// Re-seal the object keys of every version and upload in progress sealed under master key
+    /// OLD under NEW (SSE-S3 and SSE-KMS; SSE-C objects are the customer's), in place: the data
+    /// is not rewritten. Both keys must be configured while it runs; afterwards OLD can be
+    /// removed. Exit status 3 when some objects failed (the report says which and why).
+    Rotate(RotateArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct RotateArgs {
+    #[command(flatten)]
+    pub conn: Connection,
+
+    /// The master key objects are sealed under now.
+    #[arg(long, value_name = "OLD")]
+    pub from: String,
+
+    /// The master key to re-seal them under.
+    #[arg(long, value_name = "NEW")]
+    pub to: String,
+
+    /// Only this bucket. Default: every bucket.
+    #[arg(long, value_name = "B")]
+    pub bucket: Option<String>,
+
+    /// Only keys that start with this.
+    #[arg(long, value_name = "P")]
+    pub prefix: Option<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -335,6 +376,40 @@ async fn run(args: AdminArgs) -> anyhow::Result<ExitCode> {
                 );
             }
             Ok(ExitCode::SUCCESS)
+        }
+        AdminCommand::Kms(KmsCommand::Keys(conn)) => {
+            let body = call(&conn, "GET", "kms/keys", &[], STATUS_TIMEOUT).await?;
+            if conn.json {
+                println!("{body}");
+            } else {
+                let keys: KmsKeys = serde_json::from_str(&body)
+                    .with_context(|| format!("the server's answer is not a key list: {body}"))?;
+                print!("{}", format_keys(&keys));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        AdminCommand::Kms(KmsCommand::Rotate(a)) => {
+            let mut query = vec![("from", a.from.as_str()), ("to", a.to.as_str())];
+            if let Some(b) = &a.bucket {
+                query.push(("bucket", b.as_str()));
+            }
+            if let Some(p) = &a.prefix {
+                query.push(("prefix", p.as_str()));
+            }
+            // A walk of every object: no limit unless --timeout gives one.
+            let body = call(&a.conn, "POST", "kms/rotate", &query, ROTATE_TIMEOUT).await?;
+            let report: RotateReport = serde_json::from_str(&body)
+                .with_context(|| format!("the server's answer is not a rotation report: {body}"))?;
+            if a.conn.json {
+                println!("{body}");
+            } else {
+                print!("{}", format_rotation(&report));
+            }
+            Ok(if report.failed == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(EXIT_UNHEALED)
+            })
         }
         AdminCommand::Drives(conn) => {
             let body = call(&conn, "GET", "drives", &[], STATUS_TIMEOUT).await?;
@@ -835,6 +910,92 @@ fn format_report(what: &str, r: &HealReport) -> String {
 }
 
 #[derive(Debug, Deserialize)]
+struct KmsKeys {
+    default: String,
+    keys: Vec<KmsKey>,
+}
+
+#[derive(Debug, Deserialize)]
+struct KmsKey {
+    id: String,
+}
+
+fn format_keys(k: &KmsKeys) -> String {
+    let mut out = String::new();
+    for key in &k.keys {
+        let mark = if key.id == k.default {
+            "  (default)"
+        } else {
+            ""
+        };
+        out.push_str(&format!("{}{mark}\n", key.id));
+    }
+    out
+}
+
+#[derive(Debug, Deserialize)]
+struct RotateReport {
+    from: String,
+    to: String,
+    buckets: u64,
+    scanned: u64,
+    resealed: u64,
+    skipped: u64,
+    skipped_reasons: RotateSkipped,
+    failed: u64,
+    truncated: bool,
+    failures: Vec<RotateFailure>,
+}
+
+#[derive(Debug, Deserialize)]
+struct RotateSkipped {
+    not_encrypted: u64,
+    sse_c: u64,
+    other_key: u64,
+}
+
+#[derive(Debug, Deserialize)]
+struct RotateFailure {
+    bucket: String,
+    key: String,
+    version_id: Option<String>,
+    upload_id: Option<String>,
+    reason: String,
+}
+
+fn format_rotation(r: &RotateReport) -> String {
+    let mut out = format!(
+        "Rotation {} -> {}: {} looked at in {}, {} re-sealed, {} skipped ({} not encrypted, {} SSE-C, {} under another key), {} failed.\n",
+        r.from,
+        r.to,
+        plural(r.scanned, "version or upload", "versions and uploads"),
+        plural(r.buckets, "bucket", "buckets"),
+        r.resealed,
+        r.skipped,
+        r.skipped_reasons.not_encrypted,
+        r.skipped_reasons.sse_c,
+        r.skipped_reasons.other_key,
+        r.failed,
+    );
+    for f in &r.failures {
+        let what = match (&f.version_id, &f.upload_id) {
+            _ if f.key.is_empty() => format!("bucket {}", f.bucket),
+            (Some(v), _) => format!("{}/{} (version {v})", f.bucket, f.key),
+            (_, Some(u)) => format!("{}/{} (upload {u})", f.bucket, f.key),
+            _ => format!("{}/{}", f.bucket, f.key),
+        };
+        out.push_str(&format!("  FAILED  {what}: {}\n", f.reason));
+    }
+    if r.truncated {
+        out.push_str(&format!(
+            "  ... and {} more not listed\n",
+            r.failed.saturating_sub(r.failures.len() as u64)
+        ));
+    }
+    out
+}
+
+#[derive(Debug, Deserialize)]
 struct HealStatus {
     queue_len: u64,
     retry_len: u64,
@@ -1250,5 +1411,29 @@ mod tests {
         ), "{text}");
         assert!(text.contains("  healed  b/k  on /d1, /d2\n"), "{text}");
         assert!(text.contains("  FAILED  b/x: /d3: offline\n"), "{text}");
+    }
+
+    #[test]
+    fn rotations_and_keys_read_well() {
+        let r: RotateReport = serde_json::from_str(
+            r#"{"from":"a","to":"b","buckets":2,"scanned":5,"resealed":2,"skipped":2,
+                "skipped_reasons":{"not_encrypted":1,"sse_c":1,"other_key":0},"failed":1,
+                "truncated":false,"failures":[{"bucket":"x","key":"k","version_id":"null",
+                "upload_id":null,"reason":"write quorum"}]}"#,
+        )
+        .unwrap();
+        let text = format_rotation(&r);
+        assert!(text.starts_with(
+            "Rotation a -> b: 5 versions and uploads looked at in 2 buckets, 2 re-sealed, 2 skipped (1 not encrypted, 1 SSE-C, 0 under another key), 1 failed."
+        ), "{text}");
+        assert!(
+            text.contains("  FAILED  x/k (version null): write quorum\n"),
+            "{text}"
+        );
+        let k: KmsKeys = serde_json::from_str(
+            r#"{"default":"b","keys":[{"id":"a","default":false},{"id":"b","default":true}]}"#,
+        )
+        .unwrap();
+        assert_eq!(format_keys(&k), "a\nb  (default)\n");
     }
 }

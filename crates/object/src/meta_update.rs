@@ -1,14 +1,21 @@
-//! In-place changes of one version's metadata (tags, retention, legal hold): read the version
+//! In-place changes of one version's metadata (tags, retention, legal hold, a re-sealed object
+//! key): read the version
 //! with its own quorum under the object's lock, change its stored headers, and write each drive's
 //! copy back (its own shard index and inline data kept) on a write quorum. The version's data,
 //! ETag and modification time do not change; a stamp ([`META_UPDATED_HEADER`]) tells the new
 //! copies from those that missed the change.
+//!
+//! An upload in progress is changed the same way (its headers hold the sealed object key of an
+//! encrypted upload): under the upload's lock, each drive's copy rewritten on a write quorum
+//! with the stamp, which [`ErasureSet::upload_quorum`] prefers among copies that agree.
 
 use std::collections::BTreeMap;
 
 use quarry_disk::{DriveError, ObjectMeta};
 
-use crate::api::{meta_updated_ns, HeadersUpdate, ObjectInfo, VersionId, META_UPDATED_HEADER};
+use crate::api::{
+    meta_updated_ns, HeadersUpdate, ObjectInfo, UploadHeadersUpdate, VersionId, META_UPDATED_HEADER,
+};
 use crate::error::Result;
 use crate::quorum::{count_full, count_ok, write_failed, write_quorum};
 use crate::set::{object_info, ErasureSet};
@@ -59,5 +66,51 @@ impl ErasureSet {
             self.queue_heal(bucket, key);
         }
         Ok(object_info(bucket, key, &rewrite(current)))
+    }
+
+    /// Applies `update` to the stored headers of an upload in progress.
+    pub(crate) async fn update_upload_headers(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        update: &UploadHeadersUpdate,
+    ) -> Result<()> {
+        let _guard = self
+            .locks
+            .lock(&Self::upload_lock(bucket, key, upload_id))
+            .await?;
+        let (current, metas) = self.upload_quorum(bucket, key, upload_id).await?;
+        let mut headers = current.headers.clone();
+        update(&mut headers)?;
+        let stamp = self
+            .now_ns()
+            .max(meta_updated_ns(&current.headers).saturating_add(1));
+        headers.insert(META_UPDATED_HEADER.to_owned(), stamp.to_string());
+        let jobs = self.drives.iter().zip(metas).map(|(d, m)| {
+            let d = d.clone();
+            // Each drive keeps its own copy (its shard index); only the headers change.
+            let m = m.map(|mut m| {
+                m.headers = headers.clone();
+                m
+            });
+            async move {
+                match m {
+                    Some(m) => d.create_upload(&m).await,
+                    // A drive without this copy is not given one here (heal rebuilds uploads).
+                    None => Err(DriveError::FileNotFound),
+                }
+            }
+        });
+        let answers = futures::future::join_all(jobs).await;
+        let ok = count_ok(&answers);
+        let need = write_quorum(
+            current.erasure.data as usize,
+            current.erasure.parity as usize,
+        );
+        if ok < need {
+            return Err(write_failed(ok, need, count_full(&answers)));
+        }
+        Ok(())
     }
 }

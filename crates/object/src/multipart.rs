@@ -150,8 +150,16 @@ impl ErasureSet {
             .iter()
             .filter(|(m, n)| *n >= read_quorum(m.erasure.data as usize, m.erasure.parity as usize))
             .max_by_key(|(m, n)| (*n, m.initiated_ns));
-        if let Some((meta, _)) = best {
-            let meta = (*meta).clone();
+        if let Some((rep, _)) = best {
+            // Among the copies that agree, the newest in-place change of the headers (see
+            // `update_upload_headers`): made on a write quorum, it is in every read quorum.
+            let meta = answers
+                .iter()
+                .filter_map(|a| a.as_ref().ok())
+                .filter(|m| same_upload(m, rep))
+                .max_by_key(|m| crate::api::meta_updated_ns(&m.headers))
+                .unwrap_or(rep)
+                .clone();
             let metas = answers
                 .iter()
                 .map(|a| match a {
@@ -641,6 +649,8 @@ impl ErasureSet {
                     h.extend(opts.lock_defaults.clone());
                 }
                 h.insert(COMPLETED_UPLOAD.to_owned(), upload_id.to_owned());
+                // The upload's own change stamp is not the new version's.
+                h.remove(crate::api::META_UPDATED_HEADER);
                 if crate::sse::headers_encrypted(&h) {
                     let ids: Vec<(u32, uuid::Uuid)> =
                         part_metas.iter().map(|p| (p.number, p.data_dir)).collect();

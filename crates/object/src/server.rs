@@ -787,6 +787,18 @@ impl ObjectLayer for ErasureServer {
             .await
     }
 
+    async fn update_upload_headers(
+        &self,
+        bucket: &str,
+        key: &str,
+        upload_id: &str,
+        update: UploadHeadersUpdate,
+    ) -> Result<()> {
+        self.object_set(bucket, key)?
+            .update_upload_headers(bucket, key, upload_id, &update)
+            .await
+    }
+
     async fn list_object_versions(
         &self,
         bucket: &str,

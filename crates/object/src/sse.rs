@@ -28,7 +28,7 @@ use crate::api::{Encryption, ObjectStream};
 use crate::error::{Error, Result};
 
 /// Prefix of the reserved metadata entries of an encrypted version.
-pub(crate) const PREFIX: &str = "x-quarry-internal-sse-";
+pub(crate) const PREFIX: &str = crate::api::SSE_RECORD_PREFIX;
 /// The package format of the data (the object layer's own entry).
 const FORMAT: &str = "x-quarry-internal-sse-format";
 /// An encrypted multipart upload's part ETags: `md5` (the plaintext's MD5, SSE-S3) or `keyed`

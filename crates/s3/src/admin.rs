@@ -25,6 +25,12 @@
 //!   `GET .../service-accounts[?parent=U]`, `GET .../service-accounts/<key>`,
 //!   `DELETE .../service-accounts/<key>` (see `crate::iam::admin`).
 //!
+//! - `GET /quarry/admin/v1/kms/keys`: the key service's master key names and which is the
+//!   default (`{"default": "a", "keys": [{"id": "a", "default": true}, ...]}`); never key bytes.
+//! - `POST /quarry/admin/v1/kms/rotate?from=OLD&to=NEW[&bucket=B][&prefix=P]`: re-seals the
+//!   object keys of every version and upload in progress sealed under master key OLD under NEW,
+//!   in place, without touching data; answers the counts ([`crate::kms_rotate::RotateReport`]).
+//!
 //! Because these paths are taken before S3 routing, a bucket named `quarry` cannot be reached
 //! path style under `admin/` (virtual-host style still reaches it).
 
@@ -86,6 +92,15 @@ pub enum AdminOp {
     ServiceAccount { access_key: String },
     /// `DELETE /quarry/admin/v1/service-accounts/<key>`.
     RemoveServiceAccount { access_key: String },
+    /// `GET /quarry/admin/v1/kms/keys`.
+    KmsKeys,
+    /// `POST /quarry/admin/v1/kms/rotate?from=OLD&to=NEW[&bucket=B][&prefix=P]`.
+    KmsRotate {
+        from: String,
+        to: String,
+        bucket: Option<String>,
+        prefix: String,
+    },
     /// An unknown call, version or method: this error, but only for the root user (others are
     /// told nothing about the admin API).
     Invalid { code: S3ErrorCode, message: String },
@@ -108,6 +123,8 @@ impl AdminOp {
             AdminOp::ServiceAccounts { .. } => "AdminServiceAccounts",
             AdminOp::ServiceAccount { .. } => "AdminServiceAccount",
             AdminOp::RemoveServiceAccount { .. } => "AdminRemoveServiceAccount",
+            AdminOp::KmsKeys => "AdminKmsKeys",
+            AdminOp::KmsRotate { .. } => "AdminKmsRotate",
             AdminOp::Invalid { .. } => "Admin",
         }
     }
@@ -198,6 +215,26 @@ fn parse_call(method: &Method, path: &str, query: &Query) -> Result<AdminOp, S3E
             } else {
                 (AdminOp::ServiceAccount { access_key }, Method::GET)
             }
+        }
+        "kms/keys" => (AdminOp::KmsKeys, Method::GET),
+        "kms/rotate" => {
+            let need = |name: &str| {
+                non_empty(name).ok_or_else(|| {
+                    S3Error::new(
+                        S3ErrorCode::InvalidArgument,
+                        format!("Give the master key ids: ?from=OLD&to=NEW ({name} is missing)."),
+                    )
+                })
+            };
+            (
+                AdminOp::KmsRotate {
+                    from: need("from")?,
+                    to: need("to")?,
+                    bucket: non_empty("bucket"),
+                    prefix: query.get("prefix").unwrap_or("").to_owned(),
+                },
+                Method::POST,
+            )
         }
         "data-plane/reset" => (
             AdminOp::ResetDataPlane {
@@ -336,8 +373,71 @@ pub(crate) async fn handle(ctx: &ReqCtx, op: AdminOp) -> ApiResult<Response> {
             tracing::info!(access_key, "admin: service account removed");
             json(&serde_json::json!({ "removed": access_key }))
         }
+        AdminOp::KmsKeys => {
+            let kms = crate::sse::kms(&ctx.state.sse)?;
+            let default = kms.default_key_id().to_string();
+            let keys: Vec<serde_json::Value> = kms
+                .key_ids()
+                .into_iter()
+                .map(|id| serde_json::json!({ "default": id == default, "id": id }))
+                .collect();
+            json(&serde_json::json!({ "default": default, "keys": keys }))
+        }
+        AdminOp::KmsRotate {
+            from,
+            to,
+            bucket,
+            prefix,
+        } => kms_rotate(ctx, from, to, bucket, prefix).await,
         AdminOp::Invalid { code, message } => Err(ApiError::new(code, message)),
     }
+}
+
+async fn kms_rotate(
+    ctx: &ReqCtx,
+    from: String,
+    to: String,
+    bucket: Option<String>,
+    prefix: String,
+) -> ApiResult<Response> {
+    let kms = crate::sse::kms(&ctx.state.sse)?.clone();
+    // Refused before anything is read: a rotation that cannot complete changes nothing.
+    for (role, id) in [("to", &to), ("from", &from)] {
+        if !kms.has_key(id) {
+            return Err(ApiError::new(
+                S3ErrorCode::InvalidArgument,
+                format!(
+                    "The key service has no master key {id:?} ({role}); its keys are: {}. Both keys must be configured while rotating.",
+                    kms.key_ids().join(", ")
+                ),
+            ));
+        }
+    }
+    if from == to {
+        return Err(ApiError::new(
+            S3ErrorCode::InvalidArgument,
+            "Rotating a master key to itself changes nothing: give another key as `to`.",
+        ));
+    }
+    tracing::info!(
+        from,
+        to,
+        bucket = bucket.as_deref().unwrap_or("*"),
+        prefix,
+        user = %ctx.auth.access_key,
+        "admin kms rotate"
+    );
+    // In its own task, as a heal: a client that goes away does not stop the walk between the
+    // drives of one object.
+    let layer = ctx.state.layer.clone();
+    let task = tokio::spawn(crate::kms_rotate::rotate(
+        layer, kms, from, to, bucket, prefix,
+    ));
+    let report = task.await.map_err(|e| {
+        tracing::error!(error = %e, "the rotation task failed");
+        ApiError::from(S3ErrorCode::InternalError)
+    })??;
+    json(&report)
 }
 
 fn iam_of(ctx: &ReqCtx) -> ApiResult<&crate::iam::Iam> {

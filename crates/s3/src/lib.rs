@@ -37,6 +37,7 @@ pub mod error;
 mod get;
 mod headers;
 pub mod iam;
+pub mod kms_rotate;
 mod lifecycle;
 pub mod lifecycle_worker;
 mod list;

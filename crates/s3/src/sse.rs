@@ -104,16 +104,16 @@ pub const CUSTOMER: &str = "x-amz-server-side-encryption-customer-";
 pub const COPY_SOURCE_CUSTOMER: &str = "x-amz-copy-source-server-side-encryption-customer-";
 
 /// Record entries (see `quarry_object::Encryption::record`).
-const KIND: &str = "kind";
-const SEALED: &str = "sealed-key";
-const KEY_ID: &str = "kms-key-id";
-const CONTEXT: &str = "kms-context";
+pub(crate) const KIND: &str = "kind";
+pub(crate) const SEALED: &str = "sealed-key";
+pub(crate) const KEY_ID: &str = "kms-key-id";
+pub(crate) const CONTEXT: &str = "kms-context";
 const BUCKET_KEY_ENABLED: &str = "bucket-key";
 
 /// The kinds, as recorded and as sent in `x-amz-server-side-encryption`.
 const AES256: &str = "AES256";
 const AWS_KMS: &str = "aws:kms";
-const SSE_C: &str = "SSE-C";
+pub(crate) const SSE_C: &str = "SSE-C";
 
 /// What a write asks for.
 #[derive(Debug)]
@@ -264,7 +264,7 @@ fn key_name(id: &str) -> &str {
     id.rsplit_once(":key/").map_or(id, |(_, n)| n)
 }
 
-fn kms(cfg: &SseConfig) -> ApiResult<&Arc<dyn Kms>> {
+pub(crate) fn kms(cfg: &SseConfig) -> ApiResult<&Arc<dyn Kms>> {
     cfg.kms.as_ref().ok_or_else(|| {
         ApiError::new(
             S3ErrorCode::NotImplemented,
@@ -288,7 +288,7 @@ fn kms_error(e: CryptError) -> ApiError {
 }
 
 /// The binding of an object's sealed key: bucket, key, and the SSE-KMS context.
-fn binding(bucket: &str, key: &str, kms_context: Option<&str>) -> Vec<u8> {
+pub(crate) fn binding(bucket: &str, key: &str, kms_context: Option<&str>) -> Vec<u8> {
     match kms_context {
         Some(c) => context(bucket, key, &[("kms-context", c)]),
         None => context(bucket, key, &[]),

@@ -376,6 +376,23 @@ pub trait ObjectLayer: Send + Sync + 'static {
         Err(crate::Error::NotImplemented("multipart upload"))
     }
 
+    /// Changes the stored headers of an upload in progress in place (master-key rotation
+    /// re-seals the object key its parts are sealed with), under the upload's lock, on a write
+    /// quorum of the drives that hold it, with an update stamp so a copy that missed the change
+    /// never wins a read. Its parts do not change. `NoSuchUpload` when there is no such upload,
+    /// or the update's own refusal (then nothing is written).
+    async fn update_upload_headers(
+        &self,
+        _bucket: &str,
+        _key: &str,
+        _upload_id: &str,
+        _update: UploadHeadersUpdate,
+    ) -> Result<()> {
+        Err(crate::Error::NotImplemented(
+            "in-place upload metadata updates",
+        ))
+    }
+
     /// ListMultipartUploads: one page of a bucket's uploads in progress.
     async fn list_multipart_uploads(
         &self,

@@ -31,6 +31,11 @@ pub fn set_acl_entry(headers: &mut BTreeMap<String, String>, acl: Option<&str>) 
     }
 }
 
+/// Prefix of the stored header entries that record a version's (or an upload's) encryption:
+/// the front end's record (`Encryption::record`, each name prefixed) and the package format.
+/// Reserved like every `x-quarry-` name.
+pub const SSE_RECORD_PREFIX: &str = "x-quarry-internal-sse-";
+
 /// When the version's metadata was last changed in place (nanoseconds since the Unix epoch,
 /// decimal). Two copies of one version that differ in it are different copies for quorum: the
 /// change is made on a write quorum, so the copies that missed it never win a read.
@@ -48,7 +53,12 @@ pub fn is_internal_header(name: &str) -> bool {
 pub type HeadersUpdate =
     Arc<dyn Fn(&ObjectInfo, &mut BTreeMap<String, String>) -> Result<()> + Send + Sync>;
 
-/// The stored update stamp of a version's metadata (0: never changed in place).
+/// An in-place change of an upload's stored headers (see
+/// [`super::ObjectLayer::update_upload_headers`]): edits them, or refuses (nothing is written).
+pub type UploadHeadersUpdate =
+    Arc<dyn Fn(&mut BTreeMap<String, String>) -> Result<()> + Send + Sync>;
+
+/// The stored update stamp of a version's (or an upload's) metadata (0: never changed in place).
 pub fn meta_updated_ns(headers: &BTreeMap<String, String>) -> i64 {
     headers
         .get(META_UPDATED_HEADER)
