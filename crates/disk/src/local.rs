@@ -63,8 +63,10 @@ impl LocalDrive {
         root: impl Into<PathBuf>,
         schedule: SweepSchedule,
     ) -> Result<LocalDrive> {
+        // Before the open: what a killed process was writing is older.
+        let opened = SystemTime::now();
         let drive = Self::open_without_sweep(root).await?;
-        drive.spawn_orphan_sweep(schedule);
+        drive.spawn_orphan_sweep_of(schedule, Some(opened));
         Ok(drive)
     }
 
