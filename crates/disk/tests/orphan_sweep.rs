@@ -380,6 +380,8 @@ async fn a_tmp_file_from_before_the_open_goes_at_once_one_from_after_stays() {
     // A killed process's metadata write, a moment old: far younger than the minimum age.
     let dead = tmp_file(&root, "b/k", 10);
     drop(d);
+    // A restart takes longer than the filesystem clock's tick: the open is in a later one.
+    tokio::time::sleep(Duration::from_millis(50)).await;
     let d = LocalDrive::open_with_sweep(
         &root,
         SweepSchedule {
@@ -389,8 +391,6 @@ async fn a_tmp_file_from_before_the_open_goes_at_once_one_from_after_stays() {
     )
     .await
     .unwrap();
-    // Past the kernel's coarse clock tick (ctimes lag the clock by up to one).
-    tokio::time::sleep(Duration::from_millis(50)).await;
     let live = tmp_file(&root, "b/k", 10);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while root.join(&dead).exists() {

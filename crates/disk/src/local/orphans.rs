@@ -401,6 +401,7 @@ impl Sweep {
             }
         };
         let t = changed(&md);
+        // Strictly older: a file of the same tick as the open may be this process's.
         let dead = self.opened.is_some_and(|opened| t < opened);
         if !dead && !self.is_old(t) {
             self.report.young += 1;
@@ -525,7 +526,7 @@ fn is_part_name(name: &CStr) -> bool {
 
 /// The last time the inode was modified or had its status changed (a rename changes the
 /// latter); a time the platform cannot give counts as now (young).
-fn changed(md: &fs::Metadata) -> SystemTime {
+pub(super) fn changed(md: &fs::Metadata) -> SystemTime {
     let now = SystemTime::now();
     let ctime = match (u64::try_from(md.ctime()), u32::try_from(md.ctime_nsec())) {
         (Ok(s), Ok(ns)) => UNIX_EPOCH + Duration::new(s, ns),
