@@ -64,7 +64,16 @@ impl LocalDrive {
         schedule: SweepSchedule,
     ) -> Result<LocalDrive> {
         let drive = Self::open_without_sweep(root).await?;
-        drive.spawn_orphan_sweep(schedule);
+        // The filesystem's own clock (a ctime lags the system clock by up to a tick): a file
+        // of this process, written after this, is never older.
+        let marker = drive.root.join(SYS_DIR).join(TMP_DIR).join("opened");
+        let opened = blocking(move || {
+            let md = fs::File::create(&marker)?.metadata()?;
+            fs::remove_file(&marker)?;
+            Ok(orphans::changed(&md))
+        })
+        .await?;
+        drive.spawn_orphan_sweep_of(schedule, Some(opened));
         Ok(drive)
     }
 

@@ -369,3 +369,38 @@ async fn an_empty_bucket_stays() {
         .iter()
         .any(|v| v.name == "b"));
 }
+
+#[tokio::test]
+async fn a_tmp_file_from_before_the_open_goes_at_once_one_from_after_stays() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("drive");
+    let d = LocalDrive::open_without_sweep(&root).await.unwrap();
+    d.make_volume("b").await.unwrap();
+    put_inline(&d, "b", "k").await;
+    // A killed process's metadata write, a moment old: far younger than the minimum age.
+    let dead = tmp_file(&root, "b/k", 10);
+    drop(d);
+    // A restart takes longer than the filesystem clock's tick: the open is in a later one.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let d = LocalDrive::open_with_sweep(
+        &root,
+        SweepSchedule {
+            min_age: Duration::from_secs(3600),
+            every: None,
+        },
+    )
+    .await
+    .unwrap();
+    let live = tmp_file(&root, "b/k", 10);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while root.join(&dead).exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{dead} still there 10 s after the open"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(root.join(&live).exists(), "a write of this process stays");
+    assert!(root.join("b/k/quarry.meta").exists());
+    drop(d);
+}

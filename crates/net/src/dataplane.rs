@@ -719,8 +719,11 @@ impl TcpDataPlane {
                         // An idle connection that died while unused (e.g. the peer restarted):
                         // nothing came back, so try once more on a fresh one. (An append the peer
                         // did apply before it went silent is refused as a duplicate by its
-                        // sequence number.)
+                        // sequence number.) The other idle connections to this peer were
+                        // opened before the same restart: they go too, so the retry is on a
+                        // new connection rather than on the next dead one.
                         retried = true;
+                        lock(&p.idle).clear();
                         self.counters.retries.fetch_add(1, Ordering::Relaxed);
                         tracing::debug!(%peer, error = %error, "stale data connection; reconnecting");
                         continue;

@@ -804,3 +804,37 @@ async fn per_peer_figures_stripe_pieces_direct_appends_and_reset() {
     .unwrap_err();
     assert_eq!(dp.peer_stats()[0].errors, vec![("remote", 1)]);
 }
+
+#[tokio::test]
+async fn every_idle_connection_to_a_restarted_peer_is_dropped_at_the_first_dead_one() {
+    let mut node = Node::new(1000).await;
+    let dp = plane(plane_config());
+    // Two reads at once leave two idle connections.
+    let (r1, r2) = (node.range(0, 10), node.range(10, 10));
+    let (a, b) = tokio::join!(
+        t(dp.read_shard(&node.addr, 0, &r1)),
+        t(dp.read_shard(&node.addr, 0, &r2))
+    );
+    a.unwrap();
+    b.unwrap();
+    assert_eq!(dp.idle_connections(&node.addr), 2);
+    // The peer restarts on the same address: both idle connections are dead.
+    node.server.take().unwrap().shutdown().await;
+    let drives: Vec<Arc<dyn Drive>> = vec![Arc::new(node.local.clone())];
+    let server = RpcServer::bind(
+        node.addr.as_str(),
+        identity("server"),
+        rpc_config(),
+        Arc::new(DriveServer::new(drives)),
+    )
+    .await
+    .unwrap();
+    // One retry, and it is on a new connection, not on the second dead one.
+    let got = t(dp.read_shard(&node.addr, 0, &node.range(3, 10)))
+        .await
+        .unwrap();
+    assert_eq!(&got.into_bytes()[..], &node.data[3..13]);
+    assert_eq!(dp.stats().retries, 1);
+    assert_eq!(dp.idle_connections(&node.addr), 1);
+    drop(server);
+}

@@ -35,6 +35,16 @@ pub(crate) fn erasure_of(meta: &ObjectMeta) -> Result<Erasure> {
     .map_err(|err| Error::Corrupt(format!("object metadata names an unusable code: {err}")))
 }
 
+/// Why [`ShardReader::check_chunk_into`] has no chunk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum ChunkFault {
+    /// Missing, truncated, of the wrong length or failing its bitrot hash: the drive's copy is
+    /// bad.
+    Damaged,
+    /// The drive could not be asked (offline, its connection broke): why.
+    Unreachable(String),
+}
+
 /// Reads the shards of one object version from the drives that hold it.
 pub(crate) struct ShardReader {
     pub(crate) set: Arc<ErasureSet>,
@@ -154,10 +164,27 @@ impl ShardReader {
         shard: usize,
         dst: Option<PooledBuf>,
     ) -> Option<Bytes> {
-        let pos = self.holder[shard]?;
+        self.check_chunk_into(part, block, shard, dst).await.ok()
+    }
+
+    /// [`Self::read_chunk_into`], saying why a chunk is not there: damaged on its drive (a
+    /// heal rewrites it) or not read at all because the drive could not be reached (nothing is
+    /// known about the chunk: a heal must not rewrite it on that evidence).
+    pub(crate) async fn check_chunk_into(
+        &self,
+        part: &PartInfo,
+        block: u64,
+        shard: usize,
+        dst: Option<PooledBuf>,
+    ) -> std::result::Result<Bytes, ChunkFault> {
+        let Some(pos) = self.holder[shard] else {
+            return Err(ChunkFault::Damaged);
+        };
         let framed_len = self.framed_len(part, block);
         let offset = self.erasure.shard_offset(block);
-        let meta = self.metas[pos].as_ref()?;
+        let Some(meta) = self.metas[pos].as_ref() else {
+            return Err(ChunkFault::Damaged);
+        };
         let framed: Bytes = match &meta.inline {
             Some(inline) => {
                 let start = offset as usize;
@@ -170,14 +197,14 @@ impl ShardReader {
                     None => {
                         warn!(bucket = %self.bucket, key = %self.key, shard, "inline shard is truncated");
                         self.note_damage();
-                        return None;
+                        return Err(ChunkFault::Damaged);
                     }
                 }
             }
             None => {
                 let Some(data_dir) = self.data_dir else {
                     self.note_damage();
-                    return None;
+                    return Err(ChunkFault::Damaged);
                 };
                 let mut dst = dst
                     .filter(|d| d.capacity() >= framed_len)
@@ -203,25 +230,28 @@ impl ShardReader {
                     Ok(b) => {
                         warn!(drive = drive.endpoint(), bucket = %self.bucket, key = %self.key, got = b.len(), want = framed_len, "shard read returned the wrong length");
                         self.note_damage();
-                        return None;
+                        return Err(ChunkFault::Damaged);
                     }
                     Err(e) => {
                         if !matches!(e, DriveError::FileNotFound | DriveError::Truncated { .. }) {
                             warn!(drive = drive.endpoint(), bucket = %self.bucket, key = %self.key, error = %e, "shard read failed");
                         }
                         self.note_damage();
-                        return None;
+                        return Err(match e {
+                            DriveError::Unusable(_) => ChunkFault::Unreachable(e.to_string()),
+                            _ => ChunkFault::Damaged,
+                        });
                     }
                 }
             }
         };
         match bitrot::verify(&framed) {
             // The chunk is a slice of the buffer it was read into: no copy.
-            Ok(chunk) => Some(framed.slice_ref(chunk)),
+            Ok(chunk) => Ok(framed.slice_ref(chunk)),
             Err(e) => {
                 warn!(drive = self.set.drives[pos].endpoint(), bucket = %self.bucket, key = %self.key, block, shard, error = %e, "bitrot detected");
                 self.note_damage();
-                None
+                Err(ChunkFault::Damaged)
             }
         }
     }

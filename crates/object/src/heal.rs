@@ -13,7 +13,7 @@ use tracing::{info, warn};
 
 use crate::api::HealResult;
 use crate::error::{Error, Result};
-use crate::get::ShardReader;
+use crate::get::{ChunkFault, ShardReader};
 use crate::quorum::{pick_meta, MetaQuorum};
 use crate::set::ErasureSet;
 use crate::versions::agreed_versions;
@@ -202,6 +202,10 @@ impl ErasureSet {
         let reader = ShardReader::new(self.clone(), bucket, key, &meta, metas.clone())?;
         let n_shards = reader.erasure.total_shards();
         let mut bad = vec![false; n];
+        // Drives that could not be asked for a chunk (offline, a broken connection): nothing
+        // is known of their copy, so it is neither rewritten nor used as a source, and the
+        // heal says it could not check them.
+        let mut unreachable: Vec<Option<String>> = vec![None; n];
         for part in &meta.parts {
             for block in 0..reader.erasure.block_count(part.size) {
                 let reader = &reader;
@@ -211,14 +215,19 @@ impl ErasureSet {
                     .into_iter();
                 let checks = (0..n_shards).filter_map(|shard| {
                     let dst = pieces.next();
-                    let pos = reader.holder[shard].filter(|&pos| !bad[pos])?;
+                    let pos = reader.holder[shard]
+                        .filter(|&pos| !bad[pos] && unreachable[pos].is_none())?;
                     Some(async move {
-                        let chunk = reader.read_chunk_into(part, block, shard, dst).await;
+                        let chunk = reader.check_chunk_into(part, block, shard, dst).await;
                         (pos, chunk)
                     })
                 });
                 for (pos, chunk) in futures::future::join_all(checks).await {
-                    bad[pos] |= chunk.is_none();
+                    match chunk {
+                        Ok(_) => {}
+                        Err(ChunkFault::Damaged) => bad[pos] = true,
+                        Err(ChunkFault::Unreachable(why)) => unreachable[pos] = Some(why),
+                    }
                 }
             }
         }
@@ -227,12 +236,23 @@ impl ErasureSet {
                 targets.push(pos);
             }
         }
+        let mut unchecked = Vec::new();
+        for (pos, why) in unreachable.into_iter().enumerate() {
+            if let Some(why) = why {
+                warn!(drive = self.drives[pos].endpoint(), bucket, key, error = %why,
+                    "heal could not check a drive's shards; left as it is");
+                result
+                    .failed
+                    .push((self.drives[pos].endpoint().to_string(), why));
+                unchecked.push(pos);
+            }
+        }
         if targets.is_empty() {
             return Ok(result);
         }
         // The rebuilt shards come only from drives that are good.
         let mut source_metas = metas.clone();
-        for &pos in &targets {
+        for &pos in targets.iter().chain(&unchecked) {
             source_metas[pos] = None;
         }
         let source = ShardReader::new(self.clone(), bucket, key, &meta, source_metas)?;

@@ -204,6 +204,47 @@ async fn writes_that_missed_an_offline_drive_are_healed_when_it_returns() {
     assert_eq!(get(&layer, "dir/small").await, small);
 }
 
+/// A shard read that could not reach its drive says nothing of the shard: the heal reports
+/// the drive as not checked and rewrites nothing there (it once rewrote a whole object on a
+/// drive whose node had just restarted, because the first read met a dead pooled connection).
+#[tokio::test]
+async fn a_drive_that_cannot_be_read_is_a_failure_not_a_heal() {
+    let dir = temp_dir();
+    let (layer, drives) = faulty_server(&dir).await;
+    let big = pattern(3 * BLOCK + 123, 7);
+    put(&layer, "big", &big).await;
+    let victim = PathBuf::from(drives[3].endpoint());
+    let part = part_path(&victim, "big");
+    let inode = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+    let (meta_before, part_before) = (
+        std::fs::read(meta_path(&victim, "big")).unwrap(),
+        inode(&part),
+    );
+
+    drives[3].set_shard_reads_unreachable(true);
+    let r = layer.heal_object(BUCKET, "big").await.unwrap();
+    assert!(r.healed.is_empty(), "nothing is known to be missing: {r:?}");
+    assert_eq!(r.failed.len(), 1, "{r:?}");
+    assert_eq!(r.failed[0].0, drives[3].endpoint(), "{r:?}");
+    assert!(r.failed[0].1.contains("connection broke"), "{r:?}");
+    // The drive's copy is the one it had: the part file was not replaced.
+    assert_eq!(inode(&part), part_before);
+    assert_eq!(
+        std::fs::read(meta_path(&victim, "big")).unwrap(),
+        meta_before
+    );
+    // A heal of the prefix counts it as failed, never healed.
+    let report = layer.heal(Some(BUCKET), "big").await.unwrap();
+    assert_eq!((report.healed, report.failed), (0, 1), "{report:?}");
+
+    // Reachable again: whole, nothing to do.
+    drives[3].set_shard_reads_unreachable(false);
+    let r = layer.heal_object(BUCKET, "big").await.unwrap();
+    assert!(r.healed.is_empty() && r.failed.is_empty(), "{r:?}");
+    assert_eq!(inode(&part), part_before);
+    assert_eq!(get(&layer, "big").await, big);
+}
+
 #[tokio::test]
 async fn the_scanner_heals_lost_and_corrupt_shards_at_its_rate() {
     const N: usize = 8;

@@ -22,6 +22,10 @@
 //!   milliseconds apart) is never touched. Ages are checked on open file descriptors, and the
 //!   files are unlinked through the same descriptor, so a data dir that a heal swaps in under the
 //!   same name meanwhile is not the one emptied.
+//! - Except a `.quarry.tmp.*` file changed before the process opened the drive
+//!   ([`LocalDrive::open_with_sweep`]): one process serves a drive, so it is the metadata write
+//!   of a process that was killed, whatever its age, and goes at the first pass after a restart
+//!   (a drive heal that rewrote the object meanwhile would otherwise leave it beside the copy).
 //!
 //! The walk holds one open directory per level (keys have at most 512 segments) and never the
 //! whole tree. Errors are logged and counted, never fatal.
@@ -90,8 +94,17 @@ impl LocalDrive {
     /// blocking thread (see [`LocalDrive::spawn_orphan_sweep`]). Never fails: errors are logged
     /// and counted in the report.
     pub fn sweep_orphans(&self, min_age: Duration) -> SweepReport {
+        self.sweep_orphans_of(min_age, None)
+    }
+
+    /// [`LocalDrive::sweep_orphans`], and, whatever their age, the `.quarry.tmp.*` files last
+    /// changed before `opened` (when this process opened the drive): one process serves a
+    /// drive, so such a file is the metadata of a write whose process is gone (killed
+    /// mid-commit), not of one in progress, as everything in `.quarry.sys/tmp` is at open.
+    fn sweep_orphans_of(&self, min_age: Duration, opened: Option<SystemTime>) -> SweepReport {
         let mut sweep = Sweep {
             min_age,
+            opened,
             now: SystemTime::now(),
             report: SweepReport::default(),
             buf: Vec::new(),
@@ -131,6 +144,17 @@ impl LocalDrive {
     /// go as well), then every `schedule.every` (if set) for as long as the runtime runs, and
     /// logs the counts of each pass. Needs a tokio runtime.
     pub fn spawn_orphan_sweep(&self, schedule: SweepSchedule) -> tokio::task::JoinHandle<()> {
+        self.spawn_orphan_sweep_of(schedule, None)
+    }
+
+    /// [`LocalDrive::spawn_orphan_sweep`] for a drive this process opened at `opened`: its
+    /// passes also remove the `.quarry.tmp.*` files changed before then, young or not (see
+    /// [`LocalDrive::sweep_orphans_of`]), so a start-up after a kill leaves none behind.
+    pub(crate) fn spawn_orphan_sweep_of(
+        &self,
+        schedule: SweepSchedule,
+        opened: Option<SystemTime>,
+    ) -> tokio::task::JoinHandle<()> {
         let drive = self.clone();
         let SweepSchedule { min_age, every } = schedule;
         tokio::spawn(async move {
@@ -144,7 +168,11 @@ impl LocalDrive {
                     },
                 }
                 let d = drive.clone();
-                let r = match tokio::task::spawn_blocking(move || d.sweep_orphans(min_age)).await {
+                let r = match tokio::task::spawn_blocking(move || {
+                    d.sweep_orphans_of(min_age, opened)
+                })
+                .await
+                {
                     Ok(r) => r,
                     Err(e) => {
                         warn!(drive = %drive.root().display(), error = %e, "orphan sweep failed");
@@ -238,6 +266,8 @@ struct DataDir {
 
 struct Sweep {
     min_age: Duration,
+    /// When this process opened the drive: a `.quarry.tmp.*` file changed before it is dead.
+    opened: Option<SystemTime>,
     /// When the sweep started: anything changed after it counts as young.
     now: SystemTime,
     report: SweepReport,
@@ -370,7 +400,10 @@ impl Sweep {
                 return false;
             }
         };
-        if !self.is_old(changed(&md)) {
+        let t = changed(&md);
+        // Strictly older: a file of the same tick as the open may be this process's.
+        let dead = self.opened.is_some_and(|opened| t < opened);
+        if !dead && !self.is_old(t) {
             self.report.young += 1;
             return false;
         }
@@ -493,7 +526,7 @@ fn is_part_name(name: &CStr) -> bool {
 
 /// The last time the inode was modified or had its status changed (a rename changes the
 /// latter); a time the platform cannot give counts as now (young).
-fn changed(md: &fs::Metadata) -> SystemTime {
+pub(super) fn changed(md: &fs::Metadata) -> SystemTime {
     let now = SystemTime::now();
     let ctime = match (u64::try_from(md.ctime()), u32::try_from(md.ctime_nsec())) {
         (Ok(s), Ok(ns)) => UNIX_EPOCH + Duration::new(s, ns),

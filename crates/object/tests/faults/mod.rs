@@ -205,6 +205,8 @@ struct State {
     /// `read_shard_into` returns the bytes of a `read_shard` instead of filling the caller's
     /// buffer (a drive that cannot read in place).
     reads_elsewhere: AtomicBool,
+    /// Shard reads fail as through a broken connection to the drive's node.
+    shard_reads_unreachable: AtomicBool,
     stats: Arc<FaultStats>,
 }
 
@@ -331,6 +333,7 @@ impl FaultyDrive {
                 seen: Mutex::new(HashMap::new()),
                 offline_until: AtomicU64::new(0),
                 reads_elsewhere: AtomicBool::new(false),
+                shard_reads_unreachable: AtomicBool::new(false),
                 stats,
             }),
         }
@@ -354,6 +357,24 @@ impl FaultyDrive {
     /// from a drive that cannot read in place (no fault: the bytes are right).
     pub fn set_reads_elsewhere(&self, on: bool) {
         self.state.reads_elsewhere.store(on, Ordering::Relaxed);
+    }
+
+    /// With `true`, shard reads fail with [`DriveError::Unusable`], as a remote drive's do when
+    /// the connection to its node breaks: nothing is known of the shard (no fault otherwise,
+    /// and not counted: faults are off).
+    pub fn set_shard_reads_unreachable(&self, on: bool) {
+        self.state
+            .shard_reads_unreachable
+            .store(on, Ordering::Relaxed);
+    }
+
+    fn unreachable(&self) -> Result<(), DriveError> {
+        if self.state.shard_reads_unreachable.load(Ordering::Relaxed) {
+            return Err(DriveError::Unusable(
+                "injected: data connection broke: early eof".into(),
+            ));
+        }
+        Ok(())
     }
 
     pub fn faulty(&self) -> bool {
@@ -598,6 +619,7 @@ impl Drive for FaultyDrive {
         offset: u64,
         len: usize,
     ) -> Result<Bytes, DriveError> {
+        self.unreachable()?;
         let d = self
             .before_read_shard(bucket, key, part, offset, len)
             .await?;
@@ -619,6 +641,7 @@ impl Drive for FaultyDrive {
         offset: u64,
         buf: PooledBuf,
     ) -> Result<PooledBuf, DriveError> {
+        self.unreachable()?;
         let len = buf.len();
         if self.state.reads_elsewhere.load(Ordering::Relaxed) {
             let b = self
