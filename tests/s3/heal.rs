@@ -121,6 +121,50 @@ async fn heal_job(s: &TestServer) -> serde_json::Value {
     serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
 }
 
+/// `quarry admin heal-status` of node `node`: the JSON (`--json`) and the text the CLI prints.
+async fn heal_status(s: &TestServer, node: usize) -> (serde_json::Value, String) {
+    let endpoint = s.node_endpoint(node);
+    let mut out = Vec::new();
+    for json in [true, false] {
+        let mut cmd = tokio::process::Command::new(quarry_bin());
+        cmd.args([
+            "admin",
+            "heal-status",
+            "--endpoint",
+            &endpoint,
+            "--access-key",
+            s.access_key(),
+            "--secret-key",
+            s.secret_key(),
+        ]);
+        if json {
+            cmd.arg("--json");
+        }
+        cmd.env_remove("QUARRY_ROOT_USER")
+            .env_remove("QUARRY_ROOT_PASSWORD")
+            .kill_on_drop(true);
+        let o: Output = tokio::time::timeout(CLI_TIMEOUT, cmd.output())
+            .await
+            .expect("heal-status answers")
+            .expect("run quarry admin heal-status");
+        assert!(o.status.success(), "{o:?}");
+        out.push(String::from_utf8_lossy(&o.stdout).into_owned());
+    }
+    let json = serde_json::from_str(&out[0]).unwrap_or_else(|e| panic!("{e}: {}", out[0]));
+    (json, out.remove(1))
+}
+
+/// The value of the series `name{labels}` in node `node`'s `/metrics`.
+async fn metric_of(s: &TestServer, node: usize, series: &str) -> Option<f64> {
+    let text = metrics_get(&format!("{}/metrics", s.node_endpoint(node)))
+        .await
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse::<f64>().ok())
+}
+
 #[tokio::test]
 async fn a_wiped_drive_is_healed_to_exactly_what_the_others_imply() {
     let s = TestServer::start_cluster(4, 1, 4).await;
@@ -414,6 +458,25 @@ async fn a_replaced_drive_is_healed_in_the_background_and_resumes_after_a_kill()
     .await;
     assert_eq!(first["phase"], "healing", "{first}");
     assert!(drive.join(".quarry.sys/format.json").exists());
+    // The node reports the heal in progress: heal-status (JSON and text) and its metrics.
+    let (status, text) = heal_status(&s, 3).await;
+    let heals = status["drive_heals"].as_array().expect("drive_heals");
+    assert_eq!(heals.len(), 1, "{status}");
+    assert_eq!(heals[0]["phase"], "healing", "{status}");
+    assert!(heals[0]["scanned"].as_u64() >= Some(16), "{status}");
+    assert!(text.contains("HEALING"), "{text}");
+    let drive_label = heals[0]["endpoint"].as_str().unwrap().to_owned();
+    let series = |name: &str, extra: &str| format!("{name}{{drive=\"{drive_label}\"{extra}}}");
+    assert_eq!(
+        metric_of(
+            &s,
+            3,
+            &series("quarry_drive_heal_phase", ",phase=\"healing\"")
+        )
+        .await,
+        Some(1.0)
+    );
+    assert!(metric_of(&s, 3, &series("quarry_drive_heal_objects_scanned", "")).await >= Some(16.0));
     // Reads through the healing node are right, and how long they take beside idle.
     let c3 = s.node_client(3);
     let heal_p99 = get_p99_ms(&c3, &small, 2).await;
@@ -462,6 +525,48 @@ async fn a_replaced_drive_is_healed_in_the_background_and_resumes_after_a_kill()
     println!(
         "GET p99 idle {idle_p99:.2} ms; during the heal {heal_p99_front:.2} ms through a healthy node ({:.2}x), {heal_p99:.2} ms through the healing node",
         heal_p99_front / idle_p99
+    );
+
+    // Done, as the node reports it: the same totals as its log line.
+    let (status, text) = heal_status(&s, 3).await;
+    let h = &status["drive_heals"][0];
+    assert_eq!(h["phase"], "done", "{status}");
+    assert_eq!(h["scanned"].as_u64(), Some(scanned), "{status}");
+    assert_eq!(h["failed"].as_u64(), Some(0), "{status}");
+    assert_eq!(h["resumes"].as_u64(), Some(1), "{status}");
+    assert_eq!(h["verify_missing"].as_u64(), Some(0), "{status}");
+    assert!(
+        text.contains("DONE") && text.contains("0 missing"),
+        "{text}"
+    );
+    let info = tokio::process::Command::new(quarry_bin())
+        .args([
+            "admin",
+            "info",
+            "--endpoint",
+            &s.node_endpoint(3),
+            "--access-key",
+            s.access_key(),
+            "--secret-key",
+            s.secret_key(),
+        ])
+        .env_remove("QUARRY_ROOT_USER")
+        .env_remove("QUARRY_ROOT_PASSWORD")
+        .output()
+        .await
+        .expect("run quarry admin info");
+    let info = String::from_utf8_lossy(&info.stdout);
+    assert!(
+        info.contains("Drive heals (this node):") && info.contains(&format!("DONE  {drive_label}")),
+        "{info}"
+    );
+    assert_eq!(
+        metric_of(&s, 3, &series("quarry_drive_heal_phase", ",phase=\"done\"")).await,
+        Some(1.0)
+    );
+    assert_eq!(
+        metric_of(&s, 3, &series("quarry_drive_heal_objects_scanned", "")).await,
+        Some(scanned as f64)
     );
 
     // Every file is back, byte for byte.

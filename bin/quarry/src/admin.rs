@@ -1008,6 +1008,24 @@ struct HealStatus {
     given_up_total: u64,
     drives: Vec<Drive>,
     scanner: Scanner,
+    /// Absent from servers older than this CLI.
+    #[serde(default)]
+    drive_heals: Vec<DriveHealRow>,
+}
+
+#[derive(Debug, Deserialize)]
+struct DriveHealRow {
+    endpoint: String,
+    phase: String,
+    bucket: Option<String>,
+    last_key: Option<String>,
+    buckets_done: usize,
+    scanned: u64,
+    healed: u64,
+    failed: u64,
+    bytes: u64,
+    resumes: u64,
+    verify_missing: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -1026,6 +1044,42 @@ struct Scanner {
     passes_total: u64,
     last_pass_start: Option<String>,
     last_pass_end: Option<String>,
+}
+
+/// One line per heal of a replaced drive (heal-status and info).
+fn format_drive_heals(heals: &[DriveHealRow]) -> String {
+    let mut out = String::new();
+    for h in heals {
+        let at = match (&h.bucket, &h.last_key) {
+            (Some(b), Some(k)) => format!(", at {b}/{k}"),
+            (Some(b), None) => format!(", at bucket {b}"),
+            _ => String::new(),
+        };
+        out.push_str(&format!(
+            "  {}  {}: {} checked ({} bytes), {} healed, {} failed, {} done{at}{}{}\n",
+            h.phase.to_uppercase(),
+            h.endpoint,
+            plural(h.scanned, "object", "objects"),
+            h.bytes,
+            h.healed,
+            h.failed,
+            plural(h.buckets_done as u64, "bucket", "buckets"),
+            if h.resumes > 0 {
+                format!(
+                    "; resumed {} after restarts",
+                    plural(h.resumes, "time", "times")
+                )
+            } else {
+                String::new()
+            },
+            if h.phase == "done" {
+                format!("; verified: {} missing", h.verify_missing)
+            } else {
+                String::new()
+            },
+        ));
+    }
+    out
 }
 
 fn format_status(s: &HealStatus) -> String {
@@ -1057,6 +1111,7 @@ fn format_status(s: &HealStatus) -> String {
     for d in s.drives.iter().filter(|d| !d.online) {
         out.push_str(&format!("  OFFLINE  {}\n", d.endpoint));
     }
+    out.push_str(&format_drive_heals(&s.drive_heals));
     let sc = &s.scanner;
     if !sc.enabled {
         out.push_str("Scanner:     off\n");
@@ -1089,6 +1144,9 @@ struct Info {
     totals: Totals,
     data_plane: Vec<DataPlaneRow>,
     rpc: Option<RpcRow>,
+    /// Absent from servers older than this CLI.
+    #[serde(default)]
+    drive_heals: Vec<DriveHealRow>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -1304,6 +1362,10 @@ fn format_info(i: &Info) -> String {
         })
         .collect();
     out.push_str(&drive_table(&drives));
+    if !i.drive_heals.is_empty() {
+        out.push_str("Drive heals (this node):\n");
+        out.push_str(&format_drive_heals(&i.drive_heals));
+    }
     for p in &i.data_plane {
         out.push_str(&format!(
             "Data plane:  {}: {} transfers, {} in, {} out, {} errors ({} timeouts), {} retries\n",

@@ -543,6 +543,7 @@ impl ObjectLayer for ErasureServer {
             stats.scan = scan.snapshot();
         }
         stats.heal_jobs = self.heal_jobs.stats();
+        stats.drive_heals = self.drive_heals();
         if let Some(view) = self.cluster.get() {
             let plane = view.data_plane();
             let d = plane.stats;

@@ -146,6 +146,9 @@ pub struct LayerStats {
     pub scan: ScanStats,
     /// The heal jobs of this node ([`crate::ErasureServer::start_heal_job`]).
     pub heal_jobs: crate::heal_job::HealJobStats,
+    /// Heals of replaced drives of this node ([`crate::drive_heal`]), running or finished since
+    /// start: where each is and what it has done.
+    pub drive_heals: Vec<crate::drive_heal::DriveHealStatus>,
     /// Shard traffic per data-plane backend of this node (empty on a single node).
     pub data_planes: Vec<DataPlaneFigures>,
     /// Shard traffic per backend and peer (empty on a single node).

@@ -310,7 +310,16 @@ pub(crate) async fn handle(ctx: &ReqCtx, op: AdminOp) -> ApiResult<Response> {
         }
         AdminOp::Info => {
             let info = ctx.layer().info().await?;
-            json(&InfoJson::from(&info))
+            let mut out = InfoJson::from(&info);
+            out.drive_heals = ctx
+                .layer()
+                .stats()
+                .await
+                .drive_heals
+                .iter()
+                .map(DriveHealJson::from)
+                .collect();
+            json(&out)
         }
         AdminOp::Drives => {
             let info = ctx.layer().info().await?;
@@ -629,6 +638,32 @@ pub struct HealStatusJson {
     pub given_up_total: u64,
     pub drives: Vec<DriveJson>,
     pub scanner: ScannerJson,
+    /// Heals of this node's replaced drives, running or finished since start.
+    pub drive_heals: Vec<DriveHealJson>,
+}
+
+/// A replaced drive's heal, as its checkpoint says.
+#[derive(Debug, Serialize)]
+pub struct DriveHealJson {
+    pub endpoint: String,
+    pub job_id: String,
+    /// `healing`, `verifying` or `done`.
+    pub phase: quarry_object::drive_heal::DriveHealPhase,
+    pub started: Option<String>,
+    pub updated: Option<String>,
+    /// The bucket being walked and the last key of it healed (`null` between buckets).
+    pub bucket: Option<String>,
+    pub last_key: Option<String>,
+    pub buckets_done: usize,
+    pub scanned: u64,
+    pub healed: u64,
+    pub failed: u64,
+    pub bytes: u64,
+    pub bucket_items_healed: u64,
+    pub resumes: u64,
+    pub verify_rounds: u64,
+    pub verify_missing: u64,
+    pub verify_failed: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -686,6 +721,32 @@ impl From<&LayerStats> for HealStatusJson {
                 last_pass_start: rfc3339(s.scan.last_pass_start_ns),
                 last_pass_end: rfc3339(s.scan.last_pass_end_ns),
             },
+            drive_heals: s.drive_heals.iter().map(DriveHealJson::from).collect(),
+        }
+    }
+}
+
+impl From<&quarry_object::drive_heal::DriveHealStatus> for DriveHealJson {
+    fn from(h: &quarry_object::drive_heal::DriveHealStatus) -> Self {
+        let m = &h.mark;
+        DriveHealJson {
+            endpoint: h.endpoint.clone(),
+            job_id: m.job_id.clone(),
+            phase: m.phase,
+            started: rfc3339(Some(m.started_ns)),
+            updated: rfc3339(Some(m.updated_ns)),
+            bucket: m.bucket.clone(),
+            last_key: m.last_key.clone(),
+            buckets_done: m.buckets_done.len(),
+            scanned: m.scanned,
+            healed: m.healed,
+            failed: m.failed,
+            bytes: m.bytes,
+            bucket_items_healed: m.bucket_items_healed,
+            resumes: m.resumes,
+            verify_rounds: m.verify_rounds,
+            verify_missing: m.verify_missing,
+            verify_failed: m.verify_failed,
         }
     }
 }
@@ -705,6 +766,8 @@ pub struct InfoJson {
     pub data_plane: Vec<DataPlaneJson>,
     /// Counters of this node's control-RPC client; `null` for a single node.
     pub rpc: Option<RpcJson>,
+    /// Heals of this node's replaced drives (see `heal/status`).
+    pub drive_heals: Vec<DriveHealJson>,
 }
 
 #[derive(Debug, Serialize)]
@@ -890,6 +953,7 @@ impl From<&ClusterInfo> for InfoJson {
                 connect_failures: r.connect_failures,
                 fast_failures: r.fast_failures,
             }),
+            drive_heals: Vec::new(),
         }
     }
 }

@@ -545,6 +545,7 @@ impl Metrics {
             header(&mut out, name, kind, help);
             let _ = writeln!(out, "{name} {value}");
         }
+        render_drive_heals(&mut out, layer);
         self.render_lifecycle(&mut out);
         out
     }
@@ -568,6 +569,52 @@ impl Metrics {
         for (name, kind, help, value) in figures {
             header(out, name, kind, help);
             let _ = writeln!(out, "{name} {value}");
+        }
+    }
+}
+
+/// Heals of replaced drives of this node: the phase (one series per phase, 1 for the current
+/// one) and the checkpoint's figures, per drive.
+fn render_drive_heals(out: &mut String, layer: &LayerStats) {
+    use quarry_object::drive_heal::{DriveHealPhase, DriveHealStatus};
+    if layer.drive_heals.is_empty() {
+        return;
+    }
+    let l = |h: &DriveHealStatus| format!("drive=\"{}\"", escape(&h.endpoint));
+    header(
+        out,
+        "quarry_drive_heal_phase",
+        "gauge",
+        "A replaced drive's heal, by phase (healing: first walk; verifying: the walk that must find nothing; done): 1 for the phase it is in.",
+    );
+    for h in &layer.drive_heals {
+        for (name, phase) in [
+            ("healing", DriveHealPhase::Healing),
+            ("verifying", DriveHealPhase::Verifying),
+            ("done", DriveHealPhase::Done),
+        ] {
+            let _ = writeln!(
+                out,
+                "quarry_drive_heal_phase{{{},phase=\"{name}\"}} {}",
+                l(h),
+                u8::from(h.mark.phase == phase)
+            );
+        }
+    }
+    let series: [Series<DriveHealStatus>; 8] = [
+        ("quarry_drive_heal_objects_scanned", "gauge", "Objects a replaced drive's heal checked (healing phase, across restarts).", |h| h.mark.scanned),
+        ("quarry_drive_heal_objects_healed", "gauge", "Objects a replaced drive's heal rewrote.", |h| h.mark.healed),
+        ("quarry_drive_heal_objects_failed", "gauge", "Objects a replaced drive's heal could not rewrite (retried by its verify pass).", |h| h.mark.failed),
+        ("quarry_drive_heal_bytes_scanned", "gauge", "Bytes of the latest versions a replaced drive's heal checked.", |h| h.mark.bytes),
+        ("quarry_drive_heal_buckets_done", "gauge", "Buckets a replaced drive's heal finished in its current phase.", |h| h.mark.buckets_done.len() as u64),
+        ("quarry_drive_heal_resumes", "gauge", "Times a replaced drive's heal resumed from its checkpoint after a restart.", |h| h.mark.resumes),
+        ("quarry_drive_heal_verify_missing", "gauge", "Drive copies the last verify pass of a replaced drive's heal still had to rewrite (0 when it is done).", |h| h.mark.verify_missing),
+        ("quarry_drive_heal_updated_timestamp_seconds", "gauge", "When a replaced drive's heal last moved (Unix time).", |h| (h.mark.updated_ns.max(0) / 1_000_000_000) as u64),
+    ];
+    for (name, kind, help, get) in series {
+        header(out, name, kind, help);
+        for h in &layer.drive_heals {
+            let _ = writeln!(out, "{name}{{{}}} {}", l(h), get(h));
         }
     }
 }
@@ -907,6 +954,15 @@ mod tests {
                 connects: 3,
                 ..Default::default()
             }),
+            drive_heals: vec![quarry_object::drive_heal::DriveHealStatus {
+                endpoint: "/d2".into(),
+                mark: quarry_object::drive_heal::HealingMark {
+                    scanned: 40,
+                    healed: 39,
+                    failed: 1,
+                    ..quarry_object::drive_heal::HealingMark::new(0, 1)
+                },
+            }],
             ..Default::default()
         };
         let text = m.render(&layer);
@@ -928,6 +984,10 @@ mod tests {
             "quarry_drives{state=\"offline\"} 1",
             "quarry_drive_online{drive=\"/d2\"} 0",
             "quarry_heal_queue_length 3",
+            "quarry_drive_heal_phase{drive=\"/d2\",phase=\"healing\"} 1",
+            "quarry_drive_heal_phase{drive=\"/d2\",phase=\"done\"} 0",
+            "quarry_drive_heal_objects_scanned{drive=\"/d2\"} 40",
+            "quarry_drive_heal_objects_failed{drive=\"/d2\"} 1",
             "quarry_healed_objects_total 7",
             "quarry_get_copied_bytes_total 4096",
             "quarry_dataplane_peer_transfers_total{backend=\"verbs\",peer=\"10.0.0.2:9000\",op=\"read\"} 3",
