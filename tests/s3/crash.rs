@@ -577,6 +577,21 @@ fn env_u64(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
 }
 
+/// Waits for the workers after a kill: each ends within 30 s, and none failed before it.
+async fn join_workers(
+    tasks: impl IntoIterator<Item = tokio::task::JoinHandle<Option<String>>>,
+    ctx: &str,
+) {
+    for t in tasks {
+        match tokio::time::timeout(Duration::from_secs(30), t).await {
+            Ok(Ok(None)) => {}
+            Ok(Ok(Some(err))) => panic!("{ctx}: {err}"),
+            Ok(Err(e)) => panic!("{ctx}: worker task failed: {e}"),
+            Err(_) => panic!("{ctx}: a worker did not finish 30 s after the kill"),
+        }
+    }
+}
+
 async fn crash_rounds(default_seed: u64) {
     let seed = env_u64("QUARRY_CRASH_SEED").unwrap_or(default_seed);
     let rounds = env_u64("QUARRY_CRASH_ROUNDS").unwrap_or(4) as usize;
@@ -662,14 +677,7 @@ async fn crash_rounds(default_seed: u64) {
         killed.store(true, Ordering::SeqCst);
         s.kill_node(0);
         kills += 1;
-        for t in tasks.into_iter().chain(fired) {
-            match tokio::time::timeout(Duration::from_secs(30), t).await {
-                Ok(Ok(None)) => {}
-                Ok(Ok(Some(err))) => panic!("{ctx}: {err}"),
-                Ok(Err(e)) => panic!("{ctx}: worker task failed: {e}"),
-                Err(_) => panic!("{ctx}: a worker did not finish 30 s after the kill"),
-            }
-        }
+        join_workers(tasks.into_iter().chain(fired), &ctx).await;
         s.restart().await;
         check_invariants(&s, &model, seed, round, &counters).await;
         for (key, v) in &heal_objs {
@@ -1086,14 +1094,7 @@ async fn crash_versions_rounds(default_seed: u64) {
         tokio::time::sleep(Duration::from_millis(rng.gen_range(300..2000))).await;
         killed.store(true, Ordering::SeqCst);
         s.kill_node(0);
-        for t in tasks {
-            match tokio::time::timeout(Duration::from_secs(30), t).await {
-                Ok(Ok(None)) => {}
-                Ok(Ok(Some(err))) => panic!("{ctx}: {err}"),
-                Ok(Err(e)) => panic!("{ctx}: worker task failed: {e}"),
-                Err(_) => panic!("{ctx}: a worker did not finish 30 s after the kill"),
-            }
-        }
+        join_workers(tasks, &ctx).await;
         s.restart().await;
         check_versions(&s, &model, &ctx, &counters).await;
     }
