@@ -77,6 +77,19 @@ pub struct Policy {
 }
 
 impl Policy {
+    /// Whether a condition of some statement looks at a key starting with `prefix` (ASCII case
+    /// insensitive), as `s3:ExistingObjectTag/`: a caller can skip gathering keys no policy
+    /// reads.
+    pub fn uses_condition_key_prefix(&self, prefix: &str) -> bool {
+        self.statements.iter().any(|st| {
+            st.conditions.iter().any(|c| {
+                c.key
+                    .get(..prefix.len())
+                    .is_some_and(|head| head.eq_ignore_ascii_case(prefix))
+            })
+        })
+    }
+
     /// An identity policy (user, group, service account or session policy).
     pub fn parse_identity(json: &str) -> Result<Policy, PolicyError> {
         Policy::parse(json, PolicyKind::Identity)
@@ -392,6 +405,24 @@ fn parse_principal(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn condition_key_prefixes_are_found_in_any_case() {
+        let p = Policy::parse_identity(
+            r#"{"Version":"2012-10-17","Statement":[
+                {"Effect":"Allow","Action":"s3:GetObject","Resource":"*"},
+                {"Effect":"Deny","Action":"s3:GetObject","Resource":"*",
+                 "Condition":{"StringEquals":{"S3:EXISTINGOBJECTTAG/class":"secret"}}}]}"#,
+        )
+        .unwrap();
+        assert!(p.uses_condition_key_prefix("s3:ExistingObjectTag/"));
+        assert!(!p.uses_condition_key_prefix("s3:RequestObjectTag/"));
+        let plain = Policy::parse_identity(
+            r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:*","Resource":"*"}]}"#,
+        )
+        .unwrap();
+        assert!(!plain.uses_condition_key_prefix("s3:ExistingObjectTag/"));
+    }
     use super::*;
 
     fn err(json: &str, kind: PolicyKind) -> String {

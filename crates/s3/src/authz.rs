@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 use http::request::Parts;
 use http::HeaderMap;
+use quarry_object::VersionId;
 use quarry_policy::{evaluate, Context, Policy, Principal, Request};
 
 use crate::iam::state::{Identity, ACCOUNT_ID};
@@ -465,6 +466,72 @@ pub fn context(endpoint: &Endpoint, parts: &Parts, caller: &Caller) -> Context {
         _ => {}
     }
     ctx
+}
+
+/// The condition keys of an object's existing tags (`s3:ExistingObjectTag/<key>`).
+pub const EXISTING_OBJECT_TAG: &str = "s3:ExistingObjectTag/";
+
+/// The object version whose tags `s3:ExistingObjectTag/<key>` describes, for the requests AWS
+/// gives that key to: reading the object (GetObject, HeadObject), its ACL or its tags, and
+/// writing its ACL or its tags (each of a version too). `None` for every other request.
+pub fn existing_tag_target(endpoint: &Endpoint) -> Option<(&str, &str, Option<VersionId>)> {
+    use Endpoint as E;
+    match endpoint {
+        E::GetObject {
+            bucket,
+            key,
+            version,
+            ..
+        }
+        | E::HeadObject {
+            bucket,
+            key,
+            version,
+            ..
+        }
+        | E::GetObjectAcl {
+            bucket,
+            key,
+            version,
+        }
+        | E::PutObjectAcl {
+            bucket,
+            key,
+            version,
+        }
+        | E::GetObjectTagging {
+            bucket,
+            key,
+            version,
+        }
+        | E::PutObjectTagging {
+            bucket,
+            key,
+            version,
+        }
+        | E::DeleteObjectTagging {
+            bucket,
+            key,
+            version,
+        } => Some((bucket, key, *version)),
+        _ => None,
+    }
+}
+
+/// Whether a policy that decides this caller's requests reads `s3:ExistingObjectTag/...`: its
+/// identity policies, the narrowing ones, or a bucket policy of the request. Only then is the
+/// object's metadata read before the decision.
+pub fn wants_existing_object_tags(caller: &Caller, bucket_policies: &BucketPolicies) -> bool {
+    let uses = |p: &Policy| p.uses_condition_key_prefix(EXISTING_OBJECT_TAG);
+    let identity = match caller {
+        Caller::Root => return false,
+        Caller::User(id) => id.policies.iter().chain(&id.narrowing).any(|p| uses(p)),
+        Caller::Anonymous => false,
+    };
+    identity
+        || bucket_policies
+            .iter()
+            .any(|(_, p)| p.as_deref().is_some_and(uses))
 }
 
 /// The bucket policies in force for a request: each bucket its needs name, with its policy

@@ -792,7 +792,7 @@ async fn dispatch(
     };
     let endpoint = endpoint.map_err(|e| e.error)?;
     // The root user is allowed everything: no context to build for it.
-    let policy_ctx = if caller.is_root() {
+    let mut policy_ctx = if caller.is_root() {
         quarry_policy::Context::default()
     } else {
         authz::context(&endpoint, &parts, &caller)
@@ -817,6 +817,17 @@ async fn dispatch(
     // Authorization: once, here, from the endpoint, before any handler runs.
     let needs = authz::needs(&endpoint, &parts.headers)?;
     let bucket_policies = bucket_policies(&state, &caller, &needs, endpoint.bucket()).await?;
+    // `s3:ExistingObjectTag/<key>`: the object's tags, read only when a policy in force asks.
+    if let Some((bucket, key, version)) = authz::existing_tag_target(&endpoint) {
+        if authz::wants_existing_object_tags(&caller, &bucket_policies) {
+            // No such object: no tags (the handler says NoSuchKey if the request is allowed).
+            if let Ok(info) = state.layer.object_version_info(bucket, key, version).await {
+                for (k, v) in crate::tagging::object_tags(&info) {
+                    policy_ctx.set(&format!("{}{k}", authz::EXISTING_OBJECT_TAG), v);
+                }
+            }
+        }
+    }
     crate::acl_eval::authorize_with_acls(
         &state,
         &caller,
