@@ -19,7 +19,7 @@ use crate::api::{
     META_UPDATED_HEADER, TAGS_HEADER,
 };
 use crate::error::{Error, Result};
-use crate::quorum::{count_full, count_ok, write_failed, write_quorum};
+use crate::quorum::check_write_quorum;
 use crate::set::{object_info, ErasureSet};
 
 /// Sets the tags of a copy's headers: `Some` replaces them (empty: none), `None` keeps them.
@@ -181,14 +181,7 @@ impl ErasureSet {
             }
         });
         let answers = futures::future::join_all(jobs).await;
-        let ok = count_ok(&answers);
-        let need = write_quorum(
-            current.erasure.data as usize,
-            current.erasure.parity as usize,
-        );
-        if ok < need {
-            return Err(write_failed(ok, need, count_full(&answers)));
-        }
+        let ok = check_write_quorum(&answers, &current.erasure)?;
         if ok < self.drives.len() {
             self.queue_heal(bucket, key);
         }

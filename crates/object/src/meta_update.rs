@@ -17,7 +17,7 @@ use crate::api::{
     meta_updated_ns, HeadersUpdate, ObjectInfo, UploadHeadersUpdate, VersionId, META_UPDATED_HEADER,
 };
 use crate::error::Result;
-use crate::quorum::{count_full, count_ok, write_failed, write_quorum};
+use crate::quorum::check_write_quorum;
 use crate::set::{object_info, ErasureSet};
 
 impl ErasureSet {
@@ -54,14 +54,7 @@ impl ErasureSet {
             }
         });
         let answers = futures::future::join_all(jobs).await;
-        let ok = count_ok(&answers);
-        let need = write_quorum(
-            current.erasure.data as usize,
-            current.erasure.parity as usize,
-        );
-        if ok < need {
-            return Err(write_failed(ok, need, count_full(&answers)));
-        }
+        let ok = check_write_quorum(&answers, &current.erasure)?;
         if ok < self.drives.len() {
             self.queue_heal(bucket, key);
         }
@@ -103,14 +96,7 @@ impl ErasureSet {
             }
         });
         let answers = futures::future::join_all(jobs).await;
-        let ok = count_ok(&answers);
-        let need = write_quorum(
-            current.erasure.data as usize,
-            current.erasure.parity as usize,
-        );
-        if ok < need {
-            return Err(write_failed(ok, need, count_full(&answers)));
-        }
+        check_write_quorum(&answers, &current.erasure)?;
         Ok(())
     }
 }

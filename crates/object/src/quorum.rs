@@ -174,6 +174,20 @@ pub fn write_failed(have: usize, need: usize, full: usize) -> Error {
     }
 }
 
+/// Checks that a write of metadata described by `erasure` reached its write quorum; returns how
+/// many drives took it.
+pub fn check_write_quorum<T>(
+    answers: &[Result<T, DriveError>],
+    erasure: &quarry_disk::ErasureInfo,
+) -> Result<usize, Error> {
+    let ok = count_ok(answers);
+    let need = write_quorum(erasure.data as usize, erasure.parity as usize);
+    if ok < need {
+        return Err(write_failed(ok, need, count_full(answers)));
+    }
+    Ok(ok)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
