@@ -53,6 +53,30 @@ fn entry(name: &str) -> String {
     format!("{SSE_RECORD_PREFIX}{name}")
 }
 
+/// The sealed key of the record in the stored headers `h` when it is sealed under master key
+/// `from` (to be re-sealed), else why it is left as it is. No key is opened: the listing's
+/// record is sorted with this before anything is locked.
+fn sealed_under(
+    from: &str,
+    h: &BTreeMap<String, String>,
+) -> Result<Result<SealedKey, Skip>, String> {
+    let kind = h.get(&entry(KIND));
+    let Some(sealed) = h.get(&entry(SEALED)) else {
+        return match kind {
+            None => Ok(Err(Skip::Plain)),
+            Some(_) => Err("the encryption record has no sealed key".into()),
+        };
+    };
+    if kind.map(String::as_str) == Some(SSE_C) {
+        return Ok(Err(Skip::CustomerKey));
+    }
+    let sealed = SealedKey::decode(sealed).map_err(|e| e.to_string())?;
+    if sealed.key_id != from {
+        return Ok(Err(Skip::OtherKey));
+    }
+    Ok(Ok(sealed))
+}
+
 /// Re-seals the object key recorded in the stored headers `h` of `bucket`/`key` from master
 /// key `from` to `to`, changing only the reserved entries of the record; the error is the
 /// reason (it names keys, never key bytes).
@@ -64,20 +88,10 @@ pub(crate) fn reseal_headers(
     key: &str,
     h: &mut BTreeMap<String, String>,
 ) -> Result<Outcome, String> {
-    let kind = h.get(&entry(KIND)).cloned();
-    let Some(sealed) = h.get(&entry(SEALED)) else {
-        return match kind {
-            None => Ok(Outcome::Skipped(Skip::Plain)),
-            Some(_) => Err("the encryption record has no sealed key".into()),
-        };
+    let sealed = match sealed_under(from, h)? {
+        Ok(sealed) => sealed,
+        Err(why) => return Ok(Outcome::Skipped(why)),
     };
-    if kind.as_deref() == Some(SSE_C) {
-        return Ok(Outcome::Skipped(Skip::CustomerKey));
-    }
-    let sealed = SealedKey::decode(sealed).map_err(|e| e.to_string())?;
-    if sealed.key_id != from {
-        return Ok(Outcome::Skipped(Skip::OtherKey));
-    }
     let context = binding(bucket, key, h.get(&entry(CONTEXT)).map(String::as_str));
     let resealed = kms
         .reseal(&sealed, &context, to)
@@ -133,6 +147,24 @@ impl RotateReport {
             Skip::Plain => self.skipped_reasons.not_encrypted += 1,
             Skip::CustomerKey => self.skipped_reasons.sse_c += 1,
             Skip::OtherKey => self.skipped_reasons.other_key += 1,
+        }
+    }
+
+    /// Counts one update: written, refused by its closure (skipped, or failed with the reason
+    /// it left in the slot), gone meanwhile (`gone`: not counted), or failed.
+    fn tally(
+        &mut self,
+        result: quarry_object::Result<()>,
+        outcome: Option<Result<Outcome, String>>,
+        gone: impl Fn(&ObjectError) -> bool,
+        failure: impl FnOnce(String) -> RotateFailure,
+    ) {
+        match (result, outcome) {
+            (Ok(()), _) => self.resealed += 1,
+            (Err(_), Some(Ok(Outcome::Skipped(why)))) => self.skip(why),
+            (Err(_), Some(Err(reason))) => self.fail(failure(reason)),
+            (Err(e), None) if gone(&e) => {}
+            (Err(e), _) => self.fail(failure(e.to_string())),
         }
     }
 
@@ -248,19 +280,17 @@ async fn rotate_bucket(
             .await?;
         for v in page.versions.iter().filter(|v| !v.delete_marker) {
             report.scanned += 1;
-            // From the listing first: only a version that looks sealed under `from` is locked
-            // and read again (the closure decides on what it finds under the lock).
-            let mut listed: BTreeMap<String, String> = v
+            // From the listing first, without opening any key: only a version that looks
+            // sealed under `from` is locked and read again (the closure decides on what it
+            // finds under the lock).
+            let listed: BTreeMap<String, String> = v
                 .encryption
                 .iter()
                 .map(|(k, val)| (entry(k), val.clone()))
                 .collect();
-            match reseal_headers(&**kms, from, to, bucket, &v.key, &mut listed) {
-                Ok(Outcome::Skipped(why)) => {
-                    report.skip(why);
-                    continue;
-                }
-                Ok(Outcome::Resealed) | Err(_) => {}
+            if let Ok(Err(why)) = sealed_under(from, &listed) {
+                report.skip(why);
+                continue;
             }
             let slot: Slot = Arc::default();
             let update: HeadersUpdate = {
@@ -282,14 +312,11 @@ async fn rotate_bucket(
                 upload_id: None,
                 reason,
             };
-            match (result, take(&slot)) {
-                (Ok(_), _) => report.resealed += 1,
-                (Err(_), Some(Ok(Outcome::Skipped(why)))) => report.skip(why),
-                (Err(_), Some(Err(reason))) => report.fail(failure(reason)),
-                // Deleted meanwhile: nothing left to re-seal.
-                (Err(ObjectError::NoSuchVersion | ObjectError::ObjectNotFound), None) => {}
-                (Err(e), _) => report.fail(failure(e.to_string())),
-            }
+            // Deleted meanwhile: nothing left to re-seal.
+            let gone = |e: &ObjectError| {
+                matches!(e, ObjectError::NoSuchVersion | ObjectError::ObjectNotFound)
+            };
+            report.tally(result.map(|_| ()), take(&slot), gone, failure);
         }
         if !page.is_truncated {
             break;
@@ -338,14 +365,9 @@ async fn rotate_bucket(
                 upload_id: Some(u.upload_id.clone()),
                 reason,
             };
-            match (result, take(&slot)) {
-                (Ok(()), _) => report.resealed += 1,
-                (Err(_), Some(Ok(Outcome::Skipped(why)))) => report.skip(why),
-                (Err(_), Some(Err(reason))) => report.fail(failure(reason)),
-                // Completed or aborted meanwhile.
-                (Err(ObjectError::NoSuchUpload), None) => {}
-                (Err(e), _) => report.fail(failure(e.to_string())),
-            }
+            // Completed or aborted meanwhile.
+            let gone = |e: &ObjectError| matches!(e, ObjectError::NoSuchUpload);
+            report.tally(result, take(&slot), gone, failure);
         }
         if !page.is_truncated {
             break;
