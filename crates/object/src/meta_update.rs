@@ -21,6 +21,13 @@ use crate::quorum::check_write_quorum;
 use crate::set::{object_info, ErasureSet};
 
 impl ErasureSet {
+    /// Stamps `headers`, the changed copy of `old`, with the time of the change: strictly after
+    /// the stamp it replaces, so the new copies win wherever both are seen.
+    fn stamp(&self, old: &BTreeMap<String, String>, headers: &mut BTreeMap<String, String>) {
+        let stamp = self.now_ns().max(meta_updated_ns(old).saturating_add(1));
+        headers.insert(META_UPDATED_HEADER.to_owned(), stamp.to_string());
+    }
+
     /// Applies `update` to the stored headers of one version (`None`: the latest).
     pub(crate) async fn update_headers(
         &self,
@@ -33,11 +40,7 @@ impl ErasureSet {
         let (current, metas) = self.resolve_version(bucket, key, version).await?;
         let mut headers: BTreeMap<String, String> = current.headers.clone();
         update(&object_info(bucket, key, &current), &mut headers)?;
-        // Strictly after the stamp it replaces, so the new copies win wherever both are seen.
-        let stamp = self
-            .now_ns()
-            .max(meta_updated_ns(&current.headers).saturating_add(1));
-        headers.insert(META_UPDATED_HEADER.to_owned(), stamp.to_string());
+        self.stamp(&current.headers, &mut headers);
         let rewrite = |mut m: ObjectMeta| {
             m.headers = headers.clone();
             m
@@ -76,10 +79,7 @@ impl ErasureSet {
         let (current, metas) = self.upload_quorum(bucket, key, upload_id).await?;
         let mut headers = current.headers.clone();
         update(&mut headers)?;
-        let stamp = self
-            .now_ns()
-            .max(meta_updated_ns(&current.headers).saturating_add(1));
-        headers.insert(META_UPDATED_HEADER.to_owned(), stamp.to_string());
+        self.stamp(&current.headers, &mut headers);
         let jobs = self.drives.iter().zip(metas).map(|(d, m)| {
             let d = d.clone();
             // Each drive keeps its own copy (its shard index); only the headers change.
