@@ -788,6 +788,10 @@ impl ObjectLayer for ErasureServer {
             .await
     }
 
+    fn drive_heals(&self) -> Vec<crate::drive_heal::DriveHealStatus> {
+        ErasureServer::drive_heals(self)
+    }
+
     async fn update_upload_headers(
         &self,
         bucket: &str,

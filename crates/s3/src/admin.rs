@@ -313,9 +313,7 @@ pub(crate) async fn handle(ctx: &ReqCtx, op: AdminOp) -> ApiResult<Response> {
             let mut out = InfoJson::from(&info);
             out.drive_heals = ctx
                 .layer()
-                .stats()
-                .await
-                .drive_heals
+                .drive_heals()
                 .iter()
                 .map(DriveHealJson::from)
                 .collect();

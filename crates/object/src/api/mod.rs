@@ -376,6 +376,12 @@ pub trait ObjectLayer: Send + Sync + 'static {
         Err(crate::Error::NotImplemented("multipart upload"))
     }
 
+    /// Heals of this node's replaced drives, running or finished since start (none for a layer
+    /// without drives of its own).
+    fn drive_heals(&self) -> Vec<crate::drive_heal::DriveHealStatus> {
+        Vec::new()
+    }
+
     /// Changes the stored headers of an upload in progress in place (master-key rotation
     /// re-seals the object key its parts are sealed with), under the upload's lock, on a write
     /// quorum of the drives that hold it, with an update stamp so a copy that missed the change
