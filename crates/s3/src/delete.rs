@@ -221,15 +221,24 @@ pub async fn delete_objects(ctx: &ReqCtx, bucket: &str) -> ApiResult<Response> {
     }
     let request = parse_delete(&body)?;
     ctx.layer().bucket_info(bucket).await?;
+    // Each key is decided as this request's own (its endpoint, for the ACL evaluation).
+    let endpoint = crate::router::Endpoint::DeleteObjects {
+        bucket: bucket.to_owned(),
+    };
     let outcomes: Vec<DeleteOutcome> = futures::stream::iter(request.objects)
-        .map(|target| delete_one(ctx, bucket, target))
+        .map(|target| delete_one(ctx, bucket, &endpoint, target))
         .buffered(DELETE_CONCURRENCY)
         .collect()
         .await;
     Ok(xml_response(render_delete_result(request.quiet, &outcomes)))
 }
 
-async fn delete_one(ctx: &ReqCtx, bucket: &str, target: DeleteTarget) -> DeleteOutcome {
+async fn delete_one(
+    ctx: &ReqCtx,
+    bucket: &str,
+    endpoint: &crate::router::Endpoint,
+    target: DeleteTarget,
+) -> DeleteOutcome {
     let version = match target.version_id.as_deref().map(str::parse::<VersionId>) {
         None => None,
         Some(Ok(v)) => Some(v),
@@ -246,10 +255,7 @@ async fn delete_one(ctx: &ReqCtx, bucket: &str, target: DeleteTarget) -> DeleteO
     let (plain, of_version) = crate::authz::DELETE_OBJECTS_KEY_ACTIONS;
     let action = if version.is_some() { of_version } else { plain };
     let resource = crate::authz::object_arn(bucket, &target.key);
-    let endpoint = crate::router::Endpoint::DeleteObjects {
-        bucket: bucket.to_owned(),
-    };
-    if let Err(e) = ctx.authorize_item(&endpoint, action, resource).await {
+    if let Err(e) = ctx.authorize_item(endpoint, action, resource).await {
         return DeleteOutcome::Failed {
             target,
             code: e.error.code,

@@ -1039,11 +1039,10 @@ async fn dispatch(
     }
 }
 
-/// The policies of the buckets `needs` name, for [`authz::authorize`]; none for the root user,
-/// who is allowed everything. A policy that cannot be read (no quorum) fails the request.
 /// The policies of the buckets a request's needs name and of its endpoint's own bucket (a
 /// DeleteObjects has no needs of its own: its handler decides each key against its bucket's
-/// policy, through [`ReqCtx::authorize_item`]).
+/// policy, through [`ReqCtx::authorize_item`]), for [`authz::authorize`]; none for the root
+/// user, who is allowed everything. A policy that cannot be read (no quorum) fails the request.
 pub(crate) async fn bucket_policies(
     state: &AppState,
     caller: &authz::Caller,
