@@ -318,46 +318,53 @@ fn in_net(ip: IpAddr, net: IpAddr, len: u8) -> bool {
 /// One value of the request, parsed for the operator that compares it (once per condition).
 struct Actual<'a> {
     text: &'a str,
-    number: Option<f64>,
-    date: Option<i128>,
-    boolean: Option<bool>,
-    ip: Option<IpAddr>,
+    /// `None`: the operator compares text, or the value does not parse for it.
+    parsed: Option<Parsed>,
+}
+
+/// A request value as the operator's kind reads it.
+#[derive(Clone, Copy)]
+enum Parsed {
+    Number(f64),
+    Date(i128),
+    Bool(bool),
+    Ip(IpAddr),
 }
 
 impl<'a> Actual<'a> {
     fn parse(operator: Operator, text: &'a str) -> Actual<'a> {
         use Operator as O;
-        let mut a = Actual {
-            text,
-            number: None,
-            date: None,
-            boolean: None,
-            ip: None,
-        };
-        match operator {
+        let parsed = match operator {
             O::NumericEquals
             | O::NumericLessThan
             | O::NumericLessThanEquals
             | O::NumericGreaterThan
-            | O::NumericGreaterThanEquals => a.number = number(text),
+            | O::NumericGreaterThanEquals => number(text).map(Parsed::Number),
             O::DateEquals
             | O::DateLessThan
             | O::DateLessThanEquals
             | O::DateGreaterThan
-            | O::DateGreaterThanEquals => a.date = date(text),
-            O::Bool => {
-                a.boolean = if text.eq_ignore_ascii_case("true") {
-                    Some(true)
-                } else if text.eq_ignore_ascii_case("false") {
-                    Some(false)
-                } else {
-                    None
-                }
-            }
-            O::IpAddress => a.ip = text.parse::<IpAddr>().ok(),
-            _ => {}
+            | O::DateGreaterThanEquals => date(text).map(Parsed::Date),
+            O::Bool if text.eq_ignore_ascii_case("true") => Some(Parsed::Bool(true)),
+            O::Bool if text.eq_ignore_ascii_case("false") => Some(Parsed::Bool(false)),
+            O::IpAddress => text.parse::<IpAddr>().ok().map(Parsed::Ip),
+            _ => None,
+        };
+        Actual { text, parsed }
+    }
+
+    fn number(&self) -> Option<f64> {
+        match self.parsed {
+            Some(Parsed::Number(n)) => Some(n),
+            _ => None,
         }
-        a
+    }
+
+    fn date(&self) -> Option<i128> {
+        match self.parsed {
+            Some(Parsed::Date(d)) => Some(d),
+            _ => None,
+        }
     }
 }
 
@@ -413,7 +420,7 @@ impl Condition {
                 })
             }
             (O::StringLike, Expected::Text(p)) => p.matches(actual, ctx, false),
-            (op, Expected::Number(e)) => parsed.number.is_some_and(|a| match op {
+            (op, Expected::Number(e)) => parsed.number().is_some_and(|a| match op {
                 O::NumericEquals => a == *e,
                 O::NumericLessThan => a < *e,
                 O::NumericLessThanEquals => a <= *e,
@@ -421,7 +428,7 @@ impl Condition {
                 O::NumericGreaterThanEquals => a >= *e,
                 _ => false,
             }),
-            (op, Expected::Date(e)) => parsed.date.is_some_and(|a| match op {
+            (op, Expected::Date(e)) => parsed.date().is_some_and(|a| match op {
                 O::DateEquals => a == *e,
                 O::DateLessThan => a < *e,
                 O::DateLessThanEquals => a <= *e,
@@ -429,9 +436,11 @@ impl Condition {
                 O::DateGreaterThanEquals => a >= *e,
                 _ => false,
             }),
-            (O::Bool, Expected::Bool(e)) => parsed.boolean == Some(*e),
+            (O::Bool, Expected::Bool(e)) => {
+                matches!(parsed.parsed, Some(Parsed::Bool(b)) if b == *e)
+            }
             (O::IpAddress, Expected::Net(net, len)) => {
-                parsed.ip.is_some_and(|ip| in_net(ip, *net, *len))
+                matches!(parsed.parsed, Some(Parsed::Ip(ip)) if in_net(ip, *net, *len))
             }
             (O::ArnEquals | O::ArnLike, Expected::Arn(parts)) => {
                 if let [only] = parts.as_slice() {

@@ -153,7 +153,8 @@ pub(crate) fn spawn(
 #[derive(Debug, Default)]
 pub(crate) struct SeenConfigs {
     by_bucket: HashMap<String, u64>,
-    passes: u64,
+    /// A pass has run since start-up.
+    started: bool,
 }
 
 impl SeenConfigs {
@@ -166,7 +167,7 @@ impl SeenConfigs {
         next.insert(bucket.to_owned(), h);
         match self.by_bucket.get(bucket) {
             Some(prev) => *prev == h,
-            None => self.passes == 0,
+            None => !self.started,
         }
     }
 }
@@ -239,7 +240,7 @@ pub(crate) async fn run_pass(
         }
     }
     seen.by_bucket = next_seen;
-    seen.passes += 1;
+    seen.started = true;
     let took = started.elapsed();
     add(&c.passes, 1);
     c.last_pass_millis.store(
@@ -509,7 +510,7 @@ mod tests {
             .map(|(b, _)| b.to_string())
             .collect();
         seen.by_bucket = next;
-        seen.passes += 1;
+        seen.started = true;
         applied
     }
 
