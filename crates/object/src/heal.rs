@@ -23,6 +23,80 @@ impl ErasureSet {
     /// nothing to heal.
     pub async fn heal_object(self: &Arc<Self>, bucket: &str, key: &str) -> Result<HealResult> {
         let _guard = self.locks.lock(&format!("{bucket}/{key}")).await?;
+        let Some(survey) = self.survey(bucket, key).await? else {
+            return Ok(HealResult::default());
+        };
+        let mut result = HealResult::default();
+        self.remove_lost_versions(bucket, key, &survey, &mut result)
+            .await;
+        // Oldest first: each commit lands in its place in the journal either way.
+        for v in survey.agreed.iter().rev() {
+            let answers = self.read_version_everywhere(bucket, key, v).await;
+            let one = match self
+                .check_version(bucket, key, answers, Check::Full)
+                .await?
+            {
+                Some(check) => self.repair_version(bucket, key, check).await?,
+                None => HealResult::default(),
+            };
+            result.failed.extend(one.failed);
+            for e in one.healed {
+                if !result.healed.contains(&e) {
+                    result.healed.push(e);
+                }
+            }
+        }
+        if !result.healed.is_empty() {
+            info!(bucket, key, healed = ?result.healed, versions = survey.agreed.len(), "healed object");
+        }
+        Ok(result)
+    }
+
+    /// Like [`Self::heal_object`], but first checks `bucket/key` without its lock, reading and
+    /// verifying every shard as the heal would, and takes the lock (and checks again under it)
+    /// only when that check finds something to repair or a drive it could not check. A deep
+    /// pass over a whole deployment then holds no lock while it reads, so writes to the keys it
+    /// reads never wait on it; a write racing with the check can only make it look for more,
+    /// and the locked heal that follows decides.
+    pub async fn heal_object_if_needed(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+    ) -> Result<HealResult> {
+        if self.is_whole(bucket, key).await {
+            return Ok(HealResult::default());
+        }
+        self.heal_object(bucket, key).await
+    }
+
+    /// Whether every version of `bucket/key` is whole on every drive, every shard read and its
+    /// bitrot verified; takes no lock. Any doubt (a drive that failed to answer, no quorum, a
+    /// version some drives hold that no quorum can) is "not whole".
+    async fn is_whole(self: &Arc<Self>, bucket: &str, key: &str) -> bool {
+        let Ok(survey) = self.survey(bucket, key).await else {
+            return false;
+        };
+        let Some(survey) = survey else {
+            return true; // gone: nothing to heal
+        };
+        if !self.lost_versions(&survey).is_empty() {
+            return false;
+        }
+        for v in &survey.agreed {
+            let answers = self.read_version_everywhere(bucket, key, v).await;
+            match self.check_version(bucket, key, answers, Check::Quick).await {
+                Ok(None) => {}
+                Ok(Some(c)) if c.targets.is_empty() && c.result.failed.is_empty() => {}
+                _ => return false,
+            }
+        }
+        true
+    }
+
+    /// Every drive's journal of `bucket/key` and the versions a read quorum agrees on; `None`
+    /// when the object is gone (so many drives lack it that no write quorum can hold any of
+    /// its versions).
+    async fn survey(&self, bucket: &str, key: &str) -> Result<Option<Survey>> {
         let journals = crate::quorum::on_all(&self.drives, |d| {
             let (b, k) = (bucket.to_string(), key.to_string());
             async move { d.read_versions(&b, &k).await }
@@ -40,10 +114,9 @@ impl ErasureSet {
             .count();
         let answered = absent + journals.iter().filter(|j| j.is_ok()).count();
         let need = self.set_read_quorum();
-        // Gone: so many drives lack the key that no write quorum can hold any version of it.
         let gone = absent + self.set_write_quorum() > self.drives.len();
         if agreed.is_empty() && gone {
-            return Ok(HealResult::default());
+            return Ok(None);
         }
         if answered < need || agreed.is_empty() {
             return Err(Error::ReadQuorum {
@@ -51,28 +124,21 @@ impl ErasureSet {
                 need,
             });
         }
-        let mut result = HealResult::default();
-        self.remove_lost_versions(bucket, key, &journals, &agreed, &mut result)
-            .await;
-        // Oldest first: each commit lands in its place in the journal either way.
-        for v in agreed.iter().rev() {
-            let answers = crate::quorum::on_all(&self.drives, |d| {
-                let (b, k) = (bucket.to_string(), key.to_string());
-                async move { d.read_version(&b, &k, v.version_id).await }
-            })
-            .await;
-            let one = self.heal_version(bucket, key, answers).await?;
-            result.failed.extend(one.failed);
-            for e in one.healed {
-                if !result.healed.contains(&e) {
-                    result.healed.push(e);
-                }
-            }
-        }
-        if !result.healed.is_empty() {
-            info!(bucket, key, healed = ?result.healed, versions = agreed.len(), "healed object");
-        }
-        Ok(result)
+        Ok(Some(Survey { journals, agreed }))
+    }
+
+    /// Every drive's copy of one version's metadata.
+    async fn read_version_everywhere(
+        &self,
+        bucket: &str,
+        key: &str,
+        v: &ObjectMeta,
+    ) -> Vec<std::result::Result<ObjectMeta, DriveError>> {
+        crate::quorum::on_all(&self.drives, |d| {
+            let (b, k) = (bucket.to_string(), key.to_string());
+            async move { d.read_version(&b, &k, v.version_id).await }
+        })
+        .await
     }
 
     /// The scanner's cheap check of `bucket/key`: every drive answers with the same versions,
@@ -119,22 +185,17 @@ impl ErasureSet {
         true
     }
 
-    /// Removes from each drive the versions it holds that no write quorum can hold: more drives
-    /// answered without them than a write quorum leaves room for.
-    async fn remove_lost_versions(
-        &self,
-        bucket: &str,
-        key: &str,
-        journals: &[std::result::Result<Vec<ObjectMeta>, DriveError>],
-        agreed: &[ObjectMeta],
-        result: &mut HealResult,
-    ) {
+    /// The versions each drive holds that no write quorum can hold: more drives answered
+    /// without them than a write quorum leaves room for. `(drive position, version)`.
+    fn lost_versions<'a>(&self, survey: &'a Survey) -> Vec<(usize, &'a ObjectMeta)> {
         let n = self.drives.len();
         let wq = self.set_write_quorum();
+        let journals = &survey.journals;
+        let mut lost = Vec::new();
         for (pos, journal) in journals.iter().enumerate() {
             let Ok(journal) = journal else { continue };
             for v in journal {
-                if agreed.iter().any(|a| a.version_id == v.version_id) {
+                if survey.agreed.iter().any(|a| a.version_id == v.version_id) {
                     continue;
                 }
                 let absent = journals
@@ -145,37 +206,54 @@ impl ErasureSet {
                         Err(_) => false,
                     })
                     .count();
-                if absent + wq <= n {
-                    continue; // the drives that did not answer may hold it: not decided
+                if absent + wq > n {
+                    lost.push((pos, v)); // else the drives that did not answer may hold it
                 }
-                let drive = &self.drives[pos];
-                match drive.delete_version(bucket, key, v.version_id).await {
-                    Ok(()) | Err(DriveError::FileNotFound) => {
-                        info!(drive = drive.endpoint(), bucket, key,
-                            version = %quarry_disk::version_name(v.version_id),
-                            "removed a version no quorum holds");
-                        if !result.healed.contains(&drive.endpoint().to_string()) {
-                            result.healed.push(drive.endpoint().to_string());
-                        }
+            }
+        }
+        lost
+    }
+
+    /// Removes from each drive its [`Self::lost_versions`].
+    async fn remove_lost_versions(
+        &self,
+        bucket: &str,
+        key: &str,
+        survey: &Survey,
+        result: &mut HealResult,
+    ) {
+        for (pos, v) in self.lost_versions(survey) {
+            let drive = &self.drives[pos];
+            match drive.delete_version(bucket, key, v.version_id).await {
+                Ok(()) | Err(DriveError::FileNotFound) => {
+                    info!(drive = drive.endpoint(), bucket, key,
+                        version = %quarry_disk::version_name(v.version_id),
+                        "removed a version no quorum holds");
+                    if !result.healed.contains(&drive.endpoint().to_string()) {
+                        result.healed.push(drive.endpoint().to_string());
                     }
-                    Err(e) => result
-                        .failed
-                        .push((drive.endpoint().to_string(), e.to_string())),
                 }
+                Err(e) => result
+                    .failed
+                    .push((drive.endpoint().to_string(), e.to_string())),
             }
         }
     }
 
-    /// Heals one version, given every drive's copy of it (`read_version` answers).
-    async fn heal_version(
+    /// Checks one version, given every drive's copy of it (`read_version` answers): which
+    /// drives need a new copy and which could not be checked. `None`: no drive holds it.
+    /// [`Check::Quick`] stops before reading shards when the metadata alone already names a
+    /// drive to rewrite.
+    async fn check_version(
         self: &Arc<Self>,
         bucket: &str,
         key: &str,
         answers: Vec<std::result::Result<ObjectMeta, DriveError>>,
-    ) -> Result<HealResult> {
+        how: Check,
+    ) -> Result<Option<VersionCheck>> {
         let (meta, metas) = match pick_meta(&answers, self.set_write_quorum()) {
             MetaQuorum::Found { meta, metas } => (*meta, metas),
-            MetaQuorum::NotFound => return Ok(HealResult::default()),
+            MetaQuorum::NotFound => return Ok(None),
             MetaQuorum::NoQuorum { have, need } => return Err(Error::ReadQuorum { have, need }),
         };
         let mut result = HealResult::default();
@@ -198,6 +276,16 @@ impl ErasureSet {
             }
         }
 
+        if how == Check::Quick && !(targets.is_empty() && result.failed.is_empty()) {
+            return Ok(Some(VersionCheck {
+                meta,
+                metas,
+                answers,
+                targets,
+                unchecked: Vec::new(),
+                result,
+            }));
+        }
         // Verify every shard of the drives that do have this version, a block's chunks at once.
         let reader = ShardReader::new(self.clone(), bucket, key, &meta, metas.clone())?;
         let n_shards = reader.erasure.total_shards();
@@ -247,6 +335,32 @@ impl ErasureSet {
                 unchecked.push(pos);
             }
         }
+        Ok(Some(VersionCheck {
+            meta,
+            metas,
+            answers,
+            targets,
+            unchecked,
+            result,
+        }))
+    }
+
+    /// Rewrites the copies of one version that [`Self::check_version`] found missing, outdated
+    /// or corrupt, from the drives whose copy is good.
+    async fn repair_version(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        check: VersionCheck,
+    ) -> Result<HealResult> {
+        let VersionCheck {
+            meta,
+            metas,
+            answers,
+            targets,
+            unchecked,
+            mut result,
+        } = check;
         if targets.is_empty() {
             return Ok(result);
         }
@@ -384,4 +498,38 @@ impl ErasureSet {
         }
         Ok(result)
     }
+}
+
+/// What [`ErasureSet::survey`] found of one object.
+struct Survey {
+    /// Every drive's journal, in set order.
+    journals: Vec<std::result::Result<Vec<ObjectMeta>, DriveError>>,
+    /// The versions a read quorum agrees on, newest first.
+    agreed: Vec<ObjectMeta>,
+}
+
+/// How far [`ErasureSet::check_version`] looks.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Check {
+    /// Every shard read and verified, whatever the metadata says.
+    Full,
+    /// Stop at the first thing to repair that the metadata shows.
+    Quick,
+}
+
+/// What [`ErasureSet::check_version`] found of one version, for
+/// [`ErasureSet::repair_version`].
+struct VersionCheck {
+    /// The version the write quorum holds.
+    meta: ObjectMeta,
+    /// Each drive's copy where it agrees with `meta`.
+    metas: Vec<Option<ObjectMeta>>,
+    /// Each drive's answer to the read of this version.
+    answers: Vec<std::result::Result<ObjectMeta, DriveError>>,
+    /// Drives whose copy is to be rewritten.
+    targets: Vec<usize>,
+    /// Drives that could not be checked: neither rewritten nor used as a source.
+    unchecked: Vec<usize>,
+    /// Failures so far.
+    result: HealResult,
 }

@@ -3,10 +3,12 @@
 //!
 //! A job goes through four phases:
 //! 1. counting: it lists what it will walk, so that its progress has a total and an ETA;
-//! 2. healing: each bucket's own state ([`ErasureSet::heal_bucket`]), then each object, as the
-//!    on-demand heal does, counting objects, bytes, heals and failures (with their reasons);
-//! 3. verifying: every bucket again (and the system configuration, for a deployment-wide job), and every object the healing phase rewrote (all of them
-//!    again when it rewrote more than [`VERIFY_LIST_LIMIT`]), checked once more. What this second
+//! 2. healing: each bucket's own state ([`ErasureSet::heal_bucket`]), then each object, counting
+//!    objects, bytes, heals and failures (with their reasons); an object is read and verified
+//!    without its lock, and locked only to be repaired ([`ErasureSet::heal_object_if_needed`]);
+//! 3. verifying: every bucket again (and the system configuration, for a deployment-wide job),
+//!    and every object the healing phase rewrote (all of them again when it rewrote more than
+//!    [`VERIFY_LIST_LIMIT`]), checked once more. What this second
 //!    look still has to rewrite is counted as `verify_missing`: a job that ends with 0 there and
 //!    no failure has *measured* that nothing it walked is missing a shard, rather than assumed it;
 //! 4. done (or failed, when it could not even start, e.g. no quorum to list the buckets).
@@ -326,7 +328,7 @@ async fn run(
         while let Some(item) = cursor.next_sized(set).await {
             match item {
                 Ok((b, k, size)) => {
-                    let r = set.heal_object(&b, &k).await;
+                    let r = set.heal_object_if_needed(&b, &k).await;
                     let healed = matches!(&r, Ok(r) if !r.healed.is_empty());
                     let failed = verdict(&r) != Verdict::Done;
                     if healed {
@@ -391,14 +393,14 @@ async fn run(
             let mut cursor = Cursor::new(set, bucket, prefix).await?;
             while let Some(item) = cursor.next_sized(set).await {
                 match item {
-                    Ok((b, k, _)) => note(&set.heal_object(&b, &k).await),
+                    Ok((b, k, _)) => note(&set.heal_object_if_needed(&b, &k).await),
                     Err((_, e)) => note(&Err(e)),
                 }
             }
         }
     } else {
         for (i, b, k) in rewritten {
-            note(&sets[i].heal_object(&b, &k).await);
+            note(&sets[i].heal_object_if_needed(&b, &k).await);
         }
     }
     Ok(())

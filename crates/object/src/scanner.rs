@@ -9,7 +9,8 @@
 //!
 //! The scanner's passes are cheap by default ([`ErasureSet::looks_whole`]: versions agree, shard
 //! files present with their sizes, no data read, no lock) and heal only what fails that check;
-//! every `deep_scan_every`-th pass is deep: every object is read and its bitrot verified.
+//! every `deep_scan_every`-th pass is deep: every object is read and its bitrot verified, with no
+//! lock held while it reads ([`ErasureSet::heal_object_if_needed`]).
 //!
 //! Before the objects of a bucket, both heal the bucket's own state on the set
 //! ([`ErasureSet::heal_bucket`]: its directory, configuration blobs and uploads in progress).
@@ -349,7 +350,9 @@ async fn scan_pass(sets: &[Weak<ErasureSet>], c: &ScanCounters, rate: u32, deep:
             match cursor.next(&set).await {
                 None => break,
                 Some(Ok((b, k))) => {
-                    let r = if deep || !set.looks_whole(&b, &k).await {
+                    let r = if deep {
+                        set.heal_object_if_needed(&b, &k).await
+                    } else if !set.looks_whole(&b, &k).await {
                         set.heal_object(&b, &k).await
                     } else {
                         Ok(HealResult::default())

@@ -511,3 +511,126 @@ async fn cheap_scanner_passes_find_lost_shards_and_only_deep_ones_read_for_bitro
         );
     }
 }
+
+/// The in-process lock table, with a record of every name locked.
+#[derive(Debug, Default)]
+struct RecordingLocker {
+    table: NsLock,
+    taken: std::sync::Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl Locker for RecordingLocker {
+    async fn lock(&self, name: &str) -> Result<LockGuard> {
+        self.taken.lock().unwrap().push(name.to_string());
+        Ok(LockGuard::new(self.table.acquire(name).await))
+    }
+}
+
+impl RecordingLocker {
+    /// The object locks taken since the last call (`bkt/...` names).
+    fn drain_objects(&self) -> Vec<String> {
+        let mut taken = std::mem::take(&mut *self.taken.lock().unwrap());
+        taken.retain(|n| n.starts_with(&format!("{BUCKET}/k")));
+        taken.sort();
+        taken.dedup();
+        taken
+    }
+}
+
+#[tokio::test]
+async fn deep_passes_and_heal_jobs_lock_only_what_they_repair() {
+    const N: usize = 5;
+    let dir = temp_dir();
+    let paths = drive_dirs(&dir, 4);
+    let (deployment, locals) = ErasureServer::format_local(paths.clone()).await.unwrap();
+    let drives: Vec<Arc<dyn Drive>> = locals
+        .into_iter()
+        .map(|d| Arc::new(d) as Arc<dyn Drive>)
+        .collect();
+    let locker = Arc::new(RecordingLocker::default());
+    let cfg = ObjectConfig {
+        scan_interval: Some(Duration::from_millis(100)),
+        scan_rate: 0,
+        deep_scan_every: 1,
+        ..cfg()
+    };
+    let layer = ErasureServer::open_sets(
+        deployment,
+        vec![(drives, Some(locker.clone() as Arc<dyn Locker>))],
+        cfg,
+    )
+    .unwrap();
+    layer.make_bucket(BUCKET).await.unwrap();
+    // k0 is inline, the others two blocks and more.
+    put(&layer, "k0", b"small").await;
+    for i in 1..N {
+        put(&layer, &format!("k{i}"), &pattern(2 * BLOCK + i, i as u8)).await;
+    }
+    let passes = layer.stats().await.scan.passes_total;
+    wait_stats(&layer, "a deep pass over whole objects", |s| {
+        s.scan.passes_total >= passes + 2
+    })
+    .await;
+    let _ = locker.drain_objects(); // the PUTs' commits, and a pass that may have begun before them
+    let passes = layer.stats().await.scan.passes_total;
+    wait_stats(&layer, "two more deep passes", |s| {
+        s.scan.passes_total >= passes + 2
+    })
+    .await;
+    assert_eq!(
+        locker.drain_objects(),
+        Vec::<String>::new(),
+        "a deep pass over whole objects took their locks"
+    );
+
+    // One flipped byte: the deep pass finds it, and that object alone is locked to repair it.
+    let flipped = part_path(&paths[1], "k2");
+    let good = std::fs::read(&flipped).unwrap();
+    let mut bad = good.clone();
+    let at = bad.len() / 2;
+    bad[at] ^= 0x40;
+    std::fs::write(&flipped, &bad).unwrap();
+    wait_for("a deep pass to repair the flipped byte", || {
+        std::fs::read(&flipped).is_ok_and(|b| b == good)
+    })
+    .await;
+    assert_eq!(locker.drain_objects(), vec![format!("{BUCKET}/k2")]);
+
+    // A heal job over everything whole: it walks and verifies every object, and locks none.
+    let passes = layer.stats().await.scan.passes_total;
+    wait_stats(&layer, "the pass that repaired to end", |s| {
+        s.scan.passes_total >= passes + 1
+    })
+    .await;
+    let _ = locker.drain_objects();
+    let job = layer.start_heal_job(None, "").await.unwrap();
+    let deadline = Instant::now() + WAIT;
+    let status = loop {
+        let s = layer.heal_job(&job.id).await.unwrap().expect("the job");
+        if s.phase.finished() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "{s:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(status.phase, HealJobPhase::Done, "{status:?}");
+    assert_eq!(
+        (
+            status.report.scanned,
+            status.report.healed,
+            status.verify_missing
+        ),
+        (N as u64, 0, 0),
+        "{status:?}"
+    );
+    let taken = locker.drain_objects();
+    // The scanner keeps running beside the job; it too locks nothing that is whole.
+    assert_eq!(taken, Vec::<String>::new(), "the job locked whole objects");
+    for i in 1..N {
+        assert_eq!(
+            get(&layer, &format!("k{i}")).await,
+            pattern(2 * BLOCK + i, i as u8)
+        );
+    }
+}
