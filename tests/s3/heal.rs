@@ -605,3 +605,78 @@ async fn a_replaced_drive_is_healed_in_the_background_and_resumes_after_a_kill()
         assert_bytes_eq(&got, body, key);
     }
 }
+
+/// The `key=value` word of a log line, parsed.
+fn log_field<T: std::str::FromStr>(line: &str, key: &str) -> Option<T> {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(&format!("{key}=")))
+        .and_then(|v| v.trim_matches('"').parse().ok())
+}
+
+#[tokio::test]
+async fn a_drive_emptied_while_its_node_runs_is_formatted_and_healed_without_a_restart() {
+    let mut s = TestServer::start_cluster(4, 1, 4).await;
+    let c = s.client();
+    s.create_bucket(BUCKET).await;
+    let sizes = [0usize, 100, 4096, 200_000, (1 << 20) + 3];
+    let mut data = BTreeMap::new();
+    for i in 0..40 {
+        let key = format!("obj/{i:02}");
+        let body = random_bytes(sizes[i % sizes.len()]);
+        put_bytes(&c, BUCKET, &key, &body).await;
+        data.insert(key, body);
+    }
+    // Node 3 checks its drive every second.
+    s.set_env("QUARRY_DRIVE_CHECK_INTERVAL", "1");
+    s.kill_node(3);
+    s.start_node(3).await;
+    let drive = s.drive_path(3).to_path_buf();
+    let before = drive_files(&drive);
+    assert!(before.len() > 40, "{:?}", before.keys());
+
+    // The disk is swapped while the node runs: an empty directory where the drive was.
+    std::fs::remove_dir_all(&drive).unwrap();
+    std::fs::create_dir_all(&drive).unwrap();
+    wait_for(60, "the replaced drive to be formatted", || {
+        drive.join(".quarry.sys/format.json").exists().then_some(())
+    })
+    .await;
+    let done = wait_for(180, "the end of the drive heal", || {
+        let log = s.node_log_tail(3, 400);
+        let line = log
+            .lines()
+            .rev()
+            .find(|l| l.contains("drive heal finished"))?
+            .to_owned();
+        (!drive.join(".quarry.sys/healing.json").exists()).then_some(line)
+    })
+    .await;
+    assert!(
+        s.node_log_tail(3, 400)
+            .contains("formatted a drive replaced while the server runs"),
+        "{}",
+        s.node_log_tail(3, 60)
+    );
+    assert_eq!(log_field::<u64>(&done, "failed"), Some(0), "{done}");
+    assert_eq!(log_field::<u64>(&done, "verify_missing"), Some(0), "{done}");
+    let scanned: u64 = log_field(&done, "scanned").unwrap_or_else(|| panic!("{done}"));
+    assert_eq!(scanned, data.len() as u64, "{done}");
+    let (secs, bytes): (f64, f64) = (
+        log_field(&done, "secs").unwrap_or_else(|| panic!("{done}")),
+        log_field(&done, "bytes").unwrap_or_else(|| panic!("{done}")),
+    );
+    println!(
+        "drive heal while running: {scanned} objects, {bytes} bytes in {secs:.2}s ({:.1} objects/s, {:.1} MiB/s)",
+        scanned as f64 / secs,
+        bytes / secs / (1 << 20) as f64
+    );
+    let (status, _) = heal_status(&s, 3).await;
+    assert_eq!(status["drive_heals"][0]["phase"], "done", "{status}");
+
+    assert_same_files(&before, &drive_files(&drive));
+    assert_heal_finds_nothing(&s).await;
+    let c3 = s.node_client(3);
+    for (key, body) in &data {
+        assert_bytes_eq(&get_bytes(&c3, BUCKET, key).await, body, key);
+    }
+}

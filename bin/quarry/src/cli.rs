@@ -156,6 +156,31 @@ pub struct ServerArgs {
     #[arg(long, env = "QUARRY_SCAN_RATE", default_value_t = 50, value_name = "N")]
     pub scan_rate: u32,
 
+    /// One scanner pass in this many is deep: it reads every object and verifies its bitrot
+    /// hashes (the others check metadata and shard sizes only). 1: every pass; 0: never.
+    #[arg(long, env = "QUARRY_DEEP_SCAN_EVERY", default_value_t = quarry_object::DEFAULT_DEEP_SCAN_EVERY, value_name = "N")]
+    pub deep_scan_every: u32,
+
+    /// Objects per second a heal job, and the heal of a replaced drive, check at most (0: no
+    /// limit).
+    #[arg(long, env = "QUARRY_HEAL_RATE", default_value_t = quarry_object::DEFAULT_HEAL_RATE, value_name = "N")]
+    pub heal_rate: u32,
+
+    /// Bytes of object data per second they check at most, e.g. 64MiB (0: no limit).
+    #[arg(long, env = "QUARRY_HEAL_BYTES_RATE", default_value = "0", value_parser = parse_bytes, value_name = "BYTES")]
+    pub heal_bytes_rate: u64,
+
+    /// How often this node checks its drives for one replaced while it runs (format.json gone),
+    /// which it then formats into its slot and heals: a duration, or 0 for start-up only.
+    #[arg(
+        long,
+        env = "QUARRY_DRIVE_CHECK_INTERVAL",
+        default_value = "10s",
+        value_parser = parse_interval,
+        value_name = "DURATION"
+    )]
+    pub drive_check_interval: Duration,
+
     /// The orphan sweep removes what killed writes left on a drive once it is older than this:
     /// a duration (e.g. 15m; a bare number is seconds).
     #[arg(
@@ -299,12 +324,30 @@ pub fn parse_interval(s: &str) -> Result<Duration, String> {
     }
 }
 
-/// Parses `90`, `90s`, `30m`, `24h`, `7d` into a duration of at least one second.
 /// `--default-object-ownership`: one of S3's ObjectOwnership names.
 fn parse_object_ownership(s: &str) -> Result<quarry_s3::ObjectOwnership, String> {
     s.parse()
 }
 
+/// Parses a byte count: `1048576`, `512KiB`, `64MiB`, `1GiB` (`k`, `m`, `g`, `KB`, `MB`, `GB` are
+/// the same binary units).
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let bad = || format!("{s:?} is not a size such as 1048576, 512KiB, 64MiB or 1GiB");
+    let n: u64 = num.parse().map_err(|_| bad())?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kib" | "kb" => 10,
+        "m" | "mib" | "mb" => 20,
+        "g" | "gib" | "gb" => 30,
+        _ => return Err(bad()),
+    };
+    n.checked_mul(1u64 << shift).ok_or_else(bad)
+}
+
+/// Parses `90`, `90s`, `30m`, `24h`, `7d` into a duration of at least one second.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
     let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
@@ -350,6 +393,10 @@ pub struct Settings {
     pub default_object_ownership: quarry_s3::ObjectOwnership,
     pub scan_interval: Option<Duration>,
     pub scan_rate: u32,
+    pub deep_scan_every: u32,
+    pub heal_rate: u32,
+    pub heal_bytes_rate: u64,
+    pub drive_check_interval: Option<Duration>,
     pub orphan_sweep: quarry_disk::SweepSchedule,
     pub header_timeout: Duration,
     pub body_timeout: Duration,
@@ -364,6 +411,23 @@ pub struct Settings {
     pub certs_check_interval: Option<Duration>,
     /// The console's address, or `None` when it is off.
     pub console: Option<ConsoleAddress>,
+}
+
+impl Settings {
+    /// The object layer's settings these make (the runtime and the rest at their defaults).
+    pub fn object_config(&self) -> quarry_object::ObjectConfig {
+        quarry_object::ObjectConfig {
+            multipart_expiry: self.multipart_expiry,
+            scan_interval: self.scan_interval,
+            scan_rate: self.scan_rate,
+            deep_scan_every: self.deep_scan_every,
+            heal_rate: self.heal_rate,
+            heal_bytes_rate: self.heal_bytes_rate,
+            drive_check_interval: self.drive_check_interval,
+            orphan_sweep: self.orphan_sweep,
+            ..quarry_object::ObjectConfig::default()
+        }
+    }
 }
 
 /// The web console's default address (MinIO's console port).
@@ -401,6 +465,16 @@ pub enum FileSize {
     Text(String),
 }
 
+impl FileSize {
+    /// The size as text for the flag's own parser.
+    fn text(self) -> String {
+        match self {
+            FileSize::Bytes(n) => n.to_string(),
+            FileSize::Text(t) => t,
+        }
+    }
+}
+
 /// The settings file (`--config`): every field optional, unknown fields refused.
 #[derive(Debug, Default, serde::Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -418,6 +492,10 @@ pub struct FileConfig {
     pub root_password: Option<String>,
     pub scan_interval: Option<String>,
     pub scan_rate: Option<u32>,
+    pub deep_scan_every: Option<u32>,
+    pub heal_rate: Option<u32>,
+    pub heal_bytes_rate: Option<FileSize>,
+    pub drive_check_interval: Option<String>,
     pub orphan_min_age: Option<String>,
     pub orphan_sweep_interval: Option<String>,
     pub rdma: Option<String>,
@@ -495,6 +573,23 @@ impl ServerArgs {
         if let Some(v) = f.scan_rate.filter(|_| unset("scan_rate")) {
             self.scan_rate = v;
         }
+        if let Some(v) = f.deep_scan_every.filter(|_| unset("deep_scan_every")) {
+            self.deep_scan_every = v;
+        }
+        if let Some(v) = f.heal_rate.filter(|_| unset("heal_rate")) {
+            self.heal_rate = v;
+        }
+        if let Some(v) = f.heal_bytes_rate.filter(|_| unset("heal_bytes_rate")) {
+            self.heal_bytes_rate = parse_bytes(&v.text())
+                .unwrap_or_else(|e| usage_error(format!("config: heal_bytes_rate: {e}")));
+        }
+        if let Some(v) = f
+            .drive_check_interval
+            .filter(|_| unset("drive_check_interval"))
+        {
+            self.drive_check_interval = parse_interval(&v)
+                .unwrap_or_else(|e| usage_error(format!("config: drive_check_interval: {e}")));
+        }
         if let Some(v) = f.orphan_min_age.filter(|_| unset("orphan_min_age")) {
             self.orphan_min_age = parse_interval(&v)
                 .unwrap_or_else(|e| usage_error(format!("config: orphan_min_age: {e}")));
@@ -526,11 +621,7 @@ impl ServerArgs {
                 .unwrap_or_else(|e| usage_error(format!("config: rdma_qp_per_peer: {e}")));
         }
         if let Some(v) = f.rdma_pool_bytes.filter(|_| unset("rdma_pool_bytes")) {
-            let text = match v {
-                FileSize::Bytes(n) => n.to_string(),
-                FileSize::Text(t) => t,
-            };
-            self.rdma_pool_bytes = r::parse_pool_bytes(&text)
+            self.rdma_pool_bytes = r::parse_pool_bytes(&v.text())
                 .unwrap_or_else(|e| usage_error(format!("config: rdma_pool_bytes: {e}")));
         }
         if let Some(v) = f
@@ -694,6 +785,10 @@ impl ServerArgs {
             default_object_ownership: self.default_object_ownership,
             scan_interval: Some(self.scan_interval).filter(|d| !d.is_zero()),
             scan_rate: self.scan_rate,
+            deep_scan_every: self.deep_scan_every,
+            heal_rate: self.heal_rate,
+            heal_bytes_rate: self.heal_bytes_rate,
+            drive_check_interval: Some(self.drive_check_interval).filter(|d| !d.is_zero()),
             orphan_sweep: quarry_disk::SweepSchedule {
                 min_age: self.orphan_min_age,
                 every: Some(self.orphan_sweep_interval).filter(|d| !d.is_zero()),
@@ -855,6 +950,67 @@ mod tests {
         assert!(load_config(&f).unwrap_err().contains("adress"));
         std::fs::write(&f, "version = 2\n").unwrap();
         assert!(load_config(&f).unwrap_err().contains("version 2"));
+    }
+
+    #[test]
+    fn heal_settings_come_from_flags_or_the_file() {
+        for v in [
+            "QUARRY_DEEP_SCAN_EVERY",
+            "QUARRY_HEAL_RATE",
+            "QUARRY_HEAL_BYTES_RATE",
+            "QUARRY_DRIVE_CHECK_INTERVAL",
+        ] {
+            if std::env::var_os(v).is_some() {
+                return; // the environment decides here
+            }
+        }
+        let s = settings_of(&["server"]);
+        let o = s.object_config();
+        assert_eq!(
+            (o.deep_scan_every, o.heal_rate, o.heal_bytes_rate),
+            (quarry_object::DEFAULT_DEEP_SCAN_EVERY, 0, 0)
+        );
+        assert_eq!(
+            o.drive_check_interval,
+            Some(quarry_object::DEFAULT_DRIVE_CHECK_INTERVAL)
+        );
+        let s = settings_of(&[
+            "server",
+            "--deep-scan-every",
+            "3",
+            "--heal-rate",
+            "40",
+            "--heal-bytes-rate",
+            "64MiB",
+            "--drive-check-interval",
+            "0",
+        ]);
+        let o = s.object_config();
+        assert_eq!(
+            (o.deep_scan_every, o.heal_rate, o.heal_bytes_rate),
+            (3, 40, 64 << 20)
+        );
+        assert_eq!(o.drive_check_interval, None);
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("q.toml");
+        std::fs::write(
+            &f,
+            "version = 1\ndeep_scan_every = 5\nheal_rate = 7\nheal_bytes_rate = \"1GiB\"\ndrive_check_interval = \"30s\"\n",
+        )
+        .unwrap();
+        let path = f.to_str().unwrap();
+        let o = settings_of(&["server", "--config", path]).object_config();
+        assert_eq!(
+            (o.deep_scan_every, o.heal_rate, o.heal_bytes_rate),
+            (5, 7, 1 << 30)
+        );
+        assert_eq!(o.drive_check_interval, Some(Duration::from_secs(30)));
+        // A flag wins over the file.
+        let o = settings_of(&["server", "--config", path, "--heal-rate", "9"]).object_config();
+        assert_eq!(o.heal_rate, 9);
+        assert!(parse_bytes("12 parsecs").is_err());
+        assert!(parse_bytes("-1").is_err());
+        assert_eq!(parse_bytes("512k"), Ok(512 << 10));
     }
 
     #[test]

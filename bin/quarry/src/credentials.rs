@@ -40,6 +40,14 @@ pub fn resolve(
         return Ok((given, Source::Given));
     }
     if let Some(stored) = load(drives)? {
+        // A replaced drive (formatted into its slot at start-up) has no copy yet: it gets the
+        // one the others hold, so the keys survive the loss of any drive but the last.
+        for drive in drives {
+            if !file_path(drive).exists() {
+                store(drive, &stored.0, &stored.1)?;
+                tracing::info!(drive = %drive.display(), "stored the root credentials on a drive that had none");
+            }
+        }
         return Ok((stored, Source::Stored));
     }
     let generated = (
@@ -156,7 +164,20 @@ mod tests {
         }
         let (again, source) = resolve(None, &paths).unwrap();
         assert_eq!(source, Source::Stored);
-        assert_eq!(again, (ak, sk));
+        assert_eq!(again, (ak.clone(), sk.clone()));
+        // A replaced drive gets the others' copy back; then the first copy can go too.
+        std::fs::remove_dir_all(&paths[2]).unwrap();
+        std::fs::create_dir_all(&paths[2]).unwrap();
+        assert_eq!(
+            resolve(None, &paths).unwrap(),
+            ((ak.clone(), sk.clone()), Source::Stored)
+        );
+        std::fs::remove_file(file_path(&paths[0])).unwrap();
+        std::fs::remove_file(file_path(&paths[1])).unwrap();
+        assert_eq!(
+            resolve(None, &paths[2..]).unwrap(),
+            ((ak, sk), Source::Stored)
+        );
     }
 
     #[test]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use async_trait::async_trait;
-use quarry_object::{ErasureServer, ObjectConfig};
+use quarry_object::ErasureServer;
 use quarry_s3::{Credentials, ReadinessProbe, ReadinessReport, S3Config};
 use quarry_tls::CertStore;
 use tokio::sync::Notify;
@@ -35,13 +35,7 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("cannot create drive directory {}", dir.display()))?;
     }
-    let cfg = ObjectConfig {
-        multipart_expiry: settings.multipart_expiry,
-        scan_interval: settings.scan_interval,
-        scan_rate: settings.scan_rate,
-        orphan_sweep: settings.orphan_sweep,
-        ..ObjectConfig::default()
-    };
+    let cfg = settings.object_config();
     let layer = ErasureServer::open_local(settings.dirs.clone(), cfg)
         .await
         .context("cannot open the drives")?;
@@ -108,13 +102,7 @@ async fn run_cluster(mut settings: Settings, soft_fds: u64) -> anyhow::Result<()
             "a cluster needs the same root credentials on every node: set QUARRY_ROOT_USER and QUARRY_ROOT_PASSWORD (or --root-user and --root-password)"
         );
     };
-    let cfg = ObjectConfig {
-        multipart_expiry: settings.multipart_expiry,
-        scan_interval: settings.scan_interval,
-        scan_rate: settings.scan_rate,
-        orphan_sweep: settings.orphan_sweep,
-        ..ObjectConfig::default()
-    };
+    let cfg = settings.object_config();
     let (secret, origin) = crate::cluster::cluster_secret(
         settings.cluster_secret.as_ref(),
         (&access_key, &secret_key),

@@ -37,8 +37,9 @@ pub use drive::{DiskInfo, Drive, DriveError, ShardWriter, VolInfo, WalkEntry, Wa
 pub use format::FormatV1;
 pub use journal::{version_name, MetaJournal};
 pub use local::{
-    validate_config_name, LocalDrive, SweepReport, SweepSchedule, DEFAULT_ORPHAN_MIN_AGE,
-    DEFAULT_ORPHAN_SWEEP_INTERVAL, MAX_BUCKET_CONFIG, ORPHAN_MIN_AGE_ENV, SYSTEM_CONFIG,
+    prepare_root, validate_config_name, LocalDrive, SweepReport, SweepSchedule,
+    DEFAULT_ORPHAN_MIN_AGE, DEFAULT_ORPHAN_SWEEP_INTERVAL, MAX_BUCKET_CONFIG, ORPHAN_MIN_AGE_ENV,
+    SYSTEM_CONFIG,
 };
 pub use meta::{ErasureInfo, ObjectMeta, PartInfo, META_VERSION, META_VERSION_MIN};
 pub use multipart::{PartMeta, UploadMeta, UPLOAD_META_VERSION};

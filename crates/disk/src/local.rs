@@ -48,6 +48,13 @@ pub struct LocalDrive {
     leaf_opt: bool,
 }
 
+/// Creates the directories a drive at `root` works in (the root itself, `.quarry.sys` and its
+/// `tmp`) where they are missing: at open, and when a drive replaced while the server runs is
+/// formatted into its slot.
+pub fn prepare_root(root: &Path) -> io::Result<()> {
+    fs::create_dir_all(root.join(SYS_DIR).join(TMP_DIR))
+}
+
 impl LocalDrive {
     /// Opens the drive at `root`: creates `root` and `.quarry.sys/tmp` if missing and sweeps
     /// (deletes) every leftover in-flight write under `tmp`. Does not read or require
@@ -82,8 +89,8 @@ impl LocalDrive {
         let root: PathBuf = root.into();
         let root = std::path::absolute(&root).unwrap_or(root);
         blocking(move || {
+            prepare_root(&root)?;
             let tmp = root.join(SYS_DIR).join(TMP_DIR);
-            fs::create_dir_all(&tmp)?;
             sweep_tmp(&tmp)?;
             let endpoint: Arc<str> = root.display().to_string().into();
             let leaf_opt = link_count_counts_subdirs(&root);

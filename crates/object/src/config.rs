@@ -44,7 +44,7 @@ pub struct ObjectConfig {
     pub scan_rate: u32,
     /// Every this many scanner passes, one is deep: it reads every object and verifies its
     /// bitrot hashes. The others are cheap (metadata and shard file sizes, no data). 1: every
-    /// pass is deep; 0: none is. `QUARRY_DEEP_SCAN_EVERY`, default [`DEFAULT_DEEP_SCAN_EVERY`].
+    /// pass is deep; 0: none is. Default [`DEFAULT_DEEP_SCAN_EVERY`].
     pub deep_scan_every: u32,
     /// In a cluster every node serves every set, and one scanner per set is enough: with
     /// `Some((i, n))` this node scans only the sets whose index modulo `n` is `i` (e.g. its
@@ -65,11 +65,15 @@ pub struct ObjectConfig {
     /// a leftover of a killed write must be before it goes.
     pub orphan_sweep: quarry_disk::SweepSchedule,
     /// Objects per second a drive heal (after a replacement) and a heal job check at most
-    /// (0: no limit). `QUARRY_HEAL_RATE`, default [`DEFAULT_HEAL_RATE`].
+    /// (0: no limit). Default [`DEFAULT_HEAL_RATE`].
     pub heal_rate: u32,
     /// Bytes per second of object data they check at most (0: no limit).
-    /// `QUARRY_HEAL_BYTES_RATE`, default 0.
+    /// Default 0.
     pub heal_bytes_rate: u64,
+    /// How often this node checks its own drives for one replaced while it runs (its
+    /// `format.json` gone), to format it into its slot and heal it; `None` (or zero): only at
+    /// start-up. Default [`DEFAULT_DRIVE_CHECK_INTERVAL`].
+    pub drive_check_interval: Option<Duration>,
     /// The clock, id source and task spawner (the system's and tokio's unless a test injects its
     /// own: [`crate::runtime`]).
     pub runtime: crate::runtime::RuntimeHandle,
@@ -86,14 +90,15 @@ impl Default for ObjectConfig {
             scan_interval: Some(DEFAULT_SCAN_INTERVAL),
             scan_rate: DEFAULT_SCAN_RATE,
             scan_share: None,
-            deep_scan_every: env_or("QUARRY_DEEP_SCAN_EVERY", DEFAULT_DEEP_SCAN_EVERY),
+            deep_scan_every: DEFAULT_DEEP_SCAN_EVERY,
             heal_retry_min: Duration::from_secs(1),
             heal_retry_max: Duration::from_secs(60),
             heal_retry_limit: 10_000,
             leftover_min_age: DEFAULT_LEFTOVER_MIN_AGE,
             orphan_sweep: quarry_disk::SweepSchedule::from_env(),
-            heal_rate: env_or("QUARRY_HEAL_RATE", DEFAULT_HEAL_RATE),
-            heal_bytes_rate: env_or("QUARRY_HEAL_BYTES_RATE", 0),
+            heal_rate: DEFAULT_HEAL_RATE,
+            heal_bytes_rate: 0,
+            drive_check_interval: Some(DEFAULT_DRIVE_CHECK_INTERVAL),
             runtime: Default::default(),
         }
     }
@@ -106,17 +111,5 @@ pub const DEFAULT_DEEP_SCAN_EVERY: u32 = 24;
 /// Default pace of drive heals and heal jobs, in objects per second (0: unlimited).
 pub const DEFAULT_HEAL_RATE: u32 = 0;
 
-/// A numeric setting from the environment; `default` when unset. A value that does not parse
-/// is reported and ignored (the setting keeps its default).
-fn env_or<T: std::str::FromStr + Copy + std::fmt::Display>(name: &str, default: T) -> T {
-    match std::env::var(name) {
-        Ok(v) => match v.trim().parse() {
-            Ok(n) => n,
-            Err(_) => {
-                tracing::warn!(setting = name, value = v, default = %default, "not a number; using the default");
-                default
-            }
-        },
-        Err(_) => default,
-    }
-}
+/// Default pause between two checks of a node's drives for one replaced while it runs.
+pub const DEFAULT_DRIVE_CHECK_INTERVAL: Duration = Duration::from_secs(10);

@@ -259,9 +259,21 @@ pub(crate) struct DriveHeal {
     root: PathBuf,
     endpoint: String,
     mark: Mutex<HealingMark>,
+    /// Set when its task returned: done, or given up until the next start.
+    ended: std::sync::atomic::AtomicBool,
 }
 
 impl DriveHeal {
+    /// The drive's root directory.
+    pub(crate) fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Whether its task still runs.
+    pub(crate) fn running(&self) -> bool {
+        !self.ended.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     pub(crate) fn status(&self) -> DriveHealStatus {
         DriveHealStatus {
             endpoint: self.endpoint.clone(),
@@ -377,11 +389,15 @@ pub(crate) fn resume(
         root,
         endpoint,
         mark: Mutex::new(mark),
+        ended: Default::default(),
     });
     heal.checkpoint();
     let (set2, heal2) = (set.clone(), heal.clone());
     set.cfg.runtime.spawn(Box::pin(async move {
         run(&set2, &heal2, position).await;
+        heal2
+            .ended
+            .store(true, std::sync::atomic::Ordering::Release);
     }));
     Some(heal)
 }

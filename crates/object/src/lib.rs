@@ -11,6 +11,7 @@ mod config;
 mod config_cache;
 mod copy;
 pub mod drive_heal;
+mod drive_watch;
 mod error;
 mod get;
 mod heal;
@@ -38,8 +39,9 @@ mod versions;
 pub use api::*;
 pub use bucket_config::{ConfigEnvelope, CONFIG_FORMAT_VERSION};
 pub use config::{
-    ObjectConfig, DEFAULT_LEFTOVER_MIN_AGE, DEFAULT_MULTIPART_EXPIRY, DEFAULT_SCAN_INTERVAL,
-    DEFAULT_SCAN_RATE, SCAN_FIRST_DELAY,
+    ObjectConfig, DEFAULT_DEEP_SCAN_EVERY, DEFAULT_DRIVE_CHECK_INTERVAL, DEFAULT_HEAL_RATE,
+    DEFAULT_LEFTOVER_MIN_AGE, DEFAULT_MULTIPART_EXPIRY, DEFAULT_SCAN_INTERVAL, DEFAULT_SCAN_RATE,
+    SCAN_FIRST_DELAY,
 };
 pub use config_cache::CONFIG_CACHE_TTL;
 pub use error::{Error, Result};

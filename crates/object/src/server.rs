@@ -1,7 +1,7 @@
 //! `ErasureServer`: the object layer of one node over its erasure set(s). It opens and formats
 //! the drives, routes every object to its set, and runs the heal worker.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -114,19 +114,56 @@ impl ErasureServer {
     /// Starts (or resumes from its checkpoint) the background heal of every local drive that
     /// carries a `healing.json`: those formatted into the slot of a replaced drive. `local`
     /// names each local drive as `(set, position, root directory)`. Needs the runtime's workers.
-    pub fn resume_drive_heals(&self, local: &[(usize, usize, PathBuf)]) {
-        let mut heals = self.drive_heals.lock().unwrap_or_else(|p| p.into_inner());
-        for (s, p, root) in local {
-            let Some(set) = self.sets.get(*s) else {
-                continue;
-            };
-            if !set.cfg.runtime.workers() {
-                continue;
-            }
-            if let Some(h) = crate::drive_heal::resume(set, root.clone(), *s, *p) {
-                heals.push(h);
-            }
+    ///
+    /// Then watches those drives every [`ObjectConfig::drive_check_interval`]: one replaced
+    /// while the server runs is formatted into its slot and healed the same way
+    /// ([`crate::drive_watch`]).
+    pub fn resume_drive_heals(self: &Arc<Self>, local: &[(usize, usize, PathBuf)]) {
+        let Some(first) = self.sets.first() else {
+            return;
+        };
+        if !first.cfg.runtime.workers() {
+            return;
         }
+        for (s, p, root) in local {
+            self.start_drive_heal(*s, *p, root);
+        }
+        if let Some(every) = first.cfg.drive_check_interval.filter(|d| !d.is_zero()) {
+            crate::drive_watch::spawn(self, local, every);
+        }
+    }
+
+    /// Starts (or resumes) the heal of the local drive at `root`, `(set, position)`, if it
+    /// carries a checkpoint; it takes the place of an earlier heal of the same drive in
+    /// [`Self::drive_heals`].
+    pub(crate) fn start_drive_heal(&self, set: usize, position: usize, root: &Path) {
+        let Some(es) = self.sets.get(set) else {
+            return;
+        };
+        if let Some(h) = crate::drive_heal::resume(es, root.to_path_buf(), set, position) {
+            let mut heals = self.drive_heals.lock().unwrap_or_else(|p| p.into_inner());
+            heals.retain(|old| old.root() != root);
+            heals.push(h);
+        }
+    }
+
+    /// Whether a heal of the local drive at `root` is running.
+    pub(crate) fn drive_heal_running(&self, root: &Path) -> bool {
+        self.drive_heals
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|h| h.root() == root && h.running())
+    }
+
+    /// The erasure sets, in order.
+    pub(crate) fn sets(&self) -> &[Arc<ErasureSet>] {
+        &self.sets
+    }
+
+    /// The deployment's id (every drive's `format.json` names it).
+    pub(crate) fn deployment_id(&self) -> Uuid {
+        self.deployment_id
     }
 
     /// The heals of replaced drives this node runs (or ran since it started), with their
