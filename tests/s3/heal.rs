@@ -1,7 +1,7 @@
 //! A heal job on a 4-node cluster (real processes, one drive each, one 2+2 set) brings a wiped
 //! drive back to exactly what it held: a mix of objects from 0 B to 20 MiB (inline and not),
 //! versions and a delete marker, three multipart uploads in progress, and bucket configurations
-//! (CORS, versioning). The checker is the drive's own content before the wipe: erasure coding
+//! (CORS, versioning) and IAM state (a user with a key). The checker is the drive's own content before the wipe: erasure coding
 //! is deterministic, so every file the other drives imply is byte for byte the one that was lost.
 //! Scaled to 24 objects so the test stays within seconds on a debug build.
 //!
@@ -9,7 +9,8 @@
 //! when its node restarts and healed in the background from a checkpoint on the drive
 //! (`.quarry.sys/healing.json`); the node killed midway resumes from it, and the drive ends
 //! byte-identical to what it held, with a second heal finding nothing. The same run measures
-//! foreground GET latency during the heal beside idle.
+//! foreground GET latency during the heal beside idle. A drive emptied while its node runs is
+//! found by the node's drive check, formatted into its slot and healed the same way, no restart.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -271,9 +272,19 @@ async fn a_wiped_drive_is_healed_to_exactly_what_the_others_imply() {
         uploads.push((key, id, etag, data));
     }
 
+    // IAM state (a user and its key) lives in the system namespace and is healed with it.
+    let (user_key, user_secret) = crate::iam::user_with_key(&s, "healed-user").await;
+
     let drive = s.drive_path(3).to_path_buf();
     let before = drive_files(&drive);
     assert!(before.len() > 30, "{:?}", before.keys());
+    assert!(
+        before
+            .keys()
+            .any(|p| p.starts_with(".quarry.sys/buckets/_system")),
+        "no IAM state on the drive: {:?}",
+        before.keys()
+    );
     for sub in [
         drive.join(BUCKET),
         drive.join(".quarry.sys/buckets"),
@@ -322,6 +333,9 @@ async fn a_wiped_drive_is_healed_to_exactly_what_the_others_imply() {
             .unwrap_or_else(|e| panic!("complete {key}: {}", describe(&e)));
         assert_bytes_eq(&get_bytes(&c, BUCKET, key).await, data, key);
     }
+    // The user's key is known (refused for want of a policy, not as an unknown key).
+    let as_user = s.client_with(&user_key, &user_secret);
+    crate::iam::denied(crate::iam::get(&as_user, BUCKET, "obj/00").await);
 }
 
 async fn get_bytes(c: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Vec<u8> {
