@@ -5,6 +5,7 @@
 //! write quorum to have held it: deleted while they were away, or debris of a failed write) is
 //! removed from them, so no deleted version comes back.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use quarry_disk::{DriveError, ObjectMeta};
@@ -191,19 +192,31 @@ impl ErasureSet {
         let n = self.drives.len();
         let wq = self.set_write_quorum();
         let journals = &survey.journals;
+        // Sets of ids, so a key with many versions costs its versions, not their square.
+        let agreed: HashSet<Option<uuid::Uuid>> =
+            survey.agreed.iter().map(|a| a.version_id).collect();
+        let held: Vec<Option<HashSet<Option<uuid::Uuid>>>> = journals
+            .iter()
+            .map(|j| {
+                j.as_ref()
+                    .ok()
+                    .map(|j| j.iter().map(|o| o.version_id).collect())
+            })
+            .collect();
         let mut lost = Vec::new();
         for (pos, journal) in journals.iter().enumerate() {
             let Ok(journal) = journal else { continue };
             for v in journal {
-                if survey.agreed.iter().any(|a| a.version_id == v.version_id) {
+                if agreed.contains(&v.version_id) {
                     continue;
                 }
                 let absent = journals
                     .iter()
-                    .filter(|j| match j {
-                        Ok(j) => !j.iter().any(|o| o.version_id == v.version_id),
-                        Err(DriveError::FileNotFound) => true,
-                        Err(_) => false,
+                    .zip(&held)
+                    .filter(|(j, ids)| match (j, ids) {
+                        (Ok(_), Some(ids)) => !ids.contains(&v.version_id),
+                        (Err(DriveError::FileNotFound), _) => true,
+                        _ => false,
                     })
                     .count();
                 if absent + wq > n {
