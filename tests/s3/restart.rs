@@ -1,6 +1,7 @@
 //! Restarts: objects, metadata and generated credentials survive a stop and start.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use quarry_integration::*;
 
@@ -160,5 +161,40 @@ async fn generated_credentials_are_stored_and_stable() {
     s.restart().await;
     assert_eq!(s.access_key(), ak, "access key after restart");
     assert_eq!(s.secret_key(), sk, "secret key after restart");
+    assert_eq!(get_bytes(&s.client(), "cred", "k").await, b"v");
+
+    // Every drive replaced in turn while the server runs: each is formatted into its slot and
+    // gets the keys back, so a restart after the last one still has them (none is generated).
+    s.set_env("QUARRY_DRIVE_CHECK_INTERVAL", "1");
+    s.restart().await;
+    for i in 0..s.drive_count() {
+        let drive = s.drive_path(i).to_path_buf();
+        std::fs::remove_dir_all(&drive).unwrap();
+        std::fs::create_dir_all(&drive).unwrap();
+        let creds = drive.join(".quarry.sys").join("credentials.json");
+        let heal_done = || {
+            creds.exists()
+                && drive.join(".quarry.sys/format.json").exists()
+                && !drive.join(".quarry.sys/healing.json").exists()
+        };
+        assert!(
+            wait_until(Duration::from_secs(60), heal_done).await,
+            "drive {i} not formatted, healed and given the keys back:\n{}",
+            s.log_tail(40)
+        );
+        let text = std::fs::read_to_string(&creds).expect("read credentials.json");
+        assert!(text.contains(&ak) && text.contains(&sk), "drive {i}");
+    }
+    s.restart().await;
+    assert_eq!(
+        s.access_key(),
+        ak,
+        "access key after every drive was replaced"
+    );
+    assert_eq!(
+        s.secret_key(),
+        sk,
+        "secret key after every drive was replaced"
+    );
     assert_eq!(get_bytes(&s.client(), "cred", "k").await, b"v");
 }

@@ -40,14 +40,7 @@ pub fn resolve(
         return Ok((given, Source::Given));
     }
     if let Some(stored) = load(drives)? {
-        // A replaced drive (formatted into its slot at start-up) has no copy yet: it gets the
-        // one the others hold, so the keys survive the loss of any drive but the last.
-        for drive in drives {
-            if !file_path(drive).exists() {
-                store(drive, &stored.0, &stored.1)?;
-                tracing::info!(drive = %drive.display(), "stored the root credentials on a drive that had none");
-            }
-        }
+        restore_missing(drives, &stored)?;
         return Ok((stored, Source::Stored));
     }
     let generated = (
@@ -58,6 +51,27 @@ pub fn resolve(
         store(drive, &generated.0, &generated.1)?;
     }
     Ok((generated, Source::Generated))
+}
+
+/// Stores the credentials on every formatted drive that has no copy: one replaced (formatted
+/// into its slot at start-up, or by the drive check while the server runs) gets the one the
+/// others hold, so the keys outlive the replacement of every drive in turn. A drive without
+/// `format.json` is left alone (it may be a bare mount point, or about to be formatted).
+pub fn restore_missing(
+    drives: &[PathBuf],
+    (access_key, secret_key): &(String, String),
+) -> anyhow::Result<()> {
+    for drive in drives {
+        let formatted = drive
+            .join(SYS_DIR)
+            .join(quarry_disk::path::FORMAT_FILE)
+            .exists();
+        if formatted && !file_path(drive).exists() {
+            store(drive, access_key, secret_key)?;
+            tracing::info!(drive = %drive.display(), "stored the root credentials on a drive that had none");
+        }
+    }
+    Ok(())
 }
 
 fn file_path(drive: &Path) -> PathBuf {
@@ -165,13 +179,20 @@ mod tests {
         let (again, source) = resolve(None, &paths).unwrap();
         assert_eq!(source, Source::Stored);
         assert_eq!(again, (ak.clone(), sk.clone()));
-        // A replaced drive gets the others' copy back; then the first copy can go too.
+        // A replaced drive gets the others' copy back once it is formatted (not before: it
+        // may be a bare mount point); then the first copies can go too.
         std::fs::remove_dir_all(&paths[2]).unwrap();
         std::fs::create_dir_all(&paths[2]).unwrap();
-        assert_eq!(
-            resolve(None, &paths).unwrap(),
-            ((ak.clone(), sk.clone()), Source::Stored)
-        );
+        let keys = ((ak.clone(), sk.clone()), Source::Stored);
+        assert_eq!(resolve(None, &paths).unwrap(), keys);
+        assert!(!file_path(&paths[2]).exists());
+        std::fs::create_dir_all(paths[2].join(SYS_DIR)).unwrap();
+        std::fs::write(
+            paths[2].join(SYS_DIR).join(quarry_disk::path::FORMAT_FILE),
+            b"{}",
+        )
+        .unwrap();
+        assert_eq!(resolve(None, &paths).unwrap(), keys);
         std::fs::remove_file(file_path(&paths[0])).unwrap();
         std::fs::remove_file(file_path(&paths[1])).unwrap();
         assert_eq!(

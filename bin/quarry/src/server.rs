@@ -42,6 +42,28 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
     let ((access_key, secret_key), source) =
         credentials::resolve(settings.root.clone(), &settings.dirs)
             .context("cannot set up the root credentials")?;
+    if source != credentials::Source::Given {
+        // Drives replaced while the server runs get the stored keys back too.
+        let (dirs, keys) = (
+            settings.dirs.clone(),
+            (access_key.clone(), secret_key.clone()),
+        );
+        let every = settings
+            .drive_check_interval
+            .unwrap_or(quarry_object::DEFAULT_DRIVE_CHECK_INTERVAL);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let (dirs, keys) = (dirs.clone(), keys.clone());
+                let r =
+                    tokio::task::spawn_blocking(move || credentials::restore_missing(&dirs, &keys))
+                        .await;
+                if let Ok(Err(e)) = r {
+                    tracing::warn!(error = %format!("{e:#}"), "cannot store the root credentials on a replaced drive");
+                }
+            }
+        });
+    }
     let tls = open_certs(&settings)?;
     let listener = tokio::net::TcpListener::bind(&settings.address)
         .await
