@@ -108,7 +108,10 @@ impl ErasureSet {
         bucket: &str,
         name: &str,
     ) -> Result<Option<Bytes>> {
-        let miss = match self.config_cache.lookup(bucket, name) {
+        let miss = match self
+            .config_cache
+            .lookup(bucket, name, self.cfg.runtime.now_ns())
+        {
             Ok(hit) => return Ok(hit),
             Err(miss) => miss,
         };
