@@ -3,7 +3,7 @@
 //! versions and a delete marker, three multipart uploads in progress, and bucket configurations
 //! (CORS, versioning) and IAM state (a user with a key). The checker is the drive's own content before the wipe: erasure coding
 //! is deterministic, so every file the other drives imply is byte for byte the one that was lost.
-//! Scaled to 24 objects so the test stays within seconds on a debug build.
+//! 500 objects, most of them small, so the test stays within a minute on a debug build.
 //!
 //! Drive replacement: a drive wiped entirely (format.json included) is formatted into its slot
 //! when its node restarts and healed in the background from a checkpoint on the drive
@@ -22,6 +22,7 @@ use aws_sdk_s3::types::{
     BucketVersioningStatus, CompletedMultipartUpload, CompletedPart, CorsConfiguration, CorsRule,
     VersioningConfiguration,
 };
+use futures::StreamExt;
 use quarry_integration::*;
 
 const BUCKET: &str = "mix";
@@ -210,25 +211,29 @@ async fn a_wiped_drive_is_healed_to_exactly_what_the_others_imply() {
         3 << 20,
         20 << 20,
     ];
-    let mut objects = 0;
-    for i in 0..20 {
-        let data = random_bytes(sizes[i % sizes.len()]);
-        let put = |key: String, data: Vec<u8>| {
+    // 500 objects: the sizes above once each (20 MiB included), twice for all but the largest,
+    // and the rest small (inline or a block), eight PUTs at a time.
+    const OBJECTS: usize = 500;
+    let small = [0usize, 1, 100, 4096, 65_536, 200_000];
+    let size_of = |i: usize| match i {
+        i if i < sizes.len() => sizes[i],
+        i if i < 2 * sizes.len() - 1 => sizes[i - sizes.len()],
+        i => small[i % small.len()],
+    };
+    let puts = futures::stream::iter(0..OBJECTS).map(|i| {
+        let c = c.clone();
+        async move {
             c.put_object()
                 .bucket(BUCKET)
-                .key(key)
-                .body(ByteStream::from(data))
+                .key(format!("obj/{i:03}"))
+                .body(ByteStream::from(random_bytes(size_of(i))))
                 .send()
-        };
-        // 20 MiB once only: the rest stays small so the test is quick.
-        let data = if data.len() == 20 << 20 && i > 10 {
-            random_bytes(7)
-        } else {
-            data
-        };
-        put(format!("obj/{i:02}"), data).await.expect("PUT");
-        objects += 1;
-    }
+                .await
+                .unwrap_or_else(|e| panic!("PUT obj/{i:03}: {}", describe(&e)));
+        }
+    });
+    puts.buffer_unordered(8).collect::<Vec<()>>().await;
+    let objects = OBJECTS as u64;
     for v in 0..3 {
         c.put_object()
             .bucket(BUCKET)
@@ -240,7 +245,7 @@ async fn a_wiped_drive_is_healed_to_exactly_what_the_others_imply() {
     }
     c.delete_object()
         .bucket(BUCKET)
-        .key("obj/03")
+        .key("obj/003")
         .send()
         .await
         .expect("delete marker");
@@ -305,7 +310,7 @@ async fn a_wiped_drive_is_healed_to_exactly_what_the_others_imply() {
     );
     assert_eq!(job["phase"], "done", "{job}");
     assert_eq!(r["failed"].as_u64(), Some(0), "{job}");
-    // 20 objects and "versioned" (obj/03's latest is a marker: still walked, it has versions).
+    // The objects and "versioned" (obj/003's latest is a marker: still walked, it has versions).
     assert_eq!(r["scanned"].as_u64(), Some(objects + 1), "{job}");
     assert_eq!(r["healed"].as_u64(), Some(objects + 1), "{job}");
     assert_eq!(job["verify_missing"].as_u64(), Some(0), "{job}");
@@ -335,7 +340,7 @@ async fn a_wiped_drive_is_healed_to_exactly_what_the_others_imply() {
     }
     // The user's key is known (refused for want of a policy, not as an unknown key).
     let as_user = s.client_with(&user_key, &user_secret);
-    crate::iam::denied(crate::iam::get(&as_user, BUCKET, "obj/00").await);
+    crate::iam::denied(crate::iam::get(&as_user, BUCKET, "obj/000").await);
 }
 
 async fn get_bytes(c: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Vec<u8> {
