@@ -329,22 +329,10 @@ fn parse_object_ownership(s: &str) -> Result<quarry_s3::ObjectOwnership, String>
     s.parse()
 }
 
-/// Parses a byte count: `1048576`, `512KiB`, `64MiB`, `1GiB` (`k`, `m`, `g`, `KB`, `MB`, `GB` are
-/// the same binary units).
+/// Parses a byte count: `1048576`, `512KiB`, `64MiB`, `1GiB` ([`quarry_net::rdma::parse_size`]).
 pub fn parse_bytes(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let bad = || format!("{s:?} is not a size such as 1048576, 512KiB, 64MiB or 1GiB");
-    let n: u64 = num.parse().map_err(|_| bad())?;
-    let shift = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 0,
-        "k" | "kib" | "kb" => 10,
-        "m" | "mib" | "mb" => 20,
-        "g" | "gib" | "gb" => 30,
-        _ => return Err(bad()),
-    };
-    n.checked_mul(1u64 << shift).ok_or_else(bad)
+    quarry_net::rdma::parse_size(s)
+        .ok_or_else(|| format!("{s:?} is not a size such as 1048576, 512KiB, 64MiB or 1GiB"))
 }
 
 /// Parses `90`, `90s`, `30m`, `24h`, `7d` into a duration of at least one second.

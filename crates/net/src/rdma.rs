@@ -149,26 +149,33 @@ pub fn parse_max_connections(s: &str) -> Result<usize, String> {
         })
 }
 
-/// `QUARRY_RDMA_POOL_BYTES`: a power of two of at least 16 MiB, as bytes (`268435456`) or with a
-/// binary unit (`256MiB`, `1GiB`; `K`, `M`, `G` mean the same).
-pub fn parse_pool_bytes(s: &str) -> Result<u64, String> {
+/// A byte count: digits and an optional binary unit (`B`, `K`/`KiB`/`KB`, `M`/`MiB`/`MB`,
+/// `G`/`GiB`/`GB`, any case), e.g. `256MiB`, `1g`, `16777216`; `None` when it is not one or
+/// does not fit in 64 bits. The syntax of every size setting.
+pub fn parse_size(s: &str) -> Option<u64> {
     let t = s.trim();
     let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
     let (num, unit) = t.split_at(split);
-    let bad = || {
-        format!(
-            "QUARRY_RDMA_POOL_BYTES={s:?}: a power of two of at least 16MiB, e.g. 256MiB, 1GiB or 268435456"
-        )
-    };
-    let n: u64 = num.parse().map_err(|_| bad())?;
+    let n: u64 = num.parse().ok()?;
     let shift = match unit.trim().to_ascii_lowercase().as_str() {
         "" | "b" => 0,
         "k" | "kib" | "kb" => 10,
         "m" | "mib" | "mb" => 20,
         "g" | "gib" | "gb" => 30,
-        _ => return Err(bad()),
+        _ => return None,
     };
-    let bytes = n.checked_mul(1u64 << shift).ok_or_else(bad)?;
+    n.checked_mul(1u64 << shift)
+}
+
+/// `QUARRY_RDMA_POOL_BYTES`: a power of two of at least 16 MiB, as bytes (`268435456`) or with a
+/// binary unit (`256MiB`, `1GiB`; `K`, `M`, `G` mean the same).
+pub fn parse_pool_bytes(s: &str) -> Result<u64, String> {
+    let bad = || {
+        format!(
+            "QUARRY_RDMA_POOL_BYTES={s:?}: a power of two of at least 16MiB, e.g. 256MiB, 1GiB or 268435456"
+        )
+    };
+    let bytes = parse_size(s).ok_or_else(bad)?;
     if !bytes.is_power_of_two() {
         return Err(format!("{}: {bytes} is not a power of two", bad()));
     }
