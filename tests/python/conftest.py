@@ -17,6 +17,7 @@ import uuid
 import boto3
 import pytest
 from botocore.config import Config
+from botocore.exceptions import ClientError
 
 ACCESS_KEY = "quarrytestadmin"
 SECRET_KEY = "quarry-test-secret-key-0123456789"
@@ -31,6 +32,11 @@ def quarry_bin() -> pathlib.Path:
     target = os.environ.get("CARGO_TARGET_DIR")
     base = pathlib.Path(target) if target else REPO / "target"
     return base / "debug" / "quarry"
+
+
+def error_code(exc: ClientError) -> str:
+    """The S3 error code of a refused call."""
+    return exc.response.get("Error", {}).get("Code", "")
 
 
 def free_port() -> int:
@@ -61,6 +67,13 @@ class QuarryServer:
         env.pop("QUARRY_CERTS_DIR", None)
         # No web console unless a test asks for one (the default port is shared by every test).
         env["QUARRY_CONSOLE_ADDRESS"] = "off"
+        # The built-in key service with two keys, and SSE-C keys over this plain-HTTP port
+        # (test_sse.py).
+        env["QUARRY_KMS_SECRET_KEY"] = (
+            "pykey-1:MTExMTExMTExMTExMTExMTExMTExMTExMTExMTExMTE=,"
+            "pykey-2:MjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjI="
+        )
+        env["QUARRY_SSE_C_ALLOW_HTTP"] = "1"
         env.setdefault("RUST_LOG", "info")
         self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(

@@ -14,11 +14,9 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from conftest import error_code
+
 MIB = 1 << 20
-
-
-def error_code(exc: ClientError) -> str:
-    return exc.response.get("Error", {}).get("Code", "")
 
 
 def test_put_get_head_delete(s3, bucket):
