@@ -5,7 +5,7 @@
 //! write quorum to have held it: deleted while they were away, or debris of a failed write) is
 //! removed from them, so no deleted version comes back.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use quarry_disk::{DriveError, ObjectMeta};
@@ -22,16 +22,27 @@ use crate::versions::agreed_versions;
 impl ErasureSet {
     /// Heals `bucket/key` in place, every version of it. An object that no longer exists is
     /// nothing to heal.
+    ///
+    /// The key's lock is held for the survey and the removal of lost versions, then taken again
+    /// for each version's check and repair, not across the whole key: a key with thousands of
+    /// versions is healed one version at a time, and a write to it waits for one version's
+    /// heal at most (holding it across all of them blocked PUTs to a 7,000-version key for over
+    /// a minute). A version written or removed between two steps is decided by the next survey.
     pub async fn heal_object(self: &Arc<Self>, bucket: &str, key: &str) -> Result<HealResult> {
-        let _guard = self.locks.lock(&format!("{bucket}/{key}")).await?;
-        let Some(survey) = self.survey(bucket, key).await? else {
-            return Ok(HealResult::default());
-        };
+        let lock_name = format!("{bucket}/{key}");
         let mut result = HealResult::default();
-        self.remove_lost_versions(bucket, key, &survey, &mut result)
-            .await;
+        let survey = {
+            let _guard = self.locks.lock(&lock_name).await?;
+            let Some(survey) = self.survey(bucket, key).await? else {
+                return Ok(HealResult::default());
+            };
+            self.remove_lost_versions(bucket, key, &survey, &mut result)
+                .await;
+            survey
+        };
         // Oldest first: each commit lands in its place in the journal either way.
         for v in survey.agreed.iter().rev() {
+            let _guard = self.locks.lock(&lock_name).await?;
             let answers = self.read_version_everywhere(bucket, key, v).await;
             let one = match self
                 .check_version(bucket, key, answers, Check::Full)
@@ -83,8 +94,26 @@ impl ErasureSet {
         if !self.lost_versions(&survey).is_empty() {
             return false;
         }
+        // Each version's copies come from the journals just read, except inline versions,
+        // whose shard bytes only a read of that version returns: checking every version of a
+        // key then costs one journal read per drive, not one per version (a key with n
+        // versions cost n journal reads of n entries each).
+        let Some(by_id) = survey.by_id() else {
+            return false; // a drive that did not answer: not checked, not whole
+        };
         for v in &survey.agreed {
-            let answers = self.read_version_everywhere(bucket, key, v).await;
+            let answers = if !v.delete_marker && v.data_dir.is_none() {
+                self.read_version_everywhere(bucket, key, v).await
+            } else {
+                by_id
+                    .iter()
+                    .map(|j| {
+                        j.get(&v.version_id)
+                            .map(|m| (*m).clone())
+                            .ok_or(DriveError::FileNotFound)
+                    })
+                    .collect()
+            };
             match self.check_version(bucket, key, answers, Check::Quick).await {
                 Ok(None) => {}
                 Ok(Some(c)) if c.targets.is_empty() && c.result.failed.is_empty() => {}
@@ -519,6 +548,23 @@ struct Survey {
     journals: Vec<std::result::Result<Vec<ObjectMeta>, DriveError>>,
     /// The versions a read quorum agrees on, newest first.
     agreed: Vec<ObjectMeta>,
+}
+
+impl Survey {
+    /// Each drive's versions by id; `None` when a drive's journal could not be read (a drive
+    /// without the key answers an empty map).
+    fn by_id(&self) -> Option<Vec<HashMap<Option<uuid::Uuid>, &ObjectMeta>>> {
+        self.journals
+            .iter()
+            .map(|j| match j {
+                Ok(j) => Some(j.iter().map(|m| (m.version_id, m)).collect()),
+                Err(DriveError::FileNotFound) | Err(DriveError::VolumeNotFound) => {
+                    Some(HashMap::new())
+                }
+                Err(_) => None,
+            })
+            .collect()
+    }
 }
 
 /// How far [`ErasureSet::check_version`] looks.

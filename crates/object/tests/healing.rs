@@ -634,3 +634,72 @@ async fn deep_passes_and_heal_jobs_lock_only_what_they_repair() {
         );
     }
 }
+
+/// A key's heal takes its lock one version at a time: a PUT to a key being healed waits for
+/// the version in hand, not for every version (a PUT to a key with 7,000 versions once waited
+/// over a minute for a scanner's heal of it).
+#[tokio::test]
+async fn a_write_to_a_key_being_healed_waits_for_one_version_not_all() {
+    const VERSIONS: usize = 60;
+    let dir = temp_dir();
+    let paths = drive_dirs(&dir, 4);
+    let (deployment, locals) = ErasureServer::format_local(paths.clone()).await.unwrap();
+    let drives: Vec<Arc<dyn Drive>> = locals
+        .into_iter()
+        .map(|d| Arc::new(d) as Arc<dyn Drive>)
+        .collect();
+    let locker = Arc::new(RecordingLocker::default());
+    let layer = Arc::new(
+        ErasureServer::open_sets(
+            deployment,
+            vec![(drives, Some(locker.clone() as Arc<dyn Locker>))],
+            cfg(),
+        )
+        .unwrap(),
+    );
+    layer.make_bucket(BUCKET).await.unwrap();
+    layer
+        .put_bucket_versioning(BUCKET, VersioningState::Enabled)
+        .await
+        .unwrap();
+    // Versions with data files (over the inline limit), so each one's repair rebuilds shards.
+    for i in 0..VERSIONS {
+        put(&layer, "k", &pattern(BLOCK + i, i as u8)).await;
+    }
+    // One drive lost the key: every version is to be healed there.
+    std::fs::remove_dir_all(paths[0].join(BUCKET).join("k")).unwrap();
+    let _ = locker.taken.lock().unwrap().drain(..);
+    let healing = tokio::spawn({
+        let layer = layer.clone();
+        async move { layer.heal_object(BUCKET, "k").await }
+    });
+    // Once the heal is in its versions, a PUT of the key.
+    wait_for("the heal to reach its second version", || {
+        locker.taken.lock().unwrap().len() >= 3
+    })
+    .await;
+    let writing = tokio::spawn({
+        let layer = layer.clone();
+        async move { put(&layer, "k", b"written during the heal").await }
+    });
+    let healed = healing.await.unwrap().unwrap();
+    assert!(
+        writing.is_finished(),
+        "the PUT waited for the whole key's heal"
+    );
+    writing.await.unwrap();
+    assert_eq!(healed.healed.len(), 1, "{healed:?}");
+    assert!(healed.failed.is_empty(), "{healed:?}");
+    // The survey, then each version: the lock was let go in between.
+    let taken = locker.taken.lock().unwrap().len();
+    assert!(taken > VERSIONS, "{taken} lock acquisitions");
+    assert_eq!(get(&layer, "k").await, b"written during the heal");
+    // The new version was written while the drive's copy was being rebuilt: a second heal
+    // leaves every version whole, and a third finds nothing.
+    layer.heal_object(BUCKET, "k").await.unwrap();
+    let again = layer.heal_object(BUCKET, "k").await.unwrap();
+    assert!(
+        again.healed.is_empty() && again.failed.is_empty(),
+        "{again:?}"
+    );
+}
