@@ -395,6 +395,26 @@ async fn users_policies_groups_and_keys() {
         "{}",
         r.1
     );
+    // IAM's rule: a Sid once per policy (both statements are fine on their own).
+    let twice = r#"{"Version":"2012-10-17","Statement":[{"Sid":"S1","Effect":"Allow","Action":"s3:GetObject","Resource":"*"},{"Sid":"S1","Effect":"Allow","Action":"s3:PutObject","Resource":"*"}]}"#;
+    let r = call(
+        &srv,
+        0,
+        ROOT,
+        "iam",
+        &[
+            ("Action", "CreatePolicy"),
+            ("PolicyName", "twice"),
+            ("PolicyDocument", twice),
+        ],
+    )
+    .await;
+    refused(&r, 400, "MalformedPolicyDocument");
+    assert!(
+        r.1.contains("Statement 2 (Sid &quot;S1&quot;): Sid"),
+        "{}",
+        r.1
+    );
     refused(
         &call(&srv, 0, ROOT, "iam", &[("Action", "FlyToTheMoon")]).await,
         400,

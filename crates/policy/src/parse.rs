@@ -1,5 +1,7 @@
 //! The policy document grammar: JSON in, a checked [`Policy`] out.
 
+use std::collections::HashMap;
+
 use serde_json::{Map, Value};
 
 use crate::condition::Condition;
@@ -160,6 +162,33 @@ impl Policy {
             id,
             statements,
         })
+    }
+
+    /// IAM's rule for a new identity policy: "the Sid value must be unique within a JSON
+    /// policy" (a bucket policy's Sids are only labels). Checked where a document is submitted,
+    /// not where a stored one is read: a document stored before this rule still reads, so a Deny
+    /// in it keeps denying.
+    pub fn check_unique_sids(&self) -> Result<(), PolicyError> {
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (i, st) in self.statements.iter().enumerate() {
+            let Some(sid) = st.sid.as_deref() else {
+                continue;
+            };
+            if let Some(first) = seen.insert(sid, i) {
+                return Err(Place {
+                    n: i + 1,
+                    sid: Some(sid),
+                }
+                .err(
+                    "Sid",
+                    format!(
+                        "statement {} has the same Sid; each Sid in a policy is unique",
+                        first + 1
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -441,6 +470,30 @@ mod tests {
         assert_eq!(p.version, Version::V2008_10_17);
         assert!(p.statements[0].action.negated);
         assert_eq!(p.statements[0].sid.as_deref(), Some("A"));
+    }
+
+    #[test]
+    fn a_submitted_identity_policy_has_each_sid_once() {
+        let twice = Policy::parse_identity(
+            r#"{"Version":"2012-10-17","Statement":[
+                {"Sid":"A","Effect":"Allow","Action":"s3:GetObject","Resource":"*"},
+                {"Sid":"B","Effect":"Allow","Action":"s3:PutObject","Resource":"*"},
+                {"Sid":"A","Effect":"Deny","Action":"s3:DeleteObject","Resource":"*"}]}"#,
+        )
+        .expect("a stored document with a Sid twice still reads");
+        let e = twice.check_unique_sids().unwrap_err().to_string();
+        assert!(
+            e.starts_with("Statement 3 (Sid \"A\"): Sid:") && e.contains("statement 1"),
+            "{e}"
+        );
+        // Distinct Sids, and statements without one, are fine.
+        Policy::parse_identity(
+            r#"{"Statement":[{"Sid":"A","Effect":"Allow","Action":"*","Resource":"*"},
+                {"Effect":"Allow","Action":"*","Resource":"*"},{"Effect":"Deny","Action":"*","Resource":"*"}]}"#,
+        )
+        .unwrap()
+        .check_unique_sids()
+        .unwrap();
     }
 
     #[test]

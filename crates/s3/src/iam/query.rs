@@ -504,7 +504,7 @@ pub(crate) fn check_document(doc: &str) -> Result<(), IamError> {
         )));
     }
     Policy::parse_identity(doc)
-        .map(|_| ())
+        .and_then(|p| p.check_unique_sids())
         .map_err(|e| IamError::MalformedPolicyDocument(e.to_string()))
 }
 

@@ -88,7 +88,9 @@ pub fn check_session_policy(doc: &str) -> Result<Policy, IamError> {
             doc.len()
         )));
     }
-    Policy::parse_identity(doc).map_err(|e| IamError::MalformedPolicyDocument(e.to_string()))
+    Policy::parse_identity(doc)
+        .and_then(|p| p.check_unique_sids().map(|()| p))
+        .map_err(|e| IamError::MalformedPolicyDocument(e.to_string()))
 }
 
 fn seal(secrets: &SecretBox, claims: &Claims) -> String {
