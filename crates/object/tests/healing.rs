@@ -538,29 +538,41 @@ impl RecordingLocker {
     }
 }
 
-#[tokio::test]
-async fn deep_passes_and_heal_jobs_lock_only_what_they_repair() {
-    const N: usize = 5;
-    let dir = temp_dir();
-    let paths = drive_dirs(&dir, 4);
-    let (deployment, locals) = ErasureServer::format_local(paths.clone()).await.unwrap();
+/// A set on fresh drives at `paths` whose locks are recorded.
+async fn open_with_recording_locker(
+    paths: &[PathBuf],
+    cfg: ObjectConfig,
+) -> (Arc<ErasureServer>, Arc<RecordingLocker>) {
+    let (deployment, locals) = ErasureServer::format_local(paths.to_vec()).await.unwrap();
     let drives: Vec<Arc<dyn Drive>> = locals
         .into_iter()
         .map(|d| Arc::new(d) as Arc<dyn Drive>)
         .collect();
     let locker = Arc::new(RecordingLocker::default());
-    let cfg = ObjectConfig {
-        scan_interval: Some(Duration::from_millis(100)),
-        scan_rate: 0,
-        deep_scan_every: 1,
-        ..cfg()
-    };
     let layer = ErasureServer::open_sets(
         deployment,
         vec![(drives, Some(locker.clone() as Arc<dyn Locker>))],
         cfg,
     )
     .unwrap();
+    (layer, locker)
+}
+
+#[tokio::test]
+async fn deep_passes_and_heal_jobs_lock_only_what_they_repair() {
+    const N: usize = 5;
+    let dir = temp_dir();
+    let paths = drive_dirs(&dir, 4);
+    let (layer, locker) = open_with_recording_locker(
+        &paths,
+        ObjectConfig {
+            scan_interval: Some(Duration::from_millis(100)),
+            scan_rate: 0,
+            deep_scan_every: 1,
+            ..cfg()
+        },
+    )
+    .await;
     layer.make_bucket(BUCKET).await.unwrap();
     // k0 is inline, the others two blocks and more.
     put(&layer, "k0", b"small").await;
@@ -643,20 +655,7 @@ async fn a_write_to_a_key_being_healed_waits_for_one_version_not_all() {
     const VERSIONS: usize = 60;
     let dir = temp_dir();
     let paths = drive_dirs(&dir, 4);
-    let (deployment, locals) = ErasureServer::format_local(paths.clone()).await.unwrap();
-    let drives: Vec<Arc<dyn Drive>> = locals
-        .into_iter()
-        .map(|d| Arc::new(d) as Arc<dyn Drive>)
-        .collect();
-    let locker = Arc::new(RecordingLocker::default());
-    let layer = Arc::new(
-        ErasureServer::open_sets(
-            deployment,
-            vec![(drives, Some(locker.clone() as Arc<dyn Locker>))],
-            cfg(),
-        )
-        .unwrap(),
-    );
+    let (layer, locker) = open_with_recording_locker(&paths, cfg()).await;
     layer.make_bucket(BUCKET).await.unwrap();
     layer
         .put_bucket_versioning(BUCKET, VersioningState::Enabled)
