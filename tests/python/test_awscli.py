@@ -158,7 +158,8 @@ def test_list_objects_v2_pagination_and_rm_recursive(aws, tmp_path):
 
 def test_iam_user_policy_and_assume_role(aws, quarry, tmp_path):
     """`aws iam` makes a user, its key and its policy; the key is allowed and refused as the policy
-    says; `aws sts assume-role` gives that user a session narrowed by a session policy."""
+    says; `aws sts assume-role` gives that user a session narrowed by a session policy, and
+    `aws sts get-session-token` one with the user's own permissions."""
     import subprocess
 
     bucket = new_bucket(aws)
@@ -235,3 +236,10 @@ def test_iam_user_policy_and_assume_role(aws, quarry, tmp_path):
     as_(creds["AccessKeyId"], creds["SecretAccessKey"])(
         "s3api", "get-object", "--bucket", bucket, "--key", "k", str(down), refused="InvalidAccessKeyId"
     )
+
+    # `aws sts get-session-token`: the user's own permissions, unnarrowed: it writes where alice
+    # may and is refused where she is not.
+    token = json.loads(alice("sts", "get-session-token", "--duration-seconds", "900"))["Credentials"]
+    own = as_(token["AccessKeyId"], token["SecretAccessKey"], token["SessionToken"])
+    own("s3api", "put-object", "--bucket", bucket, "--key", "k3", "--body", str(body))
+    own("s3api", "put-object", "--bucket", other, "--key", "k3", "--body", str(body), refused="AccessDenied")

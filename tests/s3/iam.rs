@@ -15,6 +15,18 @@ pub(crate) async fn call(
     service: &str,
     params: &[(&str, &str)],
 ) -> (u16, String) {
+    call_with_token(srv, node, creds, None, service, params).await
+}
+
+/// [`call`] signed with temporary credentials' session token too.
+pub(crate) async fn call_with_token(
+    srv: &TestServer,
+    node: usize,
+    creds: (&str, &str),
+    token: Option<&str>,
+    service: &str,
+    params: &[(&str, &str)],
+) -> (u16, String) {
     use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
     use aws_sigv4::sign::v4;
     let version = if service == "sts" {
@@ -29,7 +41,14 @@ pub(crate) async fn call(
     form.push(format!("Version={version}"));
     let body = form.join("&").into_bytes();
     let url = format!("{}/", srv.node_endpoint(node));
-    let identity = aws_credential_types::Credentials::new(creds.0, creds.1, None, None, "t").into();
+    let identity = aws_credential_types::Credentials::new(
+        creds.0,
+        creds.1,
+        token.map(str::to_owned),
+        None,
+        "t",
+    )
+    .into();
     let params = v4::SigningParams::builder()
         .identity(&identity)
         .region("us-east-1")

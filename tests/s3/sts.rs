@@ -1,4 +1,4 @@
-//! Temporary credentials: STS AssumeRole at the S3 endpoint, and S3 requests signed with the
+//! Temporary credentials: STS AssumeRole and GetSessionToken at the S3 endpoint, and S3 requests signed with the
 //! session's keys and its token (header SigV4, the SDK's aws-chunked uploads, presigned URLs).
 //! Every refusal beside a control request that passes.
 
@@ -9,7 +9,7 @@ use quarry_integration::aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use quarry_integration::aws_sdk_s3::presigning::PresigningConfig;
 use quarry_integration::*;
 
-use crate::iam::{call, denied, elem, get, list, ok, put, user_with_key, ROOT};
+use crate::iam::{call, call_with_token, denied, elem, get, list, ok, put, user_with_key, ROOT};
 
 /// An SDK client signing with temporary credentials (the token goes in
 /// `x-amz-security-token`, or in the query of a presigned URL).
@@ -265,6 +265,89 @@ async fn sessions_act_as_their_user_narrowed_by_the_session_policy() {
     )
     .await;
     assert_eq!(r.status(), 403);
+}
+
+/// STS GetSessionToken: credentials with exactly the caller's permissions, for 12 hours unless
+/// `DurationSeconds` (900 to 129600) says otherwise; refused to the root user, to a session and
+/// to a call naming an MFA device (there are none here), each beside a call that passes.
+#[tokio::test]
+async fn get_session_token_acts_as_its_user_for_the_duration_asked() {
+    let srv = TestServer::start(4).await;
+    let root = srv.client();
+    for b in ["data", "other"] {
+        srv.create_bucket(b).await;
+        put(&root, b, "a.txt").await.unwrap();
+    }
+    let (ak, sk) = user_with_policy(&srv, "carol").await;
+    let carol = (ak.as_str(), sk.as_str());
+    let before = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let r = session_token(&srv, carol, None, &[]).await;
+    let s = session_of(&r);
+    assert!(r.1.contains("<GetSessionTokenResult>"), "{}", r.1);
+    assert!(!r.1.contains("AssumedRoleUser"), "{}", r.1);
+    let expiration = elem(&r.1, "Expiration").to_owned();
+    assert!(
+        expiration >= rfc3339(before + 43_200) && expiration <= rfc3339(before + 43_200 + 120),
+        "the default is 12 hours: {expiration}"
+    );
+    let session = session_client(&srv, &s);
+    get(&session, "data", "a.txt").await.unwrap();
+    put(&session, "data", "by-session").await.unwrap();
+    // No more than carol may: "other" is refused (root, the control, reads it).
+    denied(get(&session, "other", "a.txt").await);
+    get(&root, "other", "a.txt").await.unwrap();
+
+    // DurationSeconds: AWS's bounds for an IAM user.
+    for d in ["900", "129600"] {
+        ok(&session_token(&srv, carol, None, &[("DurationSeconds", d)]).await);
+    }
+    for d in ["899", "129601", "x"] {
+        refused(
+            &session_token(&srv, carol, None, &[("DurationSeconds", d)]).await,
+            400,
+            "ValidationError",
+        );
+    }
+    // The root user, a session (its own call is signed with its token), and an MFA device are
+    // refused.
+    refused(
+        &session_token(&srv, ROOT, None, &[]).await,
+        403,
+        "AccessDenied",
+    );
+    refused(
+        &session_token(&srv, (&s.access_key, &s.secret_key), Some(&s.token), &[]).await,
+        403,
+        "AccessDenied",
+    );
+    refused(
+        &session_token(
+            &srv,
+            carol,
+            None,
+            &[
+                ("SerialNumber", "arn:aws:iam::000000000000:mfa/carol"),
+                ("TokenCode", "123456"),
+            ],
+        )
+        .await,
+        403,
+        "AccessDenied",
+    );
+}
+
+async fn session_token(
+    srv: &TestServer,
+    creds: (&str, &str),
+    token: Option<&str>,
+    extra: &[(&str, &str)],
+) -> (u16, String) {
+    let mut params = vec![("Action", "GetSessionToken")];
+    params.extend_from_slice(extra);
+    call_with_token(srv, 0, creds, token, "sts", &params).await
 }
 
 /// Seals session claims the way the server does (format 1: ChaCha20-Poly1305 under

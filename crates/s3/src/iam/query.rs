@@ -4,8 +4,8 @@
 //!
 //! Authorization: the root user may call everything; a user needs `iam:<Action>` on the entity
 //! the call names (`arn:aws:iam::000000000000:user/<name>`, `...:group/<name>`,
-//! `...:policy/<name>`, else `*`) from its identity policies. `sts:GetCallerIdentity` needs
-//! nothing, as in AWS.
+//! `...:policy/<name>`, else `*`) from its identity policies. `sts:GetCallerIdentity` and
+//! `sts:GetSessionToken` need nothing, as in AWS; nor does `sts:AssumeRole` (MinIO's model).
 
 use std::collections::BTreeMap;
 
@@ -16,11 +16,12 @@ use http::StatusCode;
 use quarry_policy::Policy;
 
 use super::state::{
-    group_arn, policy_arn, user_arn, AccessKey, Group, IamState, KeyOwner, ManagedPolicy, User,
-    ACCOUNT_ID,
+    group_arn, policy_arn, user_arn, AccessKey, Group, IamState, Identity, KeyOwner, ManagedPolicy,
+    User, ACCOUNT_ID,
 };
 use super::sts::{
-    check_session_policy, Session, DEFAULT_DURATION, MAX_DURATION, MIN_DURATION, SESSION_KEY_PREFIX,
+    check_session_policy, Session, DEFAULT_DURATION, DEFAULT_TOKEN_DURATION, MAX_DURATION,
+    MAX_TOKEN_DURATION, MIN_DURATION, SESSION_KEY_PREFIX,
 };
 use super::{Iam, IamError};
 use crate::authz::{self, Caller};
@@ -107,8 +108,11 @@ pub async fn serve(
     };
     // What a session may do is a part of what its caller may do: asking for one needs no
     // permission of its own (MinIO's model), nor does asking who one is (as in AWS).
-    let free =
-        call.service == "sts" && matches!(call.action.as_str(), "GetCallerIdentity" | "AssumeRole");
+    let free = call.service == "sts"
+        && matches!(
+            call.action.as_str(),
+            "GetCallerIdentity" | "AssumeRole" | "GetSessionToken"
+        );
     if matches!(caller, Caller::Anonymous) {
         return error(ns, "AccessDenied", 403, "Access Denied.");
     }
@@ -188,6 +192,24 @@ enum Answer {
     CallerIdentity(String, String),
     /// Temporary credentials, the caller's ARN and user id, the session name.
     AssumeRole(Session, String, String, String),
+    /// Temporary credentials of the caller.
+    SessionToken(Session),
+}
+
+fn write_credentials(w: &mut XmlWriter, session: &Session) {
+    let expiration = time::OffsetDateTime::from_unix_timestamp(session.expires)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default();
+    w.open("Credentials")
+        .elem("AccessKeyId", &session.access_key)
+        .elem("SecretAccessKey", &session.secret_key)
+        .elem("SessionToken", &session.token)
+        .elem("Expiration", &expiration)
+        .close("Credentials");
 }
 
 fn iso(t: &str) -> &str {
@@ -327,21 +349,10 @@ impl Answer {
                 }
                 w.close(element).elem_display("IsTruncated", false);
             }
+            Answer::SessionToken(session) => write_credentials(w, session),
             Answer::AssumeRole(session, arn, user_id, name) => {
-                let expiration = time::OffsetDateTime::from_unix_timestamp(session.expires)
-                    .ok()
-                    .and_then(|t| {
-                        t.format(&time::format_description::well_known::Rfc3339)
-                            .ok()
-                    })
-                    .unwrap_or_default();
-                w.open("Credentials")
-                    .elem("AccessKeyId", &session.access_key)
-                    .elem("SecretAccessKey", &session.secret_key)
-                    .elem("SessionToken", &session.token)
-                    .elem("Expiration", &expiration)
-                    .close("Credentials")
-                    .open("AssumedRoleUser")
+                write_credentials(w, session);
+                w.open("AssumedRoleUser")
                     .elem("Arn", arn)
                     .elem("AssumedRoleId", &format!("{user_id}:{name}"))
                     .close("AssumedRoleUser");
@@ -366,6 +377,7 @@ fn status(active: bool) -> &'static str {
 fn sts(iam: &Iam, caller: &Caller, call: &QueryCall) -> Result<Answer, IamError> {
     match call.action.as_str() {
         "AssumeRole" => assume_role(iam, caller, call),
+        "GetSessionToken" => get_session_token(iam, caller, call),
         "GetCallerIdentity" => Ok(match caller {
             Caller::Root => Answer::CallerIdentity(
                 format!("arn:aws:iam::{ACCOUNT_ID}:root"),
@@ -378,8 +390,45 @@ fn sts(iam: &Iam, caller: &Caller, call: &QueryCall) -> Result<Answer, IamError>
             }
         }),
         other => Err(IamError::InvalidAction(format!(
-            "Could not find operation {other} for version 2011-06-15 (STS here answers AssumeRole and GetCallerIdentity)."
+            "Could not find operation {other} for version 2011-06-15 (STS here answers AssumeRole, GetSessionToken and GetCallerIdentity)."
         ))),
+    }
+}
+
+/// The IAM user (or service account) whose long-term keys signed a call for temporary
+/// credentials: neither the root user nor a session may ask (as in AWS, where a session cannot
+/// call GetSessionToken, and Quarry's sessions have no role to chain).
+fn long_term_user<'c>(caller: &'c Caller, action: &str) -> Result<&'c Identity, IamError> {
+    let id = match caller {
+        Caller::User(id) => id,
+        Caller::Root => {
+            return Err(IamError::AccessDenied(format!(
+                "The root user cannot call {action}: call it with the keys of an IAM user."
+            )))
+        }
+        Caller::Anonymous => return Err(IamError::AccessDenied("Access Denied.".into())),
+    };
+    if id.access_key.starts_with(SESSION_KEY_PREFIX) {
+        return Err(IamError::AccessDenied(format!(
+            "Temporary credentials cannot call {action}: call it with the keys of an IAM user."
+        )));
+    }
+    Ok(id)
+}
+
+/// `DurationSeconds` within `min..=max`, `default` when absent.
+fn duration_seconds(call: &QueryCall, min: u64, max: u64, default: u64) -> Result<u64, IamError> {
+    match call.get("DurationSeconds") {
+        None => Ok(default),
+        Some(d) => d
+            .parse::<u64>()
+            .ok()
+            .filter(|d| (min..=max).contains(d))
+            .ok_or_else(|| {
+                IamError::Validation(format!(
+                    "DurationSeconds {d:?} is invalid: it must be {min} to {max}."
+                ))
+            }),
     }
 }
 
@@ -388,22 +437,7 @@ fn sts(iam: &Iam, caller: &Caller, call: &QueryCall) -> Result<Answer, IamError>
 /// `RoleSessionName` (2 to 64 of letters, digits and `+=,.@-_`) names the session;
 /// `DurationSeconds` is 900 to 43200 (default 3600).
 fn assume_role(iam: &Iam, caller: &Caller, call: &QueryCall) -> Result<Answer, IamError> {
-    let id = match caller {
-        Caller::User(id) => id,
-        Caller::Root => {
-            return Err(IamError::AccessDenied(
-                "The root user cannot call AssumeRole: call it with the keys of an IAM user."
-                    .into(),
-            ))
-        }
-        Caller::Anonymous => return Err(IamError::AccessDenied("Access Denied.".into())),
-    };
-    if id.access_key.starts_with(SESSION_KEY_PREFIX) {
-        return Err(IamError::AccessDenied(
-            "Temporary credentials cannot call AssumeRole: call it with the keys of an IAM user."
-                .into(),
-        ));
-    }
+    let id = long_term_user(caller, "AssumeRole")?;
     let name = call.get("RoleSessionName").unwrap_or("session");
     let name_ok = (2..=64).contains(&name.len())
         && name
@@ -414,18 +448,7 @@ fn assume_role(iam: &Iam, caller: &Caller, call: &QueryCall) -> Result<Answer, I
             "RoleSessionName {name:?} is invalid: 2 to 64 characters of letters, digits and +=,.@_-."
         )));
     }
-    let duration = match call.get("DurationSeconds") {
-        None => DEFAULT_DURATION,
-        Some(d) => d
-            .parse::<u64>()
-            .ok()
-            .filter(|d| (MIN_DURATION..=MAX_DURATION).contains(d))
-            .ok_or_else(|| {
-                IamError::Validation(format!(
-                    "DurationSeconds {d:?} is invalid: it must be {MIN_DURATION} to {MAX_DURATION}."
-                ))
-            })?,
-    };
+    let duration = duration_seconds(call, MIN_DURATION, MAX_DURATION, DEFAULT_DURATION)?;
     let policy = match call.get("Policy").filter(|p| !p.is_empty()) {
         None => None,
         Some(doc) => {
@@ -440,6 +463,30 @@ fn assume_role(iam: &Iam, caller: &Caller, call: &QueryCall) -> Result<Answer, I
         id.user_id.clone(),
         name.to_owned(),
     ))
+}
+
+/// `GetSessionToken`: temporary credentials with exactly the caller's permissions, for
+/// `DurationSeconds` 900 to 129600 (default 43200, AWS's figures for an IAM user). There are no
+/// MFA devices here, so a call naming one (`SerialNumber`, `TokenCode`) is refused rather than
+/// answered with credentials that look MFA-authenticated and are not.
+fn get_session_token(iam: &Iam, caller: &Caller, call: &QueryCall) -> Result<Answer, IamError> {
+    let id = long_term_user(caller, "GetSessionToken")?;
+    if call.get("SerialNumber").is_some() || call.get("TokenCode").is_some() {
+        return Err(IamError::AccessDenied(
+            "MFA authentication failed: this server has no MFA devices; call GetSessionToken without SerialNumber and TokenCode.".into(),
+        ));
+    }
+    let duration = duration_seconds(
+        call,
+        MIN_DURATION,
+        MAX_TOKEN_DURATION,
+        DEFAULT_TOKEN_DURATION,
+    )?;
+    Ok(Answer::SessionToken(iam.issue_session(
+        &id.access_key,
+        duration,
+        None,
+    )))
 }
 
 pub(crate) fn now() -> String {

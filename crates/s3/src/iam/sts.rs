@@ -1,4 +1,4 @@
-//! Temporary credentials (STS `AssumeRole`), in MinIO's model: a session acts as the user whose
+//! Temporary credentials (STS `AssumeRole`, `GetSessionToken`), in MinIO's model: a session acts as the user whose
 //! key asked for it, with that user's permissions, narrowed by the session policy when one was
 //! given. There are no IAM roles: `RoleArn` is accepted and not looked up.
 //!
@@ -29,6 +29,9 @@ pub const SESSION_KEY_PREFIX: &str = "QSTS";
 pub const MIN_DURATION: u64 = 900;
 pub const MAX_DURATION: u64 = 43_200;
 pub const DEFAULT_DURATION: u64 = 3_600;
+/// AWS's bounds and default for `GetSessionToken`'s `DurationSeconds` (an IAM user's).
+pub const MAX_TOKEN_DURATION: u64 = 129_600;
+pub const DEFAULT_TOKEN_DURATION: u64 = 43_200;
 /// The largest session policy (AWS's packed limit is smaller; the document is carried in the
 /// token, which travels in every request's headers).
 pub const MAX_SESSION_POLICY: usize = 2_048;
