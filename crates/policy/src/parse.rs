@@ -92,9 +92,18 @@ impl Policy {
         })
     }
 
-    /// An identity policy (user, group, service account or session policy).
+    /// An identity policy (user, group, service account or session policy), as stored.
     pub fn parse_identity(json: &str) -> Result<Policy, PolicyError> {
         Policy::parse(json, PolicyKind::Identity)
+    }
+
+    /// An identity policy being submitted (IAM's PutUserPolicy, CreatePolicy, a session
+    /// policy, ...): [`Policy::parse_identity`] and IAM's rules for new documents on top (each
+    /// Sid once), which a stored document is not held to.
+    pub fn parse_submitted_identity(json: &str) -> Result<Policy, PolicyError> {
+        let p = Policy::parse_identity(json)?;
+        p.check_unique_sids()?;
+        Ok(p)
     }
 
     /// A resource policy (a bucket policy).
@@ -168,7 +177,7 @@ impl Policy {
     /// policy" (a bucket policy's Sids are only labels). Checked where a document is submitted,
     /// not where a stored one is read: a document stored before this rule still reads, so a Deny
     /// in it keeps denying.
-    pub fn check_unique_sids(&self) -> Result<(), PolicyError> {
+    fn check_unique_sids(&self) -> Result<(), PolicyError> {
         let mut seen: HashMap<&str, usize> = HashMap::new();
         for (i, st) in self.statements.iter().enumerate() {
             let Some(sid) = st.sid.as_deref() else {
@@ -487,12 +496,10 @@ mod tests {
             "{e}"
         );
         // Distinct Sids, and statements without one, are fine.
-        Policy::parse_identity(
+        Policy::parse_submitted_identity(
             r#"{"Statement":[{"Sid":"A","Effect":"Allow","Action":"*","Resource":"*"},
                 {"Effect":"Allow","Action":"*","Resource":"*"},{"Effect":"Deny","Action":"*","Resource":"*"}]}"#,
         )
-        .unwrap()
-        .check_unique_sids()
         .unwrap();
     }
 

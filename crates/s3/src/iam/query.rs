@@ -550,8 +550,8 @@ pub(crate) fn check_document(doc: &str) -> Result<(), IamError> {
             doc.len()
         )));
     }
-    Policy::parse_identity(doc)
-        .and_then(|p| p.check_unique_sids())
+    Policy::parse_submitted_identity(doc)
+        .map(|_| ())
         .map_err(|e| IamError::MalformedPolicyDocument(e.to_string()))
 }
 

@@ -91,8 +91,7 @@ pub fn check_session_policy(doc: &str) -> Result<Policy, IamError> {
             doc.len()
         )));
     }
-    Policy::parse_identity(doc)
-        .and_then(|p| p.check_unique_sids().map(|()| p))
+    Policy::parse_submitted_identity(doc)
         .map_err(|e| IamError::MalformedPolicyDocument(e.to_string()))
 }
 
