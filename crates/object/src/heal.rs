@@ -91,24 +91,29 @@ impl ErasureSet {
         let Some(survey) = survey else {
             return true; // gone: nothing to heal
         };
-        if !self.lost_versions(&survey).is_empty() {
+        let index = survey.index();
+        if !self.lost_versions(&survey, &index).is_empty() {
+            return false;
+        }
+        // A drive that did not answer (other than "no such key"): not checked, not whole.
+        if survey.journals.iter().any(|j| {
+            matches!(j, Err(e) if !matches!(e, DriveError::FileNotFound | DriveError::VolumeNotFound))
+        }) {
             return false;
         }
         // Each version's copies come from the journals just read, except inline versions,
         // whose shard bytes only a read of that version returns: checking every version of a
         // key then costs one journal read per drive, not one per version (a key with n
         // versions cost n journal reads of n entries each).
-        let Some(by_id) = survey.by_id() else {
-            return false; // a drive that did not answer: not checked, not whole
-        };
         for v in &survey.agreed {
             let answers = if !v.delete_marker && v.data_dir.is_none() {
                 self.read_version_everywhere(bucket, key, v).await
             } else {
-                by_id
+                index
                     .iter()
                     .map(|j| {
-                        j.get(&v.version_id)
+                        j.as_ref()
+                            .and_then(|j| j.get(&v.version_id))
                             .map(|m| (*m).clone())
                             .ok_or(DriveError::FileNotFound)
                     })
@@ -217,21 +222,18 @@ impl ErasureSet {
 
     /// The versions each drive holds that no write quorum can hold: more drives answered
     /// without them than a write quorum leaves room for. `(drive position, version)`.
-    fn lost_versions<'a>(&self, survey: &'a Survey) -> Vec<(usize, &'a ObjectMeta)> {
+    /// `index` is the survey's [`Survey::index`].
+    fn lost_versions<'a>(
+        &self,
+        survey: &'a Survey,
+        index: &[Option<VersionIndex<'a>>],
+    ) -> Vec<(usize, &'a ObjectMeta)> {
         let n = self.drives.len();
         let wq = self.set_write_quorum();
         let journals = &survey.journals;
         // Sets of ids, so a key with many versions costs its versions, not their square.
         let agreed: HashSet<Option<uuid::Uuid>> =
             survey.agreed.iter().map(|a| a.version_id).collect();
-        let held: Vec<Option<HashSet<Option<uuid::Uuid>>>> = journals
-            .iter()
-            .map(|j| {
-                j.as_ref()
-                    .ok()
-                    .map(|j| j.iter().map(|o| o.version_id).collect())
-            })
-            .collect();
         let mut lost = Vec::new();
         for (pos, journal) in journals.iter().enumerate() {
             let Ok(journal) = journal else { continue };
@@ -241,9 +243,9 @@ impl ErasureSet {
                 }
                 let absent = journals
                     .iter()
-                    .zip(&held)
+                    .zip(index)
                     .filter(|(j, ids)| match (j, ids) {
-                        (Ok(_), Some(ids)) => !ids.contains(&v.version_id),
+                        (Ok(_), Some(ids)) => !ids.contains_key(&v.version_id),
                         (Err(DriveError::FileNotFound), _) => true,
                         _ => false,
                     })
@@ -264,7 +266,7 @@ impl ErasureSet {
         survey: &Survey,
         result: &mut HealResult,
     ) {
-        for (pos, v) in self.lost_versions(survey) {
+        for (pos, v) in self.lost_versions(survey, &survey.index()) {
             let drive = &self.drives[pos];
             match drive.delete_version(bucket, key, v.version_id).await {
                 Ok(()) | Err(DriveError::FileNotFound) => {
@@ -550,18 +552,19 @@ struct Survey {
     agreed: Vec<ObjectMeta>,
 }
 
+/// One drive's versions of a key by id.
+type VersionIndex<'a> = HashMap<Option<uuid::Uuid>, &'a ObjectMeta>;
+
 impl Survey {
-    /// Each drive's versions by id; `None` when a drive's journal could not be read (a drive
-    /// without the key answers an empty map).
-    fn by_id(&self) -> Option<Vec<HashMap<Option<uuid::Uuid>, &ObjectMeta>>> {
+    /// Each drive's versions by id, `None` where its journal was not read: a key with many
+    /// versions is looked up in, not scanned, per version.
+    fn index(&self) -> Vec<Option<VersionIndex<'_>>> {
         self.journals
             .iter()
-            .map(|j| match j {
-                Ok(j) => Some(j.iter().map(|m| (m.version_id, m)).collect()),
-                Err(DriveError::FileNotFound) | Err(DriveError::VolumeNotFound) => {
-                    Some(HashMap::new())
-                }
-                Err(_) => None,
+            .map(|j| {
+                j.as_ref()
+                    .ok()
+                    .map(|j| j.iter().map(|m| (m.version_id, m)).collect())
             })
             .collect()
     }
