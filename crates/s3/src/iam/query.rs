@@ -198,11 +198,7 @@ enum Answer {
 
 fn write_credentials(w: &mut XmlWriter, session: &Session) {
     let expiration = time::OffsetDateTime::from_unix_timestamp(session.expires)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
+        .map(rfc3339)
         .unwrap_or_default();
     w.open("Credentials")
         .elem("AccessKeyId", &session.access_key)
@@ -492,11 +488,13 @@ fn get_session_token(iam: &Iam, caller: &Caller, call: &QueryCall) -> Result<Ans
 pub(crate) fn now() -> String {
     time::OffsetDateTime::now_utc()
         .replace_nanosecond(0)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
+        .map(rfc3339)
+        .unwrap_or_default()
+}
+
+/// IAM's timestamps: RFC 3339, UTC.
+fn rfc3339(t: time::OffsetDateTime) -> String {
+    t.format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default()
 }
 
