@@ -26,11 +26,9 @@ OUT=$(cd "$OUT" && pwd)
 
 source scripts/lib/bench-servers.sh
 
-rm -rf "$DATA/single"
-QUARRY_KMS_SECRET_KEY=bench-key:$(head -c 32 /dev/urandom | base64) QUARRY_CONSOLE_ADDRESS=off \
-    "$BIN_DIR/quarry" server --address "127.0.0.1:$PORT" "$DATA"/single/d{1..4} >"$DATA/single.log" 2>&1 &
-pids+=($!)
-wait_ready "127.0.0.1:$PORT"
+QUARRY_KMS_SECRET_KEY=bench-key:$(head -c 32 /dev/urandom | base64)
+export QUARRY_KMS_SECRET_KEY
+start_single "$PORT"
 
 runs=()
 for size in $SIZES; do

@@ -25,11 +25,7 @@ DATA=$(cd "$DATA" && pwd)
 
 source scripts/lib/bench-servers.sh
 
-rm -rf "$DATA/single"
-QUARRY_CONSOLE_ADDRESS=off "$BIN_DIR/quarry" server --address "127.0.0.1:$PORT" "$DATA"/single/d{1..4} \
-    >"$DATA/single.log" 2>&1 &
-pids+=($!)
-wait_ready "127.0.0.1:$PORT"
+start_single "$PORT"
 
 python3 - "http://127.0.0.1:$PORT" "$VERSIONS" "$REPS" <<'PY'
 import http.client, os, statistics, sys, time

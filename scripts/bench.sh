@@ -48,10 +48,7 @@ run_matrix() { # label host...
 }
 
 # Single node.
-rm -rf "$DATA/single"
-QUARRY_CONSOLE_ADDRESS=off "$BIN_DIR/quarry" server --address 127.0.0.1:9300 "$DATA"/single/d{1..4} >"$DATA/single.log" 2>&1 &
-pids+=($!)
-wait_ready 127.0.0.1:9300
+start_single 9300
 run_matrix single 127.0.0.1:9300
 stop_all
 

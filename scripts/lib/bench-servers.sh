@@ -1,4 +1,4 @@
-# Sourced by scripts/bench.sh and scripts/bench-heal.sh: start Quarry servers for a benchmark,
+# Sourced by the scripts/bench*.sh scripts: start Quarry servers for a benchmark,
 # wait until they are ready, and stop them all when the script exits. Needs BIN_DIR and DATA
 # (an absolute path) set by the caller.
 
@@ -13,6 +13,16 @@ wait_ready() { # HOST:PORT
     done
     echo "server $1 not ready" >&2
     return 1
+}
+
+# start_single PORT: one node on 127.0.0.1:PORT, four drives under $DATA/single (emptied first),
+# its log in $DATA/single.log; the caller's environment (exported) reaches the server.
+start_single() {
+    rm -rf "$DATA/single"
+    QUARRY_CONSOLE_ADDRESS=off "$BIN_DIR/quarry" server --address "127.0.0.1:$1" "$DATA"/single/d{1..4} \
+        >"$DATA/single.log" 2>&1 &
+    pids+=($!)
+    wait_ready "127.0.0.1:$1"
 }
 
 # start_cluster BASE_PORT: four nodes on 127.0.0.1:BASE_PORT+1..+4, four drives each under
