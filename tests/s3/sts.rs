@@ -280,10 +280,7 @@ async fn get_session_token_acts_as_its_user_for_the_duration_asked() {
     }
     let (ak, sk) = user_with_policy(&srv, "carol").await;
     let carol = (ak.as_str(), sk.as_str());
-    let before = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
+    let before = unix_now();
     let r = session_token(&srv, carol, None, &[]).await;
     let s = session_of(&r);
     assert!(r.1.contains("<GetSessionTokenResult>"), "{}", r.1);
@@ -392,10 +389,7 @@ async fn expired_revoked_and_deleted_sessions_are_refused_at_once() {
     let (bob_ak, bob_sk) = user_with_policy(&srv, "bob").await;
 
     // Expiry: a token one second past its end, beside the same token valid for ten minutes.
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
+    let now = unix_now();
     let expired = forge("QSTSEXPIREDEXPIRED00", "expired-secret", &ak, now - 1);
     assert_eq!(
         code_of(
@@ -486,6 +480,14 @@ async fn admin_json(srv: &TestServer, args: &[&str]) -> serde_json::Value {
     serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"))
 }
 
+/// Seconds since the Unix epoch.
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
 /// `unix` seconds as RFC 3339 (UTC), for `--expires`.
 fn rfc3339(unix: i64) -> String {
     let (days, secs) = (unix.div_euclid(86_400), unix.rem_euclid(86_400));
@@ -561,10 +563,7 @@ async fn service_accounts_and_disabled_users_through_the_admin_cli() {
     );
 
     // A service account that expires in three seconds: works, then is refused.
-    let now = SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
+    let now = unix_now();
     let brief = admin_json(
         &srv,
         &["svcacct", "add", "dave", "--expires", &rfc3339(now + 3)],
