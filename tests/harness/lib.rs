@@ -561,7 +561,7 @@ impl TestServer {
         let mut last = String::new();
         for _ in 0..3 {
             match self.spawn_and_wait().await {
-                Ok(()) => return,
+                Ok(()) => return self.wait_peers_reachable().await,
                 Err(e) => {
                     last = e;
                     self.kill();
@@ -570,6 +570,38 @@ impl TestServer {
             }
         }
         panic!("restart failed: {last}");
+    }
+
+    /// After a cluster restart, until every node reaches every drive (its `/metrics` counts no
+    /// drive offline), for at most 10 s. Each node comes up on its own: one that called a peer
+    /// before that peer listened marks it down for a back-off of some tens of milliseconds, and
+    /// a write in that window finds too few drives (a CI run saw UploadPart answer 503 right
+    /// after `restart`). A test that keeps a drive offline on purpose goes on after the wait.
+    async fn wait_peers_reachable(&self) {
+        if self.procs.len() < 2 {
+            return;
+        }
+        let http = match &self.tls {
+            Some(t) => t.reqwest(),
+            None => reqwest::Client::new(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        for i in 0..self.procs.len() {
+            let url = format!("{}/metrics", self.node_endpoint(i));
+            while Instant::now() < deadline {
+                let text = match http.get(&url).bearer_auth(METRICS_TOKEN).send().await {
+                    Ok(r) => r.text().await.unwrap_or_default(),
+                    Err(_) => String::new(),
+                };
+                if text
+                    .lines()
+                    .any(|l| l == "quarry_drives{state=\"offline\"} 0")
+                {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
     }
 
     /// `http://127.0.0.1:PORT` of the front node.
