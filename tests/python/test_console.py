@@ -25,6 +25,7 @@ from conftest import ACCESS_KEY, REPO, SECRET_KEY, free_port, quarry_bin
 
 try:
     from selenium import webdriver
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support import expected_conditions as EC
@@ -142,7 +143,10 @@ def shot(driver, name):
 
 
 def wait(driver, cond, timeout=WAIT):
-    return WebDriverWait(driver, timeout).until(cond)
+    # The console redraws its panels as new samples arrive: an element found a moment ago may be
+    # replaced before its text is read. That is a reason to look again, not a failure (a CI run
+    # failed test_console_cluster_shows_a_stopped_node_offline on it).
+    return WebDriverWait(driver, timeout, ignored_exceptions=(StaleElementReferenceException,)).until(cond)
 
 
 def css(driver, selector, timeout=WAIT):
