@@ -1011,6 +1011,52 @@ struct HealStatus {
     /// Absent from servers older than this CLI.
     #[serde(default)]
     drive_heals: Vec<DriveHealRow>,
+    /// Absent from servers older than this CLI.
+    #[serde(default)]
+    queue: Vec<QueueRow>,
+}
+
+/// One object on a heal worker's list.
+#[derive(Debug, Deserialize)]
+struct QueueRow {
+    set: usize,
+    bucket: String,
+    key: String,
+    state: String,
+    attempts: u32,
+    due_in_seconds: Option<f64>,
+}
+
+/// One line per object the heal workers hold (a sample when the lists are long).
+fn format_queue(rows: &[QueueRow], waiting: u64) -> String {
+    let mut out = String::new();
+    for r in rows {
+        let tried = if r.attempts > 0 {
+            format!(
+                ", {} failed",
+                plural(u64::from(r.attempts), "attempt", "attempts")
+            )
+        } else {
+            String::new()
+        };
+        let due = r
+            .due_in_seconds
+            .map(|d| format!(", next try in {d:.1} s"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "  {:<7}  {}/{} (set {}{tried}{due})\n",
+            r.state.to_uppercase(),
+            r.bucket,
+            r.key,
+            r.set + 1
+        ));
+    }
+    // `waiting` counts the queue and the retry list; the object being healed is on neither.
+    let listed = rows.iter().filter(|r| r.state != "healing").count() as u64;
+    if waiting > listed {
+        out.push_str(&format!("  ... {} more not listed\n", waiting - listed));
+    }
+    out
 }
 
 #[derive(Debug, Deserialize)]
@@ -1093,6 +1139,7 @@ fn format_status(s: &HealStatus) -> String {
         "Retry list:  {} waiting for a drive to return\n",
         plural(s.retry_len, "heal", "heals")
     ));
+    out.push_str(&format_queue(&s.queue, s.queue_len + s.retry_len));
     out.push_str(&format!(
         "Since start: {} queued, {} healed, {} failed attempts, {} retried, {} given up; \
          dropped: {} (queue full), {} (retry list full)\n",
@@ -1403,6 +1450,20 @@ mod tests {
         assert_eq!(bytes(1023), "1023 B");
         assert_eq!(bytes(1536), "1.5 KiB");
         assert_eq!(bytes(3 << 40), "3.0 TiB");
+    }
+
+    #[test]
+    fn the_heal_queue_reads_well() {
+        let rows: Vec<QueueRow> = serde_json::from_str(
+            r#"[{"set":0,"bucket":"b","key":"k/1","state":"healing","attempts":0,"due_in_seconds":null},
+                {"set":1,"bucket":"b","key":"k/2","state":"retry","attempts":3,"due_in_seconds":4.31}]"#,
+        )
+        .unwrap();
+        assert_eq!(
+            format_queue(&rows, 5),
+            "  HEALING  b/k/1 (set 1)\n  RETRY    b/k/2 (set 2, 3 attempts failed, next try in 4.3 s)\n  ... 4 more not listed\n"
+        );
+        assert_eq!(format_queue(&[], 0), "");
     }
 
     #[test]

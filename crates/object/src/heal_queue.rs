@@ -115,6 +115,18 @@ impl RetryList {
         Some(attempts)
     }
 
+    /// The first `n` requests by due time, with their failed attempts and when each is due.
+    pub fn first(&self, n: usize) -> Vec<(HealRequest, u32, Instant)> {
+        self.by_due
+            .iter()
+            .take(n)
+            .map(|((due, _), req)| {
+                let attempts = self.entries.get(req).map_or(0, |(a, _)| *a);
+                (req.clone(), attempts, *due)
+            })
+            .collect()
+    }
+
     /// When the next request is due.
     pub fn next_due(&self) -> Option<Instant> {
         self.by_due.keys().next().map(|(t, _)| *t)
@@ -172,7 +184,7 @@ impl HealWorker {
         for (req, prior) in round {
             heal_one(set, &mut self.retry, req, prior).await;
         }
-        SetCounters::set(&set.counters.heal_retry_len, self.retry.len() as u64);
+        show_retries(set, &self.retry);
     }
 }
 
@@ -204,9 +216,15 @@ pub(crate) fn spawn_heal_worker(set: &Arc<ErasureSet>, worker: HealWorker) {
                 set.heal_done(&req);
             }
             heal_one(&set, &mut retry, req, prior).await;
-            SetCounters::set(&set.counters.heal_retry_len, retry.len() as u64);
+            show_retries(&set, &retry);
         }
     }));
+}
+
+/// Publishes the retry list's length and its first entries (for `heal/status`).
+fn show_retries(set: &ErasureSet, retry: &RetryList) {
+    SetCounters::set(&set.counters.heal_retry_len, retry.len() as u64);
+    set.heal_retries(retry.first(crate::stats::HEAL_QUEUE_SHOWN));
 }
 
 async fn sleep_until(due: Option<Instant>) {
@@ -220,7 +238,9 @@ async fn sleep_until(due: Option<Instant>) {
 async fn heal_one(set: &Arc<ErasureSet>, retry: &mut RetryList, req: HealRequest, prior: u32) {
     let (bucket, key) = (&req.0, &req.1);
     let counters = &set.counters;
+    set.heal_now(Some(&req));
     let result = set.heal_object(bucket, key).await;
+    set.heal_now(None);
     if let Ok(r) = &result {
         if !r.healed.is_empty() {
             SetCounters::add(&counters.healed_objects, 1);
@@ -296,6 +316,11 @@ mod tests {
         // Rescheduling an entry already on the list is always possible.
         assert!(l.schedule(req("a"), 4, t0)); // due t0 + 8s
         assert_eq!(l.len(), 2);
+        // What heal/status shows: in due order, with the attempts, at most as many as asked.
+        let b_due = t0 + Duration::from_secs(1);
+        let a_due = t0 + Duration::from_secs(8);
+        assert_eq!(l.first(5), [(req("b"), 1, b_due), (req("a"), 4, a_due)]);
+        assert_eq!(l.first(1), [(req("b"), 1, b_due)]);
         assert_eq!(l.next_due(), Some(t0 + Duration::from_secs(1)));
         assert_eq!(l.pop_due(t0), None, "nothing due yet");
         assert_eq!(l.pop_due(t0 + Duration::from_secs(1)), Some((req("b"), 1)));

@@ -53,4 +53,7 @@ pub use quarry_buf::{BufPoolStats, DataPlaneStats, PeerSnapshot, LATENCY_BUCKETS
 pub use runtime::{Runtime, RuntimeHandle, TokioRuntime};
 pub use server::{ErasureServer, Layout, Readiness};
 pub use set::ErasureSet;
-pub use stats::{DataPlaneFigures, DriveState, LayerStats, ScanStats};
+pub use stats::{
+    DataPlaneFigures, DriveState, HealEntryState, HealQueueEntry, LayerStats, ScanStats,
+    HEAL_QUEUE_SHOWN,
+};

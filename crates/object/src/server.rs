@@ -572,9 +572,11 @@ impl ObjectLayer for ErasureServer {
                 }
             }
         }
-        for set in &self.sets {
+        for (i, set) in self.sets.iter().enumerate() {
             stats.heal_queue_len += set.heal_queue_len() as u64;
             set.counters.add_to(&mut stats);
+            let room = crate::stats::HEAL_QUEUE_SHOWN.saturating_sub(stats.heal_queue.len());
+            stats.heal_queue.extend(set.heal_queue_entries(i, room));
         }
         if let Some(scan) = &self.scan {
             stats.scan = scan.snapshot();

@@ -19,6 +19,13 @@ use crate::quorum::{count_ok, on_all, pick_meta, read_quorum, write_quorum, Meta
 /// An object to heal: bucket and key.
 pub type HealRequest = (String, String);
 
+/// The heal worker's own state as the set shows it ([`ErasureSet::heal_queue_entries`]).
+#[derive(Debug, Default, Clone)]
+struct HealView {
+    healing: Option<HealRequest>,
+    retries: Vec<(HealRequest, u32, tokio::time::Instant)>,
+}
+
 pub struct ErasureSet {
     pub(crate) drives: Vec<Arc<dyn Drive>>,
     pub(crate) cfg: ObjectConfig,
@@ -30,6 +37,8 @@ pub struct ErasureSet {
     heal_tx: mpsc::Sender<HealRequest>,
     /// Objects queued for heal and not yet taken: a burst of reads of one damaged object queues it once.
     heal_pending: Mutex<HashSet<HealRequest>>,
+    /// What the heal worker shows of itself: the object it heals now and its first retries due.
+    heal_view: Mutex<HealView>,
     /// The heal queue, when no worker task took it (a runtime without workers): worked through
     /// by [`crate::ErasureServer::run_background`].
     pub(crate) heal_worker: tokio::sync::Mutex<Option<crate::heal_queue::HealWorker>>,
@@ -110,6 +119,7 @@ impl ErasureSet {
             locks: Arc::new(NsLock::default()) as Arc<dyn Locker>,
             heal_tx,
             heal_pending: Mutex::new(HashSet::new()),
+            heal_view: Mutex::new(HealView::default()),
             heal_worker: tokio::sync::Mutex::new(None),
             counters: Default::default(),
             buffers: default_buffers(),
@@ -272,6 +282,72 @@ impl ErasureSet {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .len()
+    }
+
+    /// Records what the heal worker does now (`None` when it is idle).
+    pub(crate) fn heal_now(&self, req: Option<&HealRequest>) {
+        self.heal_view
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .healing = req.cloned();
+    }
+
+    /// Records the first retries due (request, failed attempts, due), in due order.
+    pub(crate) fn heal_retries(&self, first: Vec<(HealRequest, u32, tokio::time::Instant)>) {
+        self.heal_view
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retries = first;
+    }
+
+    /// Up to `limit` entries of this set's heal lists: the object being healed, a sample of the
+    /// queued ones (in no particular order), then the retries by due time.
+    pub(crate) fn heal_queue_entries(
+        &self,
+        set: usize,
+        limit: usize,
+    ) -> Vec<crate::stats::HealQueueEntry> {
+        use crate::stats::{HealEntryState, HealQueueEntry};
+        let entry = |(bucket, key): &HealRequest, state, attempts, due_in| HealQueueEntry {
+            set,
+            bucket: bucket.clone(),
+            key: key.clone(),
+            state,
+            attempts,
+            due_in,
+        };
+        let mut out = Vec::new();
+        let view = self
+            .heal_view
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        out.extend(
+            view.healing
+                .iter()
+                .map(|r| entry(r, HealEntryState::Healing, 0, None)),
+        );
+        {
+            let pending = self.heal_pending.lock().unwrap_or_else(|p| p.into_inner());
+            let room = limit.saturating_sub(out.len());
+            out.extend(
+                pending
+                    .iter()
+                    .take(room)
+                    .map(|r| entry(r, HealEntryState::Queued, 0, None)),
+            );
+        }
+        let now = tokio::time::Instant::now();
+        let room = limit.saturating_sub(out.len());
+        out.extend(view.retries.iter().take(room).map(|(r, attempts, due)| {
+            entry(
+                r,
+                HealEntryState::Retry,
+                *attempts,
+                Some(due.saturating_duration_since(now)),
+            )
+        }));
+        out
     }
 
     pub(crate) fn heal_done(&self, req: &HealRequest) {

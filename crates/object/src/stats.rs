@@ -112,6 +112,34 @@ pub struct DriveState {
     pub online: bool,
 }
 
+/// How many heal queue entries [`LayerStats::heal_queue`] lists.
+pub const HEAL_QUEUE_SHOWN: usize = 50;
+
+/// Where an object on a heal worker's list stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealEntryState {
+    /// The worker is healing it now.
+    Healing,
+    /// Waiting on the queue.
+    Queued,
+    /// A heal failed (a drive was out of reach): tried again when due.
+    Retry,
+}
+
+/// One object on a heal worker's list.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HealQueueEntry {
+    /// The erasure set (0-based) whose worker holds it.
+    pub set: usize,
+    pub bucket: String,
+    pub key: String,
+    pub state: HealEntryState,
+    /// Failed attempts so far.
+    pub attempts: u32,
+    /// For a retry: how long until it is due (zero when overdue).
+    pub due_in: Option<std::time::Duration>,
+}
+
 /// A snapshot of the object layer's state and counters (totals since start).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LayerStats {
@@ -142,6 +170,9 @@ pub struct LayerStats {
     pub heal_retry_dropped_total: u64,
     /// Heals given up after their last attempt.
     pub heal_given_up_total: u64,
+    /// What the heal workers are doing: the objects being healed, then a sample of those
+    /// queued, then the first retries due, at most [`HEAL_QUEUE_SHOWN`] in all.
+    pub heal_queue: Vec<HealQueueEntry>,
     /// The background scanner.
     pub scan: ScanStats,
     /// The heal jobs of this node ([`crate::ErasureServer::start_heal_job`]).

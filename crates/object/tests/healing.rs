@@ -170,6 +170,25 @@ async fn writes_that_missed_an_offline_drive_are_healed_when_it_returns() {
     let s = layer.stats().await;
     assert_eq!(s.heal_retry_len, 2, "{s:?}");
     assert!(s.heal_retried_total >= 4, "retried with back-off: {s:?}");
+    // heal/status lists them: which objects wait, how often they failed, when they are due.
+    let mut listed: Vec<_> = s
+        .heal_queue
+        .iter()
+        .filter(|e| e.state == HealEntryState::Retry)
+        .map(|e| (e.set, e.bucket.as_str(), e.key.as_str()))
+        .collect();
+    listed.sort();
+    assert_eq!(
+        listed,
+        [(0, BUCKET, "big"), (0, BUCKET, "dir/small")],
+        "{s:?}"
+    );
+    assert!(
+        s.heal_queue
+            .iter()
+            .all(|e| e.state != HealEntryState::Retry || (e.attempts >= 1 && e.due_in.is_some())),
+        "{s:?}"
+    );
 
     // On-demand heal reports what it could not do, and why.
     let report = layer.heal(Some(BUCKET), "").await.unwrap();
@@ -186,7 +205,10 @@ async fn writes_that_missed_an_offline_drive_are_healed_when_it_returns() {
 
     // The drive returns: the retry list brings it back in line.
     drives[3].set_faults(None);
-    wait_stats(&layer, "retry list to drain", |s| s.heal_retry_len == 0).await;
+    wait_stats(&layer, "retry list to drain", |s| {
+        s.heal_retry_len == 0 && s.heal_queue.is_empty()
+    })
+    .await;
     wait_for("the missed writes on the returned drive", || {
         meta_path(&down, "big").exists() && meta_path(&down, "dir/small").exists()
     })

@@ -5,8 +5,8 @@
 //!
 //! - `POST /quarry/admin/v1/heal[?bucket=B[&prefix=P]]`: heals every object of the bucket (or of
 //!   every bucket) under the prefix now, and answers what was done ([`HealReportJson`]).
-//! - `GET /quarry/admin/v1/heal/status`: the heal queue, the retry list and the background
-//!   scanner ([`HealStatusJson`]).
+//! - `GET /quarry/admin/v1/heal/status`: the heal queue, the retry list (their lengths and
+//!   their first entries) and the background scanner ([`HealStatusJson`]).
 //! - `POST /quarry/admin/v1/heal/jobs[?bucket=B[&prefix=P]]`: starts a heal job in the
 //!   background and answers its first status, with its id ([`HealJobJson`]).
 //! - `GET /quarry/admin/v1/heal/jobs/<id>`: one job's status; `GET /quarry/admin/v1/heal/jobs`:
@@ -17,6 +17,9 @@
 //!   totals ([`DrivesJson`]); the same probe as `info` without the nodes and traffic.
 //! - `GET /quarry/admin/v1/metrics`: this node's `/metrics` text (Prometheus), for signed
 //!   callers (the web console's charts) whatever `--metrics-token` / `--metrics-public` say.
+//! - `GET /quarry/admin/v1/metrics/history`: the charted series of the last ten minutes, one
+//!   sample every ten seconds (`{"every_seconds": 10, "samples": [{"t": ms, "text": "..."}]}`,
+//!   see `crate::metrics_history`).
 //!
 //! - `POST /quarry/admin/v1/users/enable?user=U`, `POST .../users/disable?user=U`: a disabled
 //!   user's keys, service accounts and sessions are refused from the next request on.
@@ -76,6 +79,8 @@ pub enum AdminOp {
     Drives,
     /// `GET /quarry/admin/v1/metrics`.
     Metrics,
+    /// `GET /quarry/admin/v1/metrics/history`: the charted series of the last minutes.
+    MetricsHistory,
     /// `POST /quarry/admin/v1/data-plane/reset` (`?peer=host:port`, else every peer).
     ResetDataPlane { peer: Option<String> },
     /// `POST /quarry/admin/v1/users/enable?user=U` (or `users/disable`).
@@ -117,6 +122,7 @@ impl AdminOp {
             AdminOp::Info => "AdminInfo",
             AdminOp::Drives => "AdminDrives",
             AdminOp::Metrics => "AdminMetrics",
+            AdminOp::MetricsHistory => "AdminMetricsHistory",
             AdminOp::ResetDataPlane { .. } => "AdminResetDataPlane",
             AdminOp::SetUserEnabled { .. } => "AdminSetUserEnabled",
             AdminOp::AddServiceAccount { .. } => "AdminAddServiceAccount",
@@ -178,6 +184,7 @@ fn parse_call(method: &Method, path: &str, query: &Query) -> Result<AdminOp, S3E
         "info" => (AdminOp::Info, Method::GET),
         "drives" => (AdminOp::Drives, Method::GET),
         "metrics" => (AdminOp::Metrics, Method::GET),
+        "metrics/history" => (AdminOp::MetricsHistory, Method::GET),
         state @ ("users/enable" | "users/disable") => (
             AdminOp::SetUserEnabled {
                 user: non_empty("user").ok_or_else(|| {
@@ -327,6 +334,10 @@ pub(crate) async fn handle(ctx: &ReqCtx, op: AdminOp) -> ApiResult<Response> {
             let layer = ctx.layer().stats().await;
             Ok(crate::metrics::response(ctx.state.metrics.render(&layer)))
         }
+        AdminOp::MetricsHistory => json(&serde_json::json!({
+            "every_seconds": crate::metrics_history::EVERY.as_secs(),
+            "samples": ctx.state.metrics.history.samples(),
+        })),
         AdminOp::ResetDataPlane { peer } => {
             let peer = peer.as_deref();
             let reset = ctx.layer().reset_data_plane(peer).await?;
@@ -638,6 +649,42 @@ pub struct HealStatusJson {
     pub scanner: ScannerJson,
     /// Heals of this node's replaced drives, running or finished since start.
     pub drive_heals: Vec<DriveHealJson>,
+    /// What the heal workers hold: objects being healed, a sample of those queued, then the
+    /// first retries due (at most `quarry_object::HEAL_QUEUE_SHOWN`).
+    pub queue: Vec<HealQueueJson>,
+}
+
+/// One object on a heal worker's list.
+#[derive(Debug, Serialize)]
+pub struct HealQueueJson {
+    /// The erasure set, 0-based.
+    pub set: usize,
+    pub bucket: String,
+    pub key: String,
+    /// `healing`, `queued` or `retry`.
+    pub state: &'static str,
+    /// Failed attempts so far.
+    pub attempts: u32,
+    /// For a retry: seconds until it is tried again.
+    pub due_in_seconds: Option<f64>,
+}
+
+impl From<&quarry_object::HealQueueEntry> for HealQueueJson {
+    fn from(e: &quarry_object::HealQueueEntry) -> Self {
+        use quarry_object::HealEntryState as S;
+        HealQueueJson {
+            set: e.set,
+            bucket: e.bucket.clone(),
+            key: e.key.clone(),
+            state: match e.state {
+                S::Healing => "healing",
+                S::Queued => "queued",
+                S::Retry => "retry",
+            },
+            attempts: e.attempts,
+            due_in_seconds: e.due_in.map(|d| (d.as_secs_f64() * 10.0).round() / 10.0),
+        }
+    }
 }
 
 /// A replaced drive's heal, as its checkpoint says.
@@ -720,6 +767,7 @@ impl From<&LayerStats> for HealStatusJson {
                 last_pass_end: rfc3339(s.scan.last_pass_end_ns),
             },
             drive_heals: s.drive_heals.iter().map(DriveHealJson::from).collect(),
+            queue: s.heal_queue.iter().map(HealQueueJson::from).collect(),
         }
     }
 }
