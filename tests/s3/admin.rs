@@ -238,6 +238,7 @@ async fn admin_calls_fail_clearly() {
         (reqwest::Method::POST, "/quarry/admin/v1/heal?bucket=bkt"),
         (reqwest::Method::GET, "/quarry/admin/v1/heal/status"),
         (reqwest::Method::GET, "/quarry/admin/v1/metrics"),
+        (reqwest::Method::GET, "/quarry/admin/v1/metrics/history"),
         (
             reqwest::Method::POST,
             "/quarry/admin/v1/heal/jobs?bucket=bkt",
@@ -284,6 +285,38 @@ async fn admin_metrics_answers_signed_root_calls() {
     );
     let resp = send_raw("GET", &url, &signed.headers, vec![]).await;
     expect_raw_error(resp, 403, "SignatureDoesNotMatch").await;
+
+    // The console's charts open with the last minutes: a sample every 10 s, the charted series
+    // only, the latency histogram summed over operations.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let history = loop {
+        let resp = s
+            .signed("GET", "/quarry/admin/v1/metrics/history", &[], vec![])
+            .await;
+        assert_eq!(resp.status(), 200);
+        let v: serde_json::Value = serde_json::from_str(&resp.text().await.unwrap()).unwrap();
+        if !v["samples"].as_array().unwrap().is_empty() {
+            break v;
+        }
+        assert!(std::time::Instant::now() < deadline, "no sample in 30 s");
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
+    assert_eq!(history["every_seconds"], 10);
+    let sample = &history["samples"][0];
+    assert!(
+        sample["t"].as_i64().unwrap() > 1_700_000_000_000,
+        "{sample}"
+    );
+    let text = sample["text"].as_str().unwrap();
+    assert!(
+        text.contains("quarry_s3_requests_total{op=\"CreateBucket\",code=\"200\"} 1"),
+        "{text}"
+    );
+    assert!(
+        text.contains("quarry_s3_request_duration_seconds_bucket{le=\"+Inf\"}"),
+        "{text}"
+    );
+    assert!(!text.contains("quarry_uptime_seconds"), "{text}");
 }
 
 /// `quarry admin reset-connections` drops a node's data-plane connections; transfers go on over

@@ -42,6 +42,7 @@ mod lifecycle;
 pub mod lifecycle_worker;
 mod list;
 mod metrics;
+pub mod metrics_history;
 mod multipart;
 mod object_lock;
 mod post_object;

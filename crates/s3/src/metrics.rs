@@ -129,6 +129,8 @@ impl OpCounters {
 pub struct Metrics {
     /// The lifecycle worker's counters.
     pub(crate) lifecycle: Arc<crate::lifecycle_worker::LifecycleCounters>,
+    /// The charted series of the last minutes (admin `metrics/history`).
+    pub(crate) history: crate::metrics_history::MetricsHistory,
     ops: Box<[OnceLock<OpCounters>]>,
     other: OpCounters,
     start: Instant,
@@ -138,6 +140,7 @@ impl Default for Metrics {
     fn default() -> Self {
         Metrics {
             lifecycle: Arc::default(),
+            history: Default::default(),
             ops: (0..MAX_OPS).map(|_| OnceLock::new()).collect(),
             other: OpCounters::new("Other"),
             start: Instant::now(),

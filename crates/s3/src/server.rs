@@ -430,6 +430,7 @@ fn app_with(
         ids: RequestIds::new(),
         metrics,
     });
+    crate::metrics_history::spawn(Arc::downgrade(&state));
     axum::Router::new().fallback(move |req: Request| handle(state.clone(), req))
 }
 
