@@ -53,6 +53,31 @@ function infoPart(info) {
   ];
 }
 
+const STATE = { healing: ["ok", "healing now"], queued: ["warn", "queued"], retry: ["bad", "waiting for a drive"] };
+
+// What the heal workers hold (a sample when the lists are long) and replaced drives' heals.
+function healLists(heal) {
+  const parts = [];
+  if (heal.queue?.length) {
+    const waiting = heal.queue_len + heal.retry_len;
+    const listed = heal.queue.filter((e) => e.state !== "healing").length;
+    parts.push(h("table", { id: "heal-queue", "aria-label": "Heal queue" },
+      h("thead", {}, h("tr", {}, h("th", {}, "Object"), h("th", {}, "State"), h("th", { class: "num hide-narrow" }, "Set"), h("th", { class: "num" }, "Failed attempts"), h("th", { class: "num hide-narrow" }, "Next try"))),
+      h("tbody", {}, heal.queue.map((e) => h("tr", { "data-heal": `${e.bucket}/${e.key}`, "data-state": e.state },
+        h("td", { class: "name" }, `${e.bucket}/${e.key}`), h("td", {}, h("span", { class: `badge ${STATE[e.state]?.[0] || ""}` }, STATE[e.state]?.[1] || e.state)),
+        h("td", { class: "num hide-narrow" }, String(e.set + 1)), h("td", { class: "num" }, String(e.attempts)),
+        h("td", { class: "num hide-narrow" }, e.due_in_seconds != null ? `in ${e.due_in_seconds.toFixed(0)} s` : "–"))))));
+    if (waiting > listed) parts.push(h("p", { class: "muted" }, `and ${(waiting - listed).toLocaleString()} more not listed`));
+  }
+  for (const d of heal.drive_heals || []) {
+    parts.push(h("p", { class: "drive-heal", "data-drive": d.endpoint },
+      h("span", { class: `badge ${d.phase === "done" ? "ok" : "warn"}` }, `drive ${d.phase}`), " ",
+      h("span", { class: "name" }, d.endpoint), `: ${d.scanned.toLocaleString()} objects checked, ${d.healed.toLocaleString()} healed (${fmtBytes(d.bytes)}), ${d.failed} failed`,
+      d.bucket ? `, at ${d.bucket}/${d.last_key || ""}` : "", d.phase === "done" ? `; verified with ${d.verify_missing} missing` : ""));
+  }
+  return parts;
+}
+
 function healPart(heal) {
   const sc = heal.scanner;
   return h("div", { class: "card", id: "heal" }, h("dl", { class: "kv" },
@@ -60,7 +85,7 @@ function healPart(heal) {
     h("dt", {}, "Healed"), h("dd", {}, `${heal.healed_objects_total} objects (${heal.failed_total} failed, ${heal.given_up_total} given up, ${heal.queue_dropped_total} dropped)`),
     h("dt", {}, "Scanner"), h("dd", {}, !sc.enabled ? "off" : sc.running ? "running now" : "idle",
       sc.enabled ? `; ${sc.passes_total} passes, ${sc.objects_total} objects checked, ${sc.healed_total} healed` : ""),
-    h("dt", {}, "Last pass"), h("dd", {}, sc.last_pass_end ? `${fmtDate(sc.last_pass_start)} – ${fmtDate(sc.last_pass_end)}` : "none yet")));
+    h("dt", {}, "Last pass"), h("dd", {}, sc.last_pass_end ? `${fmtDate(sc.last_pass_start)} – ${fmtDate(sc.last_pass_end)}` : "none yet")), ...healLists(heal));
 }
 
 function chartsPart() {
@@ -113,6 +138,7 @@ export async function clusterView() {
     }
   };
   leaveCluster();
+  await metrics.seed();
   await refresh();
   timer = setInterval(refresh, metrics.EVERY_MS);
 }

@@ -205,6 +205,14 @@ export async function userView(name) {
     await reload();
   }));
 
+  const accounts = await serviceAccountsPart(name, reload);
+  const adminCall = (path, method = "POST", query, body) => api.s3(`/api/s3/quarry/admin/v1/${path}`, { method, query, body });
+  const state = (enabled) => h("button", { type: "button", class: enabled ? "secondary" : "danger", id: enabled ? "enable-user" : "disable-user",
+    onclick: () => attempt(err, async () => {
+      await adminCall(enabled ? "users/enable" : "users/disable", "POST", { user: name });
+      toast(enabled ? `${name} can sign in again.` : `${name} is disabled: its keys, service accounts and sessions are refused.`);
+    }) }, enabled ? "Enable user" : "Disable user");
+
   const remove = h("button", { type: "button", class: "danger", id: "delete-user", onclick: () => confirm(`Delete the user ${name}?`) && attempt(err, async () => {
     await api.iam("DeleteUser", { UserName: name });
     toast(`User ${name} deleted.`);
@@ -221,7 +229,53 @@ export async function userView(name) {
     h("h2", {}, "Inline policies"), h("div", { class: "card", id: "inline-policies" }, inline,
       h("label", { for: "inline-name" }, "Add or replace an inline policy"), inlineName, inlineDoc, h("div", { class: "row" }, inlineSave)),
     h("h2", {}, "Groups"), h("div", { class: "card" }, table("Groups", ["Group", ""], groups), join),
-    h("div", { class: "row" }, h("span", { class: "muted" }, "A user is deleted once its keys, policies and group memberships are gone."), h("span", { class: "spacer" }), remove));
+    h("h2", {}, "Service accounts"), accounts,
+    h("div", { class: "row" }, h("span", { class: "muted" }, "A user is deleted once its keys, policies and group memberships are gone."), h("span", { class: "spacer" }), state(true), state(false), remove));
+}
+
+// A user's service accounts (the admin API: root only): keys that act as the user, narrowed by
+// their own policy when they have one, until their expiry when they have one.
+async function serviceAccountsPart(user, reload) {
+  const err = errorBox();
+  const card = h("div", { class: "card", id: "service-accounts" }, err);
+  const admin = (path, opts) => api.s3(`/api/s3/quarry/admin/v1/${path}`, opts);
+  let list;
+  try {
+    list = (await (await admin("service-accounts", { query: { parent: user } })).json()).serviceAccounts;
+  } catch (x) {
+    card.append(h("p", { class: "muted" }, x.code === "AccessDenied" ? "Only the root user manages service accounts." : `Service accounts cannot be listed: ${x.message}`));
+    return card;
+  }
+  const body = h("tbody", {}, list.map((a) => h("tr", { "data-account": a.accessKey },
+    h("td", { class: "name" }, a.accessKey, a.name ? h("div", { class: "muted" }, a.name) : null),
+    h("td", {}, h("span", { class: `badge ${a.active ? "ok" : "warn"}` }, a.active ? "active" : "inactive")),
+    h("td", { class: "hide-narrow" }, a.expires ? fmtDate(a.expires) : "never"),
+    h("td", { class: "hide-narrow" }, a.hasPolicy ? "own policy (narrowed)" : "the user's"),
+    h("td", {}, h("button", { type: "button", class: "danger", onclick: () => confirm(`Delete the service account ${a.accessKey}?`) && attempt(err, async () => {
+      await admin(`service-accounts/${encodeURIComponent(a.accessKey)}`, { method: "DELETE" });
+      toast(`Service account ${a.accessKey} deleted.`);
+      await reload();
+    }) }, "Delete")))));
+  if (!list.length) body.append(empty(5, "No service accounts."));
+  const label = h("input", { id: "sa-name", spellcheck: "false", autocomplete: "off", placeholder: "Name (optional)", "aria-label": "Service account name" });
+  const expires = h("input", { id: "sa-expires", type: "datetime-local", "aria-label": "Expires (optional)" });
+  const policy = policyEditor("sa-policy", " ");
+  policy.placeholder = "No policy: the account can do what the user can.";
+  const create = h("button", { type: "button", id: "sa-create", onclick: () => attempt(err, async () => {
+    const doc = policy.value.trim() ? policy.documentText() : undefined;
+    const when = expires.value ? new Date(expires.value).toISOString().replace(/\.\d+Z$/, "Z") : undefined;
+    const r = await admin("service-accounts", { method: "POST", query: { parent: user, name: label.value.trim() || undefined, expires: when },
+      body: doc, headers: { "Content-Type": "application/json" } });
+    const a = await r.json();
+    secretDialog(a.accessKey, a.secretKey);
+    await reload();
+  }) }, "Create service account");
+  card.append(table("Service accounts", ["Access key", "State", h("span", { class: "hide-narrow" }, "Expires"), h("span", { class: "hide-narrow" }, "Permissions"), ""], body),
+    h("details", {}, h("summary", {}, "New service account"),
+      h("div", { class: "row" }, label, h("label", { for: "sa-expires", class: "inline" }, "Expires"), expires),
+      h("p", { class: "muted" }, "Optional policy: the account may do only what both this policy and the user's own allow."), policy,
+      h("div", { class: "row" }, create)));
+  return card;
 }
 
 export async function groupsView() {

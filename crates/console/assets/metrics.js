@@ -1,5 +1,6 @@
 // The server's own Prometheus metrics, sampled while the cluster page is open and kept for the
-// last minutes in page memory, turned into rates and percentiles.
+// last minutes in page memory (seeded from the server's history of them), turned into rates and
+// percentiles.
 import * as api from "./api.js";
 
 export const EVERY_MS = 5000;
@@ -25,6 +26,21 @@ function labels(id) {
   const l = {};
   if (i >= 0) for (const m of id.slice(i + 1, -1).matchAll(/(\w+)="((?:[^"\\]|\\.)*)"/g)) l[m[1]] = m[2];
   return { name, l };
+}
+
+// Seeds the page's samples with the server's own history (the last ten minutes, a sample every
+// ten seconds), once, so the charts do not start empty. A server without it changes nothing.
+let seeded = false;
+export async function seed() {
+  if (seeded) return;
+  seeded = true;
+  try {
+    const r = await api.s3("/api/s3/quarry/admin/v1/metrics/history");
+    const h = await r.json();
+    const first = samples.length ? samples[0].t : Infinity;
+    const old = h.samples.filter((s) => s.t < first && s.t >= Date.now() - KEEP_MS).map((s) => ({ t: s.t, series: parse(s.text) }));
+    samples.unshift(...old);
+  } catch (_) { seeded = false; }
 }
 
 export async function sample() {

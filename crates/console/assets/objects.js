@@ -23,28 +23,92 @@ async function bucketUsage(bucket) {
   }
 }
 
+const XMLNS = 'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"';
+const esc = (v) => v.replace(/[<>&'"]/g, (c) => ({ "<": "&lt;", ">": "&gt;", "&": "&amp;", "'": "&apos;", '"': "&quot;" })[c]);
+const xmlPut = (bucket, key, sub, body, extra = {}) => api.s3(api.s3Path(bucket, key), { method: "PUT", query: { [sub]: "", ...extra },
+  headers: { "Content-Type": "application/xml" }, body });
+
+function setVersioning(bucket, status) {
+  return xmlPut(bucket, undefined, "versioning", `<VersioningConfiguration ${XMLNS}><Status>${status}</Status></VersioningConfiguration>`);
+}
+
+function setDefaultEncryption(bucket, algorithm, kmsKey) {
+  const key = algorithm === "aws:kms" && kmsKey ? `<KMSMasterKeyID>${esc(kmsKey)}</KMSMasterKeyID>` : "";
+  return xmlPut(bucket, undefined, "encryption", `<ServerSideEncryptionConfiguration ${XMLNS}><Rule><ApplyServerSideEncryptionByDefault>` +
+    `<SSEAlgorithm>${esc(algorithm)}</SSEAlgorithm>${key}</ApplyServerSideEncryptionByDefault></Rule></ServerSideEncryptionConfiguration>`);
+}
+
+// A bucket's settings: versioning (which can be switched here), object lock and default
+// encryption. A setting the caller may not read says so rather than hiding the card.
+async function settingsCard(bucket) {
+  const card = h("div", { class: "card", id: "bucket-settings" }, h("h2", {}, "Settings"));
+  const dl = h("dl", { class: "kv" });
+  const err = errorBox();
+  card.append(err, dl);
+  const get = (sub) => api.s3Xml(api.s3Path(bucket), { query: { [sub]: "" } }).then((d) => ({ d }), (x) => ({ x }));
+  const [ver, lock, enc] = await Promise.all([get("versioning"), get("object-lock"), get("encryption")]);
+  const status = ver.d ? text(ver.d, "Status") || "Off" : null;
+  const toggle = status && h("button", { type: "button", class: "secondary", id: "toggle-versioning", onclick: async () => {
+    err.show(null);
+    try { await setVersioning(bucket, status === "Enabled" ? "Suspended" : "Enabled"); card.replaceWith(await settingsCard(bucket)); }
+    catch (x) { err.show(x); }
+  } }, status === "Enabled" ? "Suspend" : "Enable");
+  let lockText;
+  if (lock.d) {
+    const mode = text(lock.d, "DefaultRetention > Mode");
+    const days = text(lock.d, "DefaultRetention > Days"), years = text(lock.d, "DefaultRetention > Years");
+    lockText = mode ? `On; new objects kept ${days ? `${days} day(s)` : `${years} year(s)`} in ${mode} mode` : "On; no default retention";
+  } else lockText = lock.x.code === "ObjectLockConfigurationNotFoundError" ? "Off" : `Unknown: ${lock.x.message}`;
+  let encText;
+  if (enc.d) {
+    const alg = text(enc.d, "SSEAlgorithm"), key = text(enc.d, "KMSMasterKeyID");
+    encText = alg === "aws:kms" ? `SSE-KMS${key ? ` with key ${key}` : ""}` : alg === "AES256" ? "SSE-S3" : alg;
+  } else encText = enc.x.code === "ServerSideEncryptionConfigurationNotFoundError" ? "None" : `Unknown: ${enc.x.message}`;
+  dl.append(
+    h("dt", {}, "Versioning"), h("dd", { id: "setting-versioning" }, status ?? `Unknown: ${ver.x.message}`, " ", toggle || null),
+    h("dt", {}, "Object lock"), h("dd", { id: "setting-lock" }, lockText),
+    h("dt", {}, "Default encryption"), h("dd", { id: "setting-encryption" }, encText));
+  return card;
+}
+
 export async function bucketsView() {
   const err = errorBox();
   const body = h("tbody");
   const name = h("input", { id: "new-bucket", required: true, pattern: "[a-z0-9][a-z0-9.\\-]{1,61}[a-z0-9]",
     title: "3 to 63 lower-case letters, digits, dots and hyphens", spellcheck: "false", autocomplete: "off" });
   const versioning = h("input", { type: "checkbox", id: "new-versioning" });
+  const lock = h("input", { type: "checkbox", id: "new-lock", onchange: () => { if (lock.checked) versioning.checked = true; versioning.disabled = lock.checked; } });
+  const encryption = h("select", { id: "new-encryption", "aria-label": "Default encryption" },
+    h("option", { value: "" }, "No default encryption"), h("option", { value: "AES256" }, "SSE-S3 (server keys)"),
+    h("option", { value: "aws:kms" }, "SSE-KMS (a KMS key)"));
+  const kmsKey = h("input", { id: "new-kms-key", placeholder: "KMS key id", "aria-label": "KMS key id", hidden: true, spellcheck: "false", autocomplete: "off" });
+  encryption.addEventListener("change", () => { kmsKey.hidden = encryption.value !== "aws:kms"; kmsKey.required = !kmsKey.hidden; });
   const create = h("form", { class: "card row", "aria-label": "Create a bucket" },
     h("label", { for: "new-bucket", class: "inline" }, "New bucket"), name,
     h("label", { class: "inline" }, versioning, "Versioning"),
+    h("label", { class: "inline", title: "Object lock needs versioning and cannot be turned off later" }, lock, "Object lock"),
+    encryption, kmsKey,
     h("button", { type: "submit", id: "create-bucket" }, "Create bucket"));
   create.addEventListener("submit", async (e) => {
     e.preventDefault();
     err.show(null);
     const b = name.value.trim();
     try {
-      await api.s3(api.s3Path(b), { method: "PUT" });
-      if (versioning.checked) {
-        await api.s3(api.s3Path(b), { method: "PUT", query: { versioning: "" }, headers: { "Content-Type": "application/xml" },
-          body: '<VersioningConfiguration xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Status>Enabled</Status></VersioningConfiguration>' });
+      await api.s3(api.s3Path(b), { method: "PUT", headers: lock.checked ? { "x-amz-bucket-object-lock-enabled": "true" } : {} });
+      // The bucket exists from here on: a failed setting is reported, and the bucket is kept.
+      try {
+        if (versioning.checked && !lock.checked) await setVersioning(b, "Enabled");
+        if (encryption.value) await setDefaultEncryption(b, encryption.value, kmsKey.value.trim());
+      } catch (x) {
+        await load();
+        err.show(Object.assign(x, { message: `Bucket ${b} was created, but a setting was refused: ${x.message}` }));
+        return;
       }
       toast(`Bucket ${b} created.`);
-      name.value = "";
+      create.reset();
+      versioning.disabled = false;
+      kmsKey.hidden = true;
+      kmsKey.required = false;
       await load();
     } catch (x) { err.show(x); }
   });
@@ -211,7 +275,8 @@ export async function objectsView(bucket, prefix) {
     acc += seg + "/";
     crumbs.append(" / ", h("a", { href: bucketHash(bucket, acc) }, seg));
   }
-  setMain(crumbs, h("h1", {}, prefix ? prefix : bucket), err,
+  const settings = h("div", {});
+  setMain(crumbs, h("h1", {}, prefix ? prefix : bucket), err, settings,
     h("div", { class: "card" }, drop, uploads),
     h("div", { class: "card" },
       h("div", { class: "row" }, search, h("span", { class: "spacer" }), delSel,
@@ -221,6 +286,7 @@ export async function objectsView(bucket, prefix) {
           h("th", { scope: "col", class: "hide-narrow" }, "Modified"), h("th", { scope: "col" }, h("span", { class: "muted" }, "Actions")))),
         body),
       h("div", { class: "pager" }, prev, pageInfo, next)));
+  if (!prefix) settingsCard(bucket).then((c) => settings.replaceChildren(c), () => {});
   await safe();
 }
 
@@ -253,9 +319,12 @@ export async function detailsView(bucket, key) {
       kv("Key", key), kv("Size", `${fmtBytes(size)} (${size.toLocaleString()} bytes)`), kv("ETag", hd.get("etag")),
       kv("Content type", hd.get("content-type")), kv("Last modified", fmtDate(hd.get("last-modified"))),
       kv("Version", hd.get("x-amz-version-id")), kv("Storage class", hd.get("x-amz-storage-class") || "STANDARD"),
-      kv("Checksum type", hd.get("x-amz-checksum-type")))),
+      kv("Checksum type", hd.get("x-amz-checksum-type")), kv("Encryption", encryptionOf(hd)),
+      kv("Retention", hd.get("x-amz-object-lock-mode") && `${hd.get("x-amz-object-lock-mode")} until ${fmtDate(hd.get("x-amz-object-lock-retain-until-date"))}`),
+      kv("Legal hold", hd.get("x-amz-object-lock-legal-hold")))),
     h("div", { class: "card" }, h("h2", {}, "Metadata"), meta.length ? h("dl", { class: "kv" }, meta) : h("p", { class: "muted" }, "No user metadata.")),
     h("div", { class: "card" }, h("h2", {}, "Checksums"), sums.length ? h("dl", { class: "kv" }, sums) : h("p", { class: "muted" }, "No stored checksum besides the ETag.")));
+  main.append(await tagsCard(bucket, key));
   const versions = h("div", { class: "card" }, h("h2", {}, "Versions"));
   main.append(versions);
   try {
@@ -272,4 +341,40 @@ export async function detailsView(bucket, key) {
       ? h("table", {}, h("thead", {}, h("tr", {}, h("th", {}, "Version"), h("th", {}, "Size"), h("th", { class: "hide-narrow" }, "Modified"), h("th", {}, ""))), h("tbody", {}, rows))
       : h("p", { class: "muted" }, "One version (versioning is off for this bucket, or the object was never overwritten)."));
   } catch (x) { versions.append(h("p", { class: "muted" }, `Versions cannot be listed: ${x.message}`)); }
+}
+
+function encryptionOf(hd) {
+  const alg = hd.get("x-amz-server-side-encryption");
+  if (alg === "aws:kms") return `SSE-KMS, key ${hd.get("x-amz-server-side-encryption-aws-kms-key-id") || "default"}`;
+  if (alg === "AES256") return "SSE-S3";
+  if (hd.get("x-amz-server-side-encryption-customer-algorithm")) return "SSE-C (customer key)";
+  return alg;
+}
+
+// An object's tags (at most 10, as S3 allows), shown and edited as `key=value` lines.
+async function tagsCard(bucket, key) {
+  const err = errorBox();
+  const area = h("textarea", { id: "tags", class: "code", rows: 4, spellcheck: "false", "aria-label": "Tags, one key=value per line" });
+  const card = h("div", { class: "card", id: "object-tags" }, h("h2", {}, "Tags"), err);
+  try {
+    const doc = await api.s3Xml(api.s3Path(bucket, key), { query: { tagging: "" } });
+    area.value = [...doc.querySelectorAll("TagSet > Tag")].map((t) => `${text(t, "Key")}=${text(t, "Value")}`).join("\n");
+  } catch (x) {
+    card.append(h("p", { class: "muted" }, `Tags cannot be read: ${x.message}`));
+    return card;
+  }
+  const save = h("button", { type: "button", id: "save-tags", onclick: async () => {
+    err.show(null);
+    const lines = area.value.split("\n").map((l) => l.trim()).filter(Boolean);
+    const bad = lines.find((l) => !l.includes("=") || l.startsWith("="));
+    if (bad) { err.show(new Error(`Write each tag as key=value: "${bad}" is not.`)); return; }
+    const tags = lines.map((l) => { const i = l.indexOf("="); return `<Tag><Key>${esc(l.slice(0, i).trim())}</Key><Value>${esc(l.slice(i + 1).trim())}</Value></Tag>`; });
+    try {
+      if (tags.length) await xmlPut(bucket, key, "tagging", `<Tagging ${XMLNS}><TagSet>${tags.join("")}</TagSet></Tagging>`);
+      else await api.s3(api.s3Path(bucket, key), { method: "DELETE", query: { tagging: "" } });
+      toast(tags.length ? `${tags.length} tag(s) saved.` : "Tags removed.");
+    } catch (x) { err.show(x); }
+  } }, "Save tags");
+  card.append(area, h("div", { class: "row" }, h("span", { class: "muted" }, "One key=value per line; at most 10."), h("span", { class: "spacer" }), save));
+  return card;
 }
