@@ -4,6 +4,11 @@
 //! Each failure in a row doubles the delay before the next attempt, up to a cap, jittered to
 //! 50–100 % so a cluster does not retry in lockstep; inside that delay callers fail at once with
 //! the last error instead of waiting on a dead address. The first success clears it.
+//!
+//! A peer this process has never reached backs off at most [`NEVER_UP_MAX`]: when a cluster
+//! starts (or restarts as a whole) every peer is unreachable until it listens, and a delay grown
+//! to the cap there only makes requests fail for seconds after the peer is up (a clean-clone CI
+//! run saw UploadPart answer 503 right after a whole-cluster restart for that reason).
 
 use std::fmt::Display;
 use std::time::{Duration, Instant};
@@ -18,12 +23,17 @@ fn backoff(initial: Duration, max: Duration, failures: u32, jitter: f64) -> Dura
     base.mul_f64(jitter.clamp(0.0, 1.0))
 }
 
+/// The longest delay for a peer never reached since this process started.
+pub(crate) const NEVER_UP_MAX: Duration = Duration::from_secs(1);
+
 /// Connection set-ups to one peer that failed in a row, and until when to fail fast.
 #[derive(Debug, Default)]
 pub(crate) struct PeerBackoff {
     failures: u32,
     down_until: Option<Instant>,
     last_error: String,
+    /// Whether a set-up to this peer ever succeeded.
+    ever_up: bool,
 }
 
 /// A peer inside its back-off delay.
@@ -58,6 +68,11 @@ impl PeerBackoff {
         error: impl Display,
     ) -> Duration {
         self.failures = self.failures.saturating_add(1);
+        let max = if self.ever_up {
+            max
+        } else {
+            max.min(NEVER_UP_MAX)
+        };
         let delay = backoff(
             initial,
             max,
@@ -71,13 +86,16 @@ impl PeerBackoff {
 
     /// A set-up succeeded: attempts go ahead again, the count starts over.
     pub(crate) fn succeeded(&mut self) {
-        *self = PeerBackoff::default();
+        *self = PeerBackoff {
+            ever_up: true,
+            ..PeerBackoff::default()
+        };
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{backoff, PeerBackoff};
+    use super::{backoff, PeerBackoff, NEVER_UP_MAX};
     use std::time::{Duration, Instant};
 
     #[test]
@@ -92,9 +110,29 @@ mod tests {
     }
 
     #[test]
+    fn a_peer_never_reached_backs_off_at_most_a_second() {
+        let ms = Duration::from_millis;
+        let mut b = PeerBackoff::default();
+        let starting: Vec<Duration> = (0..12)
+            .map(|_| b.failed(ms(100), ms(60_000), "refused"))
+            .collect();
+        assert!(starting.iter().all(|d| *d <= NEVER_UP_MAX), "{starting:?}");
+        assert!(starting[11] >= NEVER_UP_MAX / 2, "{starting:?}");
+        // Once it was up, a peer that goes away backs off to the configured cap.
+        b.succeeded();
+        let gone: Vec<Duration> = (0..12)
+            .map(|_| b.failed(ms(100), ms(60_000), "refused"))
+            .collect();
+        assert!(gone[11] >= ms(30_000), "{gone:?}");
+        b.succeeded();
+        assert!(b.failed(ms(100), ms(60_000), "refused") <= ms(100));
+    }
+
+    #[test]
     fn peer_is_down_inside_the_delay_and_up_after_a_success() {
         let ms = Duration::from_millis;
         let mut b = PeerBackoff::default();
+        b.succeeded(); // a peer that was up once (one never reached: the test above)
         assert_eq!(b.down(Instant::now()), None);
         let d1 = b.failed(ms(1000), ms(60_000), "refused");
         assert!((ms(500)..=ms(1000)).contains(&d1), "{d1:?}");
