@@ -670,3 +670,70 @@ async fn delete_objects_decides_each_key_by_bucket_policy_and_acl_as_delete_obje
     assert!(refused.is_empty(), "{refused:?}");
     assert!(!exists("acl/b").await && !exists("acl/c").await);
 }
+
+/// A GET or HEAD of a key that does not exist says NoSuchKey only to a caller who may list the
+/// bucket (by a policy or the bucket ACL's READ), AccessDenied to anyone else (AWS, GetObject);
+/// a bucket that does not exist is NoSuchBucket to anyone.
+#[tokio::test]
+async fn a_missing_key_shows_only_to_who_may_list_the_bucket() {
+    let srv = TestServer::start(4).await;
+    let root = srv.client();
+    acl_bucket(&root, "listable", Some(BucketCannedAcl::PublicRead)).await;
+    acl_bucket(&root, "unlisted", None).await;
+    for b in ["listable", "unlisted"] {
+        assert_eq!(
+            put_with_acl(&root, b, "pub", ObjectCannedAcl::PublicRead).await,
+            None
+        );
+    }
+    // Anonymous: the public objects (the controls), then the missing keys.
+    assert_eq!(anon(&srv, "GET", "/listable/pub", b"").await, 200);
+    assert_eq!(anon(&srv, "GET", "/unlisted/pub", b"").await, 200);
+    assert_eq!(anon(&srv, "GET", "/listable/nope", b"").await, 404);
+    assert_eq!(anon(&srv, "HEAD", "/listable/nope", b"").await, 404);
+    assert_eq!(anon(&srv, "GET", "/unlisted/nope", b"").await, 403);
+    assert_eq!(anon(&srv, "HEAD", "/unlisted/nope", b"").await, 403);
+    assert_eq!(anon(&srv, "GET", "/no-such-bucket/nope", b"").await, 404);
+
+    // A user allowed GetObject: AccessDenied for a missing key until it may list the bucket.
+    let (ak, sk) = user_with_key(&srv, "getter").await;
+    let getter = srv.client_with(&ak, &sk);
+    let policy = |list: bool| {
+        let mut actions = vec![
+            r#"{"Effect":"Allow","Action":"s3:GetObject","Resource":"arn:aws:s3:::unlisted/*"}"#,
+        ];
+        if list {
+            actions.push(
+                r#"{"Effect":"Allow","Action":"s3:ListBucket","Resource":"arn:aws:s3:::unlisted"}"#,
+            );
+        }
+        format!(
+            r#"{{"Version":"2012-10-17","Statement":[{}]}}"#,
+            actions.join(",")
+        )
+    };
+    for list in [false, true] {
+        ok(&call(
+            &srv,
+            0,
+            ROOT,
+            "iam",
+            &[
+                ("Action", "PutUserPolicy"),
+                ("UserName", "getter"),
+                ("PolicyName", "get"),
+                ("PolicyDocument", &policy(list)),
+            ],
+        )
+        .await);
+        get(&getter, "unlisted", "pub").await.unwrap();
+        let missing = get(&getter, "unlisted", "nope").await;
+        let want = if list { "NoSuchKey" } else { "AccessDenied" };
+        assert_eq!(missing, Err(want.to_owned()), "ListBucket allowed: {list}");
+    }
+    // Root may list everything.
+    assert_eq!(
+        get(&root, "unlisted", "nope").await,
+        Err("NoSuchKey".to_owned())
+    );
+}

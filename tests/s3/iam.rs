@@ -220,10 +220,11 @@ async fn users_policies_groups_and_keys() {
         .send()
         .await
         .unwrap_err();
+    // S3 tells NoSuchKey only to who may list the bucket; alice may list home/alice/ only.
     assert_eq!(
         error_code(&r).as_deref(),
-        Some("NoSuchKey"),
-        "allowed, so the key's absence shows"
+        Some("AccessDenied"),
+        "GetObject alone does not say which keys exist"
     );
 
     // A managed policy that denies overrides the allow.

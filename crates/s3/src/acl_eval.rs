@@ -87,6 +87,77 @@ fn version_of(endpoint: &Endpoint, parts: &Parts, need: &Need) -> Option<Version
     }
 }
 
+/// Whether the bucket's ACLs count (`None`: BucketOwnerEnforced, they grant nothing), and if so
+/// whether grants to the public groups are ignored (IgnorePublicAcls).
+async fn acl_mode(state: &AppState, bucket: &str) -> ApiResult<Option<bool>> {
+    if ownership(state, bucket).await? == ObjectOwnership::BucketOwnerEnforced {
+        return Ok(None);
+    }
+    let ignore_public = public_access_block(state, bucket)
+        .await?
+        .is_some_and(|p| p.ignore_public_acls);
+    Ok(Some(ignore_public))
+}
+
+/// Whether `caller` may list `bucket` (`s3:ListBucket`): by a policy, or, where none denies it,
+/// by the bucket ACL's READ.
+async fn may_list(
+    state: &AppState,
+    caller: &Caller,
+    bucket: &str,
+    ctx: &Context,
+    bucket_policies: &BucketPolicies,
+) -> ApiResult<bool> {
+    let list = Need {
+        action: "s3:ListBucket",
+        resource: crate::authz::bucket_arn(bucket),
+    };
+    Ok(match decide(caller, &list, ctx, bucket_policies) {
+        Decision::Allow => true,
+        Decision::ExplicitDeny => false,
+        Decision::ImplicitDeny => match acl_mode(state, bucket).await? {
+            Some(ignore_public) => {
+                bucket_acl(state, bucket)
+                    .await?
+                    .allows(caller, Permission::Read, ignore_public)
+            }
+            None => false,
+        },
+    })
+}
+
+/// A GET or HEAD that authorization allowed found no object (`answer` is `NoSuchKey`): S3 says
+/// so only to a caller who may list the bucket, and `AccessDenied` to any other, so that
+/// `s3:GetObject` alone does not tell which keys exist.
+pub(crate) async fn missing_object(
+    ctx: &crate::server::ReqCtx,
+    bucket: &str,
+    key: &str,
+    answer: ApiResult<http::Response<axum::body::Body>>,
+) -> ApiResult<http::Response<axum::body::Body>> {
+    let Err(e) = &answer else { return answer };
+    if e.code() != crate::error::S3ErrorCode::NoSuchKey || ctx.caller.is_root() {
+        return answer;
+    }
+    if may_list(
+        &ctx.state,
+        &ctx.caller,
+        bucket,
+        &ctx.policy_ctx,
+        &ctx.bucket_policies,
+    )
+    .await?
+    {
+        return answer;
+    }
+    Err(denied_for(
+        &ctx.caller,
+        "s3:GetObject",
+        &crate::authz::object_arn(bucket, key),
+    )
+    .into())
+}
+
 /// Whether an ACL grants `caller` what `need` asks.
 async fn granted(
     state: &AppState,
@@ -100,12 +171,9 @@ async fn granted(
     else {
         return Ok(false);
     };
-    if ownership(state, bucket).await? == ObjectOwnership::BucketOwnerEnforced {
+    let Some(ignore_public) = acl_mode(state, bucket).await? else {
         return Ok(false);
-    }
-    let ignore_public = public_access_block(state, bucket)
-        .await?
-        .is_some_and(|p| p.ignore_public_acls);
+    };
     let acl = match (on, key) {
         (On::Bucket, _) => bucket_acl(state, bucket).await?,
         (On::Object, Some(key)) => {
@@ -133,16 +201,72 @@ async fn allow_by_acl(
     bucket_policies: &BucketPolicies,
 ) -> ApiResult<()> {
     for need in needs {
-        let ok = match decide(caller, need, ctx, bucket_policies) {
+        let decision = decide(caller, need, ctx, bucket_policies);
+        let ok = match decision {
             Decision::Allow => true,
             Decision::ExplicitDeny => false,
             Decision::ImplicitDeny => granted(state, caller, endpoint, parts, need).await?,
         };
         if !ok {
-            return Err(denied_for(caller, need.action, &need.resource).into());
+            return Err(refusal(
+                state,
+                caller,
+                endpoint,
+                parts,
+                need,
+                decision,
+                ctx,
+                bucket_policies,
+            )
+            .await?);
         }
     }
     Ok(())
+}
+
+/// What a refused request is told, as S3 does: `NoSuchBucket` when the bucket does not exist
+/// (whoever asks); for a GET or HEAD of an object that does not exist and that no policy
+/// denies, `NoSuchKey` to a caller who may list the bucket (who could learn that anyway) and
+/// `AccessDenied` to any other (AWS, GetObject: "if you don't have the s3:ListBucket
+/// permission, Amazon S3 returns ... 403"). Nothing is read on the allowed path.
+#[allow(clippy::too_many_arguments)]
+async fn refusal(
+    state: &AppState,
+    caller: &Caller,
+    endpoint: &Endpoint,
+    parts: &Parts,
+    need: &Need,
+    decision: Decision,
+    ctx: &Context,
+    bucket_policies: &BucketPolicies,
+) -> ApiResult<crate::api_error::ApiError> {
+    let denied = || Ok(denied_for(caller, need.action, &need.resource).into());
+    let Some((bucket, key)) = split_arn(&need.resource) else {
+        return denied();
+    };
+    if endpoint.bucket() != Some(bucket) {
+        return denied();
+    }
+    if let Err(e @ quarry_object::Error::BucketNotFound) = state.layer.bucket_info(bucket).await {
+        return Ok(e.into());
+    }
+    let (Endpoint::GetObject { .. } | Endpoint::HeadObject { .. }, Some(key)) = (endpoint, key)
+    else {
+        return denied();
+    };
+    if decision == Decision::ExplicitDeny || !need.action.starts_with("s3:GetObject") {
+        return denied();
+    }
+    let version = version_of(endpoint, parts, need);
+    let missing = match state.layer.object_version_info(bucket, key, version).await {
+        Err(e @ quarry_object::Error::ObjectNotFound) => e,
+        _ => return denied(),
+    };
+    if may_list(state, caller, bucket, ctx, bucket_policies).await? {
+        Ok(missing.into())
+    } else {
+        denied()
+    }
 }
 
 /// The one authorization decision with ACLs: [`crate::authz::authorize`] (the policies), then

@@ -876,13 +876,19 @@ async fn dispatch(
             key,
             read,
             version,
-        } => get::get_object(&ctx, &bucket, &key, read, version, false).await,
+        } => {
+            let answer = get::get_object(&ctx, &bucket, &key, read, version, false).await;
+            crate::acl_eval::missing_object(&ctx, &bucket, &key, answer).await
+        }
         E::HeadObject {
             bucket,
             key,
             read,
             version,
-        } => get::get_object(&ctx, &bucket, &key, read, version, true).await,
+        } => {
+            let answer = get::get_object(&ctx, &bucket, &key, read, version, true).await;
+            crate::acl_eval::missing_object(&ctx, &bucket, &key, answer).await
+        }
         E::DeleteObject {
             bucket,
             key,
