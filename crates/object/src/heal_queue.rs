@@ -12,7 +12,7 @@
 //! The worker holds its set weakly: it ends when the set is dropped.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -116,15 +116,11 @@ impl RetryList {
     }
 
     /// The first `n` requests by due time, with their failed attempts and when each is due.
-    pub fn first(&self, n: usize) -> Vec<(HealRequest, u32, Instant)> {
-        self.by_due
-            .iter()
-            .take(n)
-            .map(|((due, _), req)| {
-                let attempts = self.entries.get(req).map_or(0, |(a, _)| *a);
-                (req.clone(), attempts, *due)
-            })
-            .collect()
+    pub fn first(&self, n: usize) -> impl Iterator<Item = (&HealRequest, u32, Instant)> {
+        self.by_due.iter().take(n).map(|((due, _), req)| {
+            let attempts = self.entries.get(req).map_or(0, |(a, _)| *a);
+            (req, attempts, *due)
+        })
     }
 
     /// When the next request is due.
@@ -149,18 +145,21 @@ impl RetryList {
 /// [`HealWorker::drain`] ([`crate::ErasureServer::run_background`]).
 pub(crate) struct HealWorker {
     rx: mpsc::Receiver<HealRequest>,
-    retry: RetryList,
+    /// The set's retry list ([`ErasureSet::heal_retry`]), shared so that the worker task need
+    /// not hold the set while it waits.
+    retry: Arc<Mutex<RetryList>>,
+}
+
+/// The retry list, locked (never across an await).
+fn locked(retry: &Mutex<RetryList>) -> std::sync::MutexGuard<'_, RetryList> {
+    retry.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 impl HealWorker {
     pub fn new(set: &ErasureSet, rx: mpsc::Receiver<HealRequest>) -> HealWorker {
         HealWorker {
             rx,
-            retry: RetryList::new(
-                set.cfg.heal_retry_min,
-                set.cfg.heal_retry_max,
-                set.cfg.heal_retry_limit,
-            ),
+            retry: set.heal_retry.clone(),
         }
     }
 
@@ -172,19 +171,18 @@ impl HealWorker {
             queued.push(req);
         }
         for req in queued {
-            let prior = self.retry.take(&req).unwrap_or(0);
+            let prior = locked(&self.retry).take(&req).unwrap_or(0);
             set.heal_done(&req);
-            heal_one(set, &mut self.retry, req, prior).await;
+            heal_one(set, req, prior).await;
         }
         let everything = Instant::now() + Duration::from_secs(100 * 365 * 24 * 3600);
         let mut round = Vec::new();
-        while let Some(due) = self.retry.pop_due(everything) {
+        while let Some(due) = locked(&self.retry).pop_due(everything) {
             round.push(due);
         }
         for (req, prior) in round {
-            heal_one(set, &mut self.retry, req, prior).await;
+            heal_one(set, req, prior).await;
         }
-        show_retries(set, &self.retry);
     }
 }
 
@@ -192,19 +190,19 @@ impl HealWorker {
 /// dropped (which closes the queue).
 pub(crate) fn spawn_heal_worker(set: &Arc<ErasureSet>, worker: HealWorker) {
     let weak = Arc::downgrade(set);
-    let HealWorker { mut rx, mut retry } = worker;
+    let HealWorker { mut rx, retry } = worker;
     set.cfg.runtime.spawn(Box::pin(async move {
         loop {
-            let next_due = retry.next_due();
+            let next_due = locked(&retry).next_due();
             let (req, prior, queued) = tokio::select! {
                 r = rx.recv() => match r {
                     Some(req) => {
-                        let prior = retry.take(&req).unwrap_or(0);
+                        let prior = locked(&retry).take(&req).unwrap_or(0);
                         (req, prior, true)
                     }
                     None => return,
                 },
-                () = sleep_until(next_due) => match retry.pop_due(Instant::now()) {
+                () = sleep_until(next_due) => match locked(&retry).pop_due(Instant::now()) {
                     Some((req, prior)) => (req, prior, false),
                     None => continue,
                 },
@@ -215,16 +213,9 @@ pub(crate) fn spawn_heal_worker(set: &Arc<ErasureSet>, worker: HealWorker) {
                 // object again rather than being lost.
                 set.heal_done(&req);
             }
-            heal_one(&set, &mut retry, req, prior).await;
-            show_retries(&set, &retry);
+            heal_one(&set, req, prior).await;
         }
     }));
-}
-
-/// Publishes the retry list's length and its first entries (for `heal/status`).
-fn show_retries(set: &ErasureSet, retry: &RetryList) {
-    SetCounters::set(&set.counters.heal_retry_len, retry.len() as u64);
-    set.heal_retries(retry.first(crate::stats::HEAL_QUEUE_SHOWN));
 }
 
 async fn sleep_until(due: Option<Instant>) {
@@ -235,7 +226,7 @@ async fn sleep_until(due: Option<Instant>) {
 }
 
 /// One attempt at healing `req`, which failed `prior` times before; schedules a retry if needed.
-async fn heal_one(set: &Arc<ErasureSet>, retry: &mut RetryList, req: HealRequest, prior: u32) {
+async fn heal_one(set: &Arc<ErasureSet>, req: HealRequest, prior: u32) {
     let (bucket, key) = (&req.0, &req.1);
     let counters = &set.counters;
     set.heal_now(Some(&req));
@@ -276,15 +267,16 @@ async fn heal_one(set: &Arc<ErasureSet>, retry: &mut RetryList, req: HealRequest
     } else {
         debug!(bucket, key, attempts, why, "heal incomplete; will retry");
     }
+    let mut retry = locked(&set.heal_retry);
     if retry.schedule(req.clone(), attempts, Instant::now()) {
         SetCounters::add(&counters.heal_retried, 1);
     } else {
+        let limit = retry.limit;
+        drop(retry);
         SetCounters::add(&counters.heal_retry_dropped, 1);
         warn!(
             bucket,
-            key,
-            limit = retry.limit,
-            "heal retry list full; the scanner will find the object later"
+            key, limit, "heal retry list full; the scanner will find the object later"
         );
     }
 }
@@ -319,8 +311,13 @@ mod tests {
         // What heal/status shows: in due order, with the attempts, at most as many as asked.
         let b_due = t0 + Duration::from_secs(1);
         let a_due = t0 + Duration::from_secs(8);
-        assert_eq!(l.first(5), [(req("b"), 1, b_due), (req("a"), 4, a_due)]);
-        assert_eq!(l.first(1), [(req("b"), 1, b_due)]);
+        let first = |n| {
+            l.first(n)
+                .map(|(r, a, d)| (r.clone(), a, d))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(first(5), [(req("b"), 1, b_due), (req("a"), 4, a_due)]);
+        assert_eq!(first(1), [(req("b"), 1, b_due)]);
         assert_eq!(l.next_due(), Some(t0 + Duration::from_secs(1)));
         assert_eq!(l.pop_due(t0), None, "nothing due yet");
         assert_eq!(l.pop_due(t0 + Duration::from_secs(1)), Some((req("b"), 1)));

@@ -574,6 +574,7 @@ impl ObjectLayer for ErasureServer {
         }
         for (i, set) in self.sets.iter().enumerate() {
             stats.heal_queue_len += set.heal_queue_len() as u64;
+            stats.heal_retry_len += set.heal_retry_len() as u64;
             set.counters.add_to(&mut stats);
             let room = crate::stats::HEAL_QUEUE_SHOWN.saturating_sub(stats.heal_queue.len());
             stats.heal_queue.extend(set.heal_queue_entries(i, room));

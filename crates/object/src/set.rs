@@ -19,13 +19,6 @@ use crate::quorum::{count_ok, on_all, pick_meta, read_quorum, write_quorum, Meta
 /// An object to heal: bucket and key.
 pub type HealRequest = (String, String);
 
-/// The heal worker's own state as the set shows it ([`ErasureSet::heal_queue_entries`]).
-#[derive(Debug, Default, Clone)]
-struct HealView {
-    healing: Option<HealRequest>,
-    retries: Vec<(HealRequest, u32, tokio::time::Instant)>,
-}
-
 pub struct ErasureSet {
     pub(crate) drives: Vec<Arc<dyn Drive>>,
     pub(crate) cfg: ObjectConfig,
@@ -37,8 +30,10 @@ pub struct ErasureSet {
     heal_tx: mpsc::Sender<HealRequest>,
     /// Objects queued for heal and not yet taken: a burst of reads of one damaged object queues it once.
     heal_pending: Mutex<HashSet<HealRequest>>,
-    /// What the heal worker shows of itself: the object it heals now and its first retries due.
-    heal_view: Mutex<HealView>,
+    /// The object the heal worker heals now.
+    heal_now: Mutex<Option<HealRequest>>,
+    /// Heals waiting for another attempt: worked by the heal worker, read by `heal/status`.
+    pub(crate) heal_retry: Arc<Mutex<crate::heal_queue::RetryList>>,
     /// The heal queue, when no worker task took it (a runtime without workers): worked through
     /// by [`crate::ErasureServer::run_background`].
     pub(crate) heal_worker: tokio::sync::Mutex<Option<crate::heal_queue::HealWorker>>,
@@ -112,6 +107,11 @@ impl ErasureSet {
                 "an erasure set has 1 to 16 drives, not {n}"
             )));
         }
+        let heal_retry = Arc::new(Mutex::new(crate::heal_queue::RetryList::new(
+            cfg.heal_retry_min,
+            cfg.heal_retry_max,
+            cfg.heal_retry_limit,
+        )));
         let set = ErasureSet {
             drives,
             cfg,
@@ -119,7 +119,8 @@ impl ErasureSet {
             locks: Arc::new(NsLock::default()) as Arc<dyn Locker>,
             heal_tx,
             heal_pending: Mutex::new(HashSet::new()),
-            heal_view: Mutex::new(HealView::default()),
+            heal_now: Mutex::new(None),
+            heal_retry,
             heal_worker: tokio::sync::Mutex::new(None),
             counters: Default::default(),
             buffers: default_buffers(),
@@ -286,18 +287,15 @@ impl ErasureSet {
 
     /// Records what the heal worker does now (`None` when it is idle).
     pub(crate) fn heal_now(&self, req: Option<&HealRequest>) {
-        self.heal_view
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .healing = req.cloned();
+        *self.heal_now.lock().unwrap_or_else(|p| p.into_inner()) = req.cloned();
     }
 
-    /// Records the first retries due (request, failed attempts, due), in due order.
-    pub(crate) fn heal_retries(&self, first: Vec<(HealRequest, u32, tokio::time::Instant)>) {
-        self.heal_view
+    /// Heals on the retry list now.
+    pub(crate) fn heal_retry_len(&self) -> usize {
+        self.heal_retry
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .retries = first;
+            .len()
     }
 
     /// Up to `limit` entries of this set's heal lists: the object being healed, a sample of the
@@ -317,33 +315,26 @@ impl ErasureSet {
             due_in,
         };
         let mut out = Vec::new();
-        let view = self
-            .heal_view
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
-        out.extend(
-            view.healing
-                .iter()
-                .map(|r| entry(r, HealEntryState::Healing, 0, None)),
-        );
-        {
-            let pending = self.heal_pending.lock().unwrap_or_else(|p| p.into_inner());
-            let room = limit.saturating_sub(out.len());
-            out.extend(
-                pending
-                    .iter()
-                    .take(room)
-                    .map(|r| entry(r, HealEntryState::Queued, 0, None)),
-            );
+        if let Some(r) = &*self.heal_now.lock().unwrap_or_else(|p| p.into_inner()) {
+            out.push(entry(r, HealEntryState::Healing, 0, None));
         }
-        let now = tokio::time::Instant::now();
+        let pending = self.heal_pending.lock().unwrap_or_else(|p| p.into_inner());
         let room = limit.saturating_sub(out.len());
-        out.extend(view.retries.iter().take(room).map(|(r, attempts, due)| {
+        out.extend(
+            pending
+                .iter()
+                .take(room)
+                .map(|r| entry(r, HealEntryState::Queued, 0, None)),
+        );
+        drop(pending);
+        let now = tokio::time::Instant::now();
+        let retry = self.heal_retry.lock().unwrap_or_else(|p| p.into_inner());
+        let room = limit.saturating_sub(out.len());
+        out.extend(retry.first(room).map(|(r, attempts, due)| {
             entry(
                 r,
                 HealEntryState::Retry,
-                *attempts,
+                attempts,
                 Some(due.saturating_duration_since(now)),
             )
         }));

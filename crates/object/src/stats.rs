@@ -21,8 +21,6 @@ pub(crate) struct SetCounters {
     pub heal_retry_dropped: AtomicU64,
     /// Heals given up after their last attempt (damage that no retry can mend).
     pub heal_given_up: AtomicU64,
-    /// Heals on the retry list now (a gauge, set by the heal worker).
-    pub heal_retry_len: AtomicU64,
 }
 
 impl SetCounters {
@@ -45,11 +43,6 @@ impl SetCounters {
         stats.heal_retried_total += Self::get(&self.heal_retried);
         stats.heal_retry_dropped_total += Self::get(&self.heal_retry_dropped);
         stats.heal_given_up_total += Self::get(&self.heal_given_up);
-        stats.heal_retry_len += Self::get(&self.heal_retry_len);
-    }
-
-    pub fn set(counter: &AtomicU64, n: u64) {
-        counter.store(n, Ordering::Relaxed);
     }
 }
 
