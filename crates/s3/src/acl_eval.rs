@@ -87,20 +87,24 @@ fn version_of(endpoint: &Endpoint, parts: &Parts, need: &Need) -> Option<Version
     }
 }
 
-/// Whether the bucket's ACLs count (`None`: BucketOwnerEnforced, they grant nothing), and if so
-/// whether grants to the public groups are ignored (IgnorePublicAcls).
-async fn acl_mode(state: &AppState, bucket: &str) -> ApiResult<Option<bool>> {
-    if ownership(state, bucket).await? == ObjectOwnership::BucketOwnerEnforced {
-        return Ok(None);
-    }
-    let ignore_public = public_access_block(state, bucket)
-        .await?
-        .is_some_and(|p| p.ignore_public_acls);
-    Ok(Some(ignore_public))
+/// Whether a policy allows `need`, or, where none denies it, an ACL grants it (`version`: the
+/// object version an object need is about).
+async fn allowed(
+    state: &AppState,
+    caller: &Caller,
+    need: &Need,
+    version: Option<VersionId>,
+    ctx: &Context,
+    bucket_policies: &BucketPolicies,
+) -> ApiResult<bool> {
+    Ok(match decide(caller, need, ctx, bucket_policies) {
+        Decision::Allow => true,
+        Decision::ExplicitDeny => false,
+        Decision::ImplicitDeny => granted(state, caller, need, version).await?,
+    })
 }
 
-/// Whether `caller` may list `bucket` (`s3:ListBucket`): by a policy, or, where none denies it,
-/// by the bucket ACL's READ.
+/// Whether `caller` may list `bucket` (`s3:ListBucket`).
 async fn may_list(
     state: &AppState,
     caller: &Caller,
@@ -112,18 +116,7 @@ async fn may_list(
         action: "s3:ListBucket",
         resource: crate::authz::bucket_arn(bucket),
     };
-    Ok(match decide(caller, &list, ctx, bucket_policies) {
-        Decision::Allow => true,
-        Decision::ExplicitDeny => false,
-        Decision::ImplicitDeny => match acl_mode(state, bucket).await? {
-            Some(ignore_public) => {
-                bucket_acl(state, bucket)
-                    .await?
-                    .allows(caller, Permission::Read, ignore_public)
-            }
-            None => false,
-        },
-    })
+    allowed(state, caller, &list, None, ctx, bucket_policies).await
 }
 
 /// A GET or HEAD that authorization allowed found no object (`answer` is `NoSuchKey`): S3 says
@@ -162,22 +155,23 @@ pub(crate) async fn missing_object(
 async fn granted(
     state: &AppState,
     caller: &Caller,
-    endpoint: &Endpoint,
-    parts: &Parts,
     need: &Need,
+    version: Option<VersionId>,
 ) -> ApiResult<bool> {
     let (Some((permission, on)), Some((bucket, key))) =
         (acl_permission(need.action), split_arn(&need.resource))
     else {
         return Ok(false);
     };
-    let Some(ignore_public) = acl_mode(state, bucket).await? else {
+    if ownership(state, bucket).await? == ObjectOwnership::BucketOwnerEnforced {
         return Ok(false);
-    };
+    }
+    let ignore_public = public_access_block(state, bucket)
+        .await?
+        .is_some_and(|p| p.ignore_public_acls);
     let acl = match (on, key) {
         (On::Bucket, _) => bucket_acl(state, bucket).await?,
         (On::Object, Some(key)) => {
-            let version = version_of(endpoint, parts, need);
             match state.layer.object_version_info(bucket, key, version).await {
                 Ok(info) => Acl::of_object(&info.headers),
                 // Nothing there grants nothing: the caller learns no more than AccessDenied.
@@ -201,24 +195,11 @@ async fn allow_by_acl(
     bucket_policies: &BucketPolicies,
 ) -> ApiResult<()> {
     for need in needs {
-        let decision = decide(caller, need, ctx, bucket_policies);
-        let ok = match decision {
-            Decision::Allow => true,
-            Decision::ExplicitDeny => false,
-            Decision::ImplicitDeny => granted(state, caller, endpoint, parts, need).await?,
-        };
-        if !ok {
-            return Err(refusal(
-                state,
-                caller,
-                endpoint,
-                parts,
-                need,
-                decision,
-                ctx,
-                bucket_policies,
-            )
-            .await?);
+        let version = version_of(endpoint, parts, need);
+        if !allowed(state, caller, need, version, ctx, bucket_policies).await? {
+            return Err(
+                refusal(state, caller, endpoint, need, version, ctx, bucket_policies).await?,
+            );
         }
     }
     Ok(())
@@ -229,14 +210,12 @@ async fn allow_by_acl(
 /// denies, `NoSuchKey` to a caller who may list the bucket (who could learn that anyway) and
 /// `AccessDenied` to any other (AWS, GetObject: "if you don't have the s3:ListBucket
 /// permission, Amazon S3 returns ... 403"). Nothing is read on the allowed path.
-#[allow(clippy::too_many_arguments)]
 async fn refusal(
     state: &AppState,
     caller: &Caller,
     endpoint: &Endpoint,
-    parts: &Parts,
     need: &Need,
-    decision: Decision,
+    version: Option<VersionId>,
     ctx: &Context,
     bucket_policies: &BucketPolicies,
 ) -> ApiResult<crate::api_error::ApiError> {
@@ -254,10 +233,11 @@ async fn refusal(
     else {
         return denied();
     };
-    if decision == Decision::ExplicitDeny || !need.action.starts_with("s3:GetObject") {
+    if !need.action.starts_with("s3:GetObject")
+        || decide(caller, need, ctx, bucket_policies) == Decision::ExplicitDeny
+    {
         return denied();
     }
-    let version = version_of(endpoint, parts, need);
     let missing = match state.layer.object_version_info(bucket, key, version).await {
         Err(e @ quarry_object::Error::ObjectNotFound) => e,
         _ => return denied(),

@@ -80,12 +80,8 @@ pub fn charted(rendered: &str) -> String {
             let Some((le, value)) = bucket_of(line) else {
                 continue;
             };
-            let bound = if le == "+Inf" {
-                f64::INFINITY
-            } else {
-                le.parse().unwrap_or(f64::INFINITY)
-            };
-            // Non-negative floats order as their bits do.
+            // `+Inf` parses as infinity; non-negative floats order as their bits do.
+            let bound: f64 = le.parse().unwrap_or(f64::INFINITY);
             let entry = buckets
                 .entry(bound.to_bits())
                 .or_insert_with(|| (le.to_owned(), 0.0));

@@ -851,6 +851,7 @@ async fn dispatch(
     };
 
     use Endpoint as E;
+    let head = matches!(endpoint, E::HeadObject { .. });
     match endpoint {
         E::HealthLive | E::HealthReady | E::Metrics => unreachable_health(),
         E::ListBuckets { params } => bucket::list_buckets(&ctx, &params).await,
@@ -876,17 +877,14 @@ async fn dispatch(
             key,
             read,
             version,
-        } => {
-            let answer = get::get_object(&ctx, &bucket, &key, read, version, false).await;
-            crate::acl_eval::missing_object(&ctx, &bucket, &key, answer).await
         }
-        E::HeadObject {
+        | E::HeadObject {
             bucket,
             key,
             read,
             version,
         } => {
-            let answer = get::get_object(&ctx, &bucket, &key, read, version, true).await;
+            let answer = get::get_object(&ctx, &bucket, &key, read, version, head).await;
             crate::acl_eval::missing_object(&ctx, &bucket, &key, answer).await
         }
         E::DeleteObject {
