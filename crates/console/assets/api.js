@@ -112,8 +112,13 @@ export async function iam(action, params = {}) {
   return new DOMParser().parseFromString(await r.text(), "application/xml");
 }
 
-export async function adminJson(call) {
-  const r = await s3("/api/s3/quarry/admin/v1/" + call);
+// One admin API call (`/quarry/admin/v1/<call>`: root only) as the signed-in user.
+export function admin(call, opts) {
+  return s3("/api/s3/quarry/admin/v1/" + call, opts);
+}
+
+export async function adminJson(call, opts) {
+  const r = await admin(call, opts);
   return r.json();
 }
 

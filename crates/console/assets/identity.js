@@ -206,10 +206,9 @@ export async function userView(name) {
   }));
 
   const accounts = await serviceAccountsPart(name, reload);
-  const adminCall = (path, method = "POST", query, body) => api.s3(`/api/s3/quarry/admin/v1/${path}`, { method, query, body });
   const state = (enabled) => h("button", { type: "button", class: enabled ? "secondary" : "danger", id: enabled ? "enable-user" : "disable-user",
     onclick: () => attempt(err, async () => {
-      await adminCall(enabled ? "users/enable" : "users/disable", "POST", { user: name });
+      await api.admin(enabled ? "users/enable" : "users/disable", { method: "POST", query: { user: name } });
       toast(enabled ? `${name} can sign in again.` : `${name} is disabled: its keys, service accounts and sessions are refused.`);
     }) }, enabled ? "Enable user" : "Disable user");
 
@@ -238,10 +237,9 @@ export async function userView(name) {
 async function serviceAccountsPart(user, reload) {
   const err = errorBox();
   const card = h("div", { class: "card", id: "service-accounts" }, err);
-  const admin = (path, opts) => api.s3(`/api/s3/quarry/admin/v1/${path}`, opts);
   let list;
   try {
-    list = (await (await admin("service-accounts", { query: { parent: user } })).json()).serviceAccounts;
+    list = (await api.adminJson("service-accounts", { query: { parent: user } })).serviceAccounts;
   } catch (x) {
     card.append(h("p", { class: "muted" }, x.code === "AccessDenied" ? "Only the root user manages service accounts." : `Service accounts cannot be listed: ${x.message}`));
     return card;
@@ -252,7 +250,7 @@ async function serviceAccountsPart(user, reload) {
     h("td", { class: "hide-narrow" }, a.expires ? fmtDate(a.expires) : "never"),
     h("td", { class: "hide-narrow" }, a.hasPolicy ? "own policy (narrowed)" : "the user's"),
     h("td", {}, h("button", { type: "button", class: "danger", onclick: () => confirm(`Delete the service account ${a.accessKey}?`) && attempt(err, async () => {
-      await admin(`service-accounts/${encodeURIComponent(a.accessKey)}`, { method: "DELETE" });
+      await api.admin(`service-accounts/${encodeURIComponent(a.accessKey)}`, { method: "DELETE" });
       toast(`Service account ${a.accessKey} deleted.`);
       await reload();
     }) }, "Delete")))));
@@ -264,9 +262,8 @@ async function serviceAccountsPart(user, reload) {
   const create = h("button", { type: "button", id: "sa-create", onclick: () => attempt(err, async () => {
     const doc = policy.value.trim() ? policy.documentText() : undefined;
     const when = expires.value ? new Date(expires.value).toISOString().replace(/\.\d+Z$/, "Z") : undefined;
-    const r = await admin("service-accounts", { method: "POST", query: { parent: user, name: label.value.trim() || undefined, expires: when },
+    const a = await api.adminJson("service-accounts", { method: "POST", query: { parent: user, name: label.value.trim() || undefined, expires: when },
       body: doc, headers: { "Content-Type": "application/json" } });
-    const a = await r.json();
     secretDialog(a.accessKey, a.secretKey);
     await reload();
   }) }, "Create service account");

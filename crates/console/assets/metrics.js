@@ -35,8 +35,7 @@ export async function seed() {
   if (seeded) return;
   seeded = true;
   try {
-    const r = await api.s3("/api/s3/quarry/admin/v1/metrics/history");
-    const h = await r.json();
+    const h = await api.adminJson("metrics/history");
     const first = samples.length ? samples[0].t : Infinity;
     const old = h.samples.filter((s) => s.t < first && s.t >= Date.now() - KEEP_MS).map((s) => ({ t: s.t, series: parse(s.text) }));
     samples.unshift(...old);
@@ -44,7 +43,7 @@ export async function seed() {
 }
 
 export async function sample() {
-  const r = await api.s3("/api/s3/quarry/admin/v1/metrics");
+  const r = await api.admin("metrics");
   const series = parse(await r.text());
   const t = Date.now();
   samples.push({ t, series });

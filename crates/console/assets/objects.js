@@ -25,8 +25,11 @@ async function bucketUsage(bucket) {
 
 const XMLNS = 'xmlns="http://s3.amazonaws.com/doc/2006-03-01/"';
 const esc = (v) => v.replace(/[<>&'"]/g, (c) => ({ "<": "&lt;", ">": "&gt;", "&": "&amp;", "'": "&apos;", '"': "&quot;" })[c]);
-const xmlPut = (bucket, key, sub, body, extra = {}) => api.s3(api.s3Path(bucket, key), { method: "PUT", query: { [sub]: "", ...extra },
+const xmlPut = (bucket, key, sub, body) => api.s3(api.s3Path(bucket, key), { method: "PUT", query: { [sub]: "" },
   headers: { "Content-Type": "application/xml" }, body });
+
+// An SSE algorithm as people name it.
+const sseName = (alg) => ({ "aws:kms": "SSE-KMS", AES256: "SSE-S3" })[alg] || alg;
 
 function setVersioning(bucket, status) {
   return xmlPut(bucket, undefined, "versioning", `<VersioningConfiguration ${XMLNS}><Status>${status}</Status></VersioningConfiguration>`);
@@ -61,8 +64,8 @@ async function settingsCard(bucket) {
   } else lockText = lock.x.code === "ObjectLockConfigurationNotFoundError" ? "Off" : `Unknown: ${lock.x.message}`;
   let encText;
   if (enc.d) {
-    const alg = text(enc.d, "SSEAlgorithm"), key = text(enc.d, "KMSMasterKeyID");
-    encText = alg === "aws:kms" ? `SSE-KMS${key ? ` with key ${key}` : ""}` : alg === "AES256" ? "SSE-S3" : alg;
+    const key = text(enc.d, "KMSMasterKeyID");
+    encText = sseName(text(enc.d, "SSEAlgorithm")) + (key ? ` with key ${key}` : "");
   } else encText = enc.x.code === "ServerSideEncryptionConfigurationNotFoundError" ? "None" : `Unknown: ${enc.x.message}`;
   dl.append(
     h("dt", {}, "Versioning"), h("dd", { id: "setting-versioning" }, status ?? `Unknown: ${ver.x.message}`, " ", toggle || null),
@@ -77,12 +80,18 @@ export async function bucketsView() {
   const name = h("input", { id: "new-bucket", required: true, pattern: "[a-z0-9][a-z0-9.\\-]{1,61}[a-z0-9]",
     title: "3 to 63 lower-case letters, digits, dots and hyphens", spellcheck: "false", autocomplete: "off" });
   const versioning = h("input", { type: "checkbox", id: "new-versioning" });
-  const lock = h("input", { type: "checkbox", id: "new-lock", onchange: () => { if (lock.checked) versioning.checked = true; versioning.disabled = lock.checked; } });
-  const encryption = h("select", { id: "new-encryption", "aria-label": "Default encryption" },
+  // What the other fields follow: object lock needs versioning; a KMS key only for SSE-KMS.
+  const sync = () => {
+    if (lock.checked) versioning.checked = true;
+    versioning.disabled = lock.checked;
+    kmsKey.hidden = encryption.value !== "aws:kms";
+    kmsKey.required = !kmsKey.hidden;
+  };
+  const lock = h("input", { type: "checkbox", id: "new-lock", onchange: sync });
+  const encryption = h("select", { id: "new-encryption", "aria-label": "Default encryption", onchange: sync },
     h("option", { value: "" }, "No default encryption"), h("option", { value: "AES256" }, "SSE-S3 (server keys)"),
     h("option", { value: "aws:kms" }, "SSE-KMS (a KMS key)"));
   const kmsKey = h("input", { id: "new-kms-key", placeholder: "KMS key id", "aria-label": "KMS key id", hidden: true, spellcheck: "false", autocomplete: "off" });
-  encryption.addEventListener("change", () => { kmsKey.hidden = encryption.value !== "aws:kms"; kmsKey.required = !kmsKey.hidden; });
   const create = h("form", { class: "card row", "aria-label": "Create a bucket" },
     h("label", { for: "new-bucket", class: "inline" }, "New bucket"), name,
     h("label", { class: "inline" }, versioning, "Versioning"),
@@ -106,9 +115,7 @@ export async function bucketsView() {
       }
       toast(`Bucket ${b} created.`);
       create.reset();
-      versioning.disabled = false;
-      kmsKey.hidden = true;
-      kmsKey.required = false;
+      sync();
       await load();
     } catch (x) { err.show(x); }
   });
@@ -344,11 +351,10 @@ export async function detailsView(bucket, key) {
 }
 
 function encryptionOf(hd) {
-  const alg = hd.get("x-amz-server-side-encryption");
-  if (alg === "aws:kms") return `SSE-KMS, key ${hd.get("x-amz-server-side-encryption-aws-kms-key-id") || "default"}`;
-  if (alg === "AES256") return "SSE-S3";
   if (hd.get("x-amz-server-side-encryption-customer-algorithm")) return "SSE-C (customer key)";
-  return alg;
+  const alg = hd.get("x-amz-server-side-encryption");
+  if (alg !== "aws:kms") return alg && sseName(alg);
+  return `${sseName(alg)}, key ${hd.get("x-amz-server-side-encryption-aws-kms-key-id") || "default"}`;
 }
 
 // An object's tags (at most 10, as S3 allows), shown and edited as `key=value` lines.
