@@ -232,6 +232,9 @@ struct Inner {
     buf_size: usize,
     capacity: usize,
     slabs: Vec<SlabRegion>,
+    /// Handles of the slabs' regions when registered, index for index with `slabs`.
+    #[cfg(feature = "verbs")]
+    regions: Vec<quarry_verbs::RegionHandle>,
     registered_bytes: u64,
     in_use: AtomicUsize,
     waits: AtomicU64,
@@ -329,6 +332,7 @@ impl BufPool {
         let mut slabs = Vec::new();
         let mut left = count;
         let mut registered = 0u64;
+        let mut regions = Vec::new();
         while left > 0 {
             let n = left.min(per_slab);
             let len = n * buf_size;
@@ -349,6 +353,9 @@ impl BufPool {
                 len,
                 rkey: Some(rkey),
             });
+            if let Some(first) = bufs.first() {
+                regions.push(first.region());
+            }
             registered += len as u64;
             free.extend(bufs.into_iter().map(|b| Slot {
                 mem: Mem::Registered(b),
@@ -356,9 +363,11 @@ impl BufPool {
             }));
             left -= n;
         }
-        Ok(BufPool::from_slots(
-            buf_size, count, free, slabs, registered,
-        ))
+        let mut pool = BufPool::from_slots(buf_size, count, free, slabs, registered);
+        if let Some(inner) = Arc::get_mut(&mut pool.inner) {
+            inner.regions = regions;
+        }
+        Ok(pool)
     }
 
     fn from_slots(
@@ -377,6 +386,8 @@ impl BufPool {
                 buf_size,
                 capacity: count,
                 slabs,
+                #[cfg(feature = "verbs")]
+                regions: Vec::new(),
                 registered_bytes,
                 in_use: AtomicUsize::new(0),
                 waits: AtomicU64::new(0),
@@ -428,6 +439,28 @@ impl BufPool {
             rkey: slab.rkey?,
             len: data.len() as u64,
         })
+    }
+
+    /// `data` held for a local work request that reads it (the source of an RDMA WRITE),
+    /// if it lies inside one registered slab of this pool: sent from where it is, no copy.
+    /// `Err(data)` otherwise.
+    #[cfg(feature = "verbs")]
+    pub fn held(&self, data: Bytes) -> Result<quarry_verbs::HeldSlice, Bytes> {
+        let addr = data.as_ptr() as usize;
+        let Some(i) = self
+            .inner
+            .slabs
+            .iter()
+            .position(|s| s.contains(addr, data.len()))
+        else {
+            return Err(data);
+        };
+        let Some(region) = self.inner.regions.get(i) else {
+            return Err(data);
+        };
+        // The same bytes come back when the slice is refused: `data` is moved in and out.
+        let copy = data.clone();
+        quarry_verbs::HeldSlice::new(region.clone(), Box::new(data)).map_err(|_| copy)
     }
 
     /// A buffer, waiting while all are in use.

@@ -177,6 +177,10 @@ pub(crate) struct InFlight {
     pub(crate) qp_id: u64,
     pub(crate) opcode: Opcode,
     pub(crate) buf: Option<MrBuf>,
+    /// Held bytes a request reads from (see [`crate::HeldSlice`]): never read, only kept until
+    /// the entry is dropped (at the completion, or when the QP is destroyed).
+    #[allow(dead_code)]
+    pub(crate) held: Option<crate::mr::HeldSlice>,
     /// The QP's in-flight counter.
     pub(crate) counter: Arc<AtomicUsize>,
 }

@@ -153,6 +153,6 @@ pub use device::{
 pub use endpoint::{EndpointError, QpEndpoint, ENDPOINT_LEN, ENDPOINT_VERSION};
 pub use error::{Error, PostError, Result};
 pub use memlock::{check_memlock, memlock_limit};
-pub use mr::{Access, MemoryRegion, MrBuf, ProtectionDomain, RemoteBuf};
+pub use mr::{Access, HeldSlice, MemoryRegion, MrBuf, ProtectionDomain, RegionHandle, RemoteBuf};
 pub use qp::{ConnectOptions, PreparedQp, QpCaps, QpState, QueuePair};
 pub use sys::{LIBIBVERBS, LIBIBVERBS_ENV};

@@ -373,6 +373,95 @@ impl MemoryRegion {
     }
 }
 
+/// A handle that keeps a registered region registered (and its memory allocated): what
+/// [`HeldSlice`] needs to prove that bytes it names are inside registered memory. Made by
+/// [`MrBuf::region`]; it gives no access to the bytes.
+#[derive(Clone)]
+pub struct RegionHandle {
+    mr: Arc<MrInner>,
+}
+
+impl fmt::Debug for RegionHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RegionHandle")
+            .field("addr", &format_args!("{:#x}", self.mr.base() as usize))
+            .field("len", &self.mr.len())
+            .field("lkey", &self.mr.lkey)
+            .finish()
+    }
+}
+
+impl RegionHandle {
+    /// Whether `len` bytes at `addr` lie inside the region.
+    pub fn contains(&self, addr: usize, len: usize) -> bool {
+        let base = self.mr.base() as usize;
+        addr >= base
+            && addr
+                .checked_add(len)
+                .is_some_and(|e| e <= base + self.mr.len())
+    }
+
+    pub fn pd(&self) -> &ProtectionDomain {
+        &self.mr.pd
+    }
+}
+
+/// Bytes that a work request may read (the source of an RDMA WRITE) without being moved into
+/// an [`MrBuf`]: an immutable owner (such as `bytes::Bytes` cut from a pooled buffer) whose
+/// bytes lie inside a registered region, and a handle on that region. Both stay in the in-flight
+/// table until the completion, so the region stays registered and the owner keeps the bytes
+/// alive and unchanged while the device reads them. This is how data already in registered
+/// memory, shared read-only, is sent without a copy.
+pub struct HeldSlice {
+    region: RegionHandle,
+    owner: Box<dyn AsRef<[u8]> + Send + Sync>,
+}
+
+impl fmt::Debug for HeldSlice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let b = (*self.owner).as_ref();
+        f.debug_struct("HeldSlice")
+            .field("addr", &format_args!("{:#x}", b.as_ptr() as usize))
+            .field("len", &b.len())
+            .finish()
+    }
+}
+
+impl HeldSlice {
+    /// `owner`'s bytes held for a work request; `Err(owner)` when they are not inside `region`.
+    #[allow(clippy::type_complexity)]
+    pub fn new(
+        region: RegionHandle,
+        owner: Box<dyn AsRef<[u8]> + Send + Sync>,
+    ) -> std::result::Result<HeldSlice, Box<dyn AsRef<[u8]> + Send + Sync>> {
+        let b = (*owner).as_ref();
+        if !region.contains(b.as_ptr() as usize, b.len()) {
+            return Err(owner);
+        }
+        Ok(HeldSlice { region, owner })
+    }
+
+    pub fn len(&self) -> usize {
+        (*self.owner).as_ref().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn pd(&self) -> &ProtectionDomain {
+        self.region.pd()
+    }
+
+    pub(crate) fn sge(&self, len: u32) -> sys::ibv_sge {
+        sys::ibv_sge {
+            addr: (*self.owner).as_ref().as_ptr() as u64,
+            length: len,
+            lkey: self.region.mr.lkey,
+        }
+    }
+}
+
 /// An owned slice of a registered region: the only way to reach its bytes, and what work
 /// requests take (by value) and give back in their completion. No two `MrBuf`s overlap.
 pub struct MrBuf {
@@ -497,6 +586,13 @@ impl MrBuf {
     }
 
     /// Scatter/gather entry for the first `len` bytes (`len <= self.len()`, checked by callers).
+    /// A handle that keeps this buffer's region registered (see [`HeldSlice`]).
+    pub fn region(&self) -> RegionHandle {
+        RegionHandle {
+            mr: self.mr.clone(),
+        }
+    }
+
     pub(crate) fn sge(&self, len: u32) -> sys::ibv_sge {
         sys::ibv_sge {
             addr: self.addr(),

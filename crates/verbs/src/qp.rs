@@ -14,7 +14,7 @@ use crate::cq::{CompletionQueue, InFlight, Opcode, WrId};
 use crate::device::{GidEntry, Mtu};
 use crate::endpoint::QpEndpoint;
 use crate::error::{Error, PostError, Result};
-use crate::mr::{Access, MrBuf, ProtectionDomain, RemoteBuf};
+use crate::mr::{Access, HeldSlice, MrBuf, ProtectionDomain, RemoteBuf};
 use crate::sys::{self, Verbs};
 
 static NEXT_QP_ID: AtomicU64 = AtomicU64::new(1);
@@ -155,11 +155,13 @@ impl Drop for QpInner {
 }
 
 impl QpInner {
+    #[allow(clippy::too_many_arguments)]
     fn post(
         &self,
         opcode: Opcode,
         wr_opcode: u32,
         buf: Option<MrBuf>,
+        held: Option<HeldSlice>,
         len: usize,
         remote: Option<RemoteBuf>,
         imm: Option<u32>,
@@ -167,7 +169,17 @@ impl QpInner {
         let check = || -> Result<u32> {
             let len32 = u32::try_from(len)
                 .map_err(|_| Error::InvalidArgument(format!("length {len} exceeds 4 GiB")))?;
-            if let Some(b) = &buf {
+            if let Some(h) = &held {
+                if !h.pd().same(&self.pd) {
+                    return Err(Error::ForeignRegion);
+                }
+                if len > h.len() {
+                    return Err(Error::InvalidArgument(format!(
+                        "length {len} exceeds the held slice's {} bytes",
+                        h.len()
+                    )));
+                }
+            } else if let Some(b) = &buf {
                 if !b.pd().same(&self.pd) {
                     return Err(Error::ForeignRegion);
                 }
@@ -201,12 +213,13 @@ impl QpInner {
             Ok(l) => l,
             Err(e) => return Err(PostError::new(e, buf)),
         };
-        let mut sge = match (&buf, len32) {
-            (Some(b), l) if l > 0 => Some(b.sge(l)),
+        let mut sge = match (&buf, &held, len32) {
+            (_, Some(h), l) if l > 0 => Some(h.sge(l)),
+            (Some(b), _, l) if l > 0 => Some(b.sge(l)),
             _ => None,
         };
         let id = WrId::next();
-        self.track(&self.send_cq, id, opcode, buf)?;
+        self.track(&self.send_cq, id, opcode, buf, held)?;
 
         // SAFETY: ibv_send_wr is plain data (integers, raw pointers, unions of those): all-zero
         // is a valid value.
@@ -232,7 +245,9 @@ impl QpInner {
         // SAFETY: the QP is alive; `wr` and `sge` live until the call returns (the provider copies
         // them into the send queue). The buffer the SGE points into is owned by the in-flight table
         // from before the post until its completion is polled (or the QP is destroyed), so the
-        // device never touches freed or otherwise-borrowed memory.
+        // device never touches freed or otherwise-borrowed memory. A held slice is in the table
+        // the same way: its owner keeps the bytes alive and unchanged, its region handle keeps
+        // them registered, and the device only reads them.
         let rc = unsafe { sys::post_send(self.qp, &mut wr, &mut bad) };
         if rc != 0 {
             let buf = self.untrack(&self.send_cq, id);
@@ -264,7 +279,7 @@ impl QpInner {
             }
         }
         let id = WrId::next();
-        self.track(&self.recv_cq, id, Opcode::Recv, buf)?;
+        self.track(&self.recv_cq, id, Opcode::Recv, buf, None)?;
         // SAFETY: ibv_recv_wr is plain data; all-zero is valid.
         let mut wr: sys::ibv_recv_wr = unsafe { MaybeUninit::zeroed().assume_init() };
         wr.wr_id = id.0;
@@ -292,6 +307,7 @@ impl QpInner {
         id: WrId,
         opcode: Opcode,
         buf: Option<MrBuf>,
+        held: Option<HeldSlice>,
     ) -> Result<(), PostError> {
         let mut table = cq.table();
         if table.len() >= cq.capacity() as usize {
@@ -309,6 +325,7 @@ impl QpInner {
                 qp_id: self.id,
                 opcode,
                 buf,
+                held,
                 counter: self.in_flight.clone(),
             },
         );
@@ -629,7 +646,8 @@ impl QueuePair {
         } else {
             sys::IBV_WR_SEND
         };
-        self.inner.post(Opcode::Send, op, Some(buf), len, None, imm)
+        self.inner
+            .post(Opcode::Send, op, Some(buf), None, len, None, imm)
     }
 
     /// RDMA WRITE of the first `len` bytes of `buf` to `remote`; with `imm`, an RDMA WRITE WITH
@@ -646,8 +664,42 @@ impl QueuePair {
         } else {
             sys::IBV_WR_RDMA_WRITE
         };
-        self.inner
-            .post(Opcode::RdmaWrite, op, Some(buf), len, Some(remote), imm)
+        self.inner.post(
+            Opcode::RdmaWrite,
+            op,
+            Some(buf),
+            None,
+            len,
+            Some(remote),
+            imm,
+        )
+    }
+
+    /// RDMA WRITE of the first `len` bytes of a held slice to `remote` (with `imm`, WITH
+    /// IMMEDIATE): bytes already in registered memory sent without moving their buffer. The
+    /// slice's owner and region stay in the in-flight table until the completion, which hands
+    /// back no buffer. If the post fails, the slice is dropped with the error.
+    pub fn post_write_held(
+        &self,
+        src: HeldSlice,
+        len: usize,
+        remote: RemoteBuf,
+        imm: Option<u32>,
+    ) -> Result<WrId, PostError> {
+        let op = if imm.is_some() {
+            sys::IBV_WR_RDMA_WRITE_WITH_IMM
+        } else {
+            sys::IBV_WR_RDMA_WRITE
+        };
+        self.inner.post(
+            Opcode::RdmaWrite,
+            op,
+            None,
+            Some(src),
+            len,
+            Some(remote),
+            imm,
+        )
     }
 
     /// RDMA READ of `len` bytes from `remote` into the start of `buf` (which needs LOCAL_WRITE).
@@ -656,6 +708,7 @@ impl QueuePair {
             Opcode::RdmaRead,
             sys::IBV_WR_RDMA_READ,
             Some(buf),
+            None,
             len,
             Some(remote),
             None,
