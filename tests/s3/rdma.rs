@@ -545,3 +545,505 @@ fn quarry_binary_links_no_rdma_library() {
         bin.display()
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// S3 over RDMA to clients (crates/rdma-client, crates/s3/src/rdma.rs)
+// ---------------------------------------------------------------------------------------------
+
+use quarry_rdma_client::token::{RemoteSpan, Request as TokenRequest, Token, TOKEN_HEADER};
+use quarry_rdma_client::{ClientConfig, ClientError, RdmaClient};
+
+/// A token that parses and would name a buffer: what a client sends to a node without RDMA.
+fn some_token(method: &str, path: &str) -> String {
+    let span = RemoteSpan {
+        addr: 0x1000,
+        rkey: 7,
+        len: 64,
+    };
+    let req = TokenRequest {
+        method,
+        path,
+        query: "",
+        range: "",
+    };
+    Token::sign(&[1; 32], 1, span, unix_secs() + 60, &req)
+}
+
+fn unix_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// On a node without an RDMA device (these machines), S3 over RDMA is refused clearly, never
+/// served over TCP instead: the connection request and a GET or PUT with a token answer 501
+/// NotImplemented, while the same GET without the token is served. The client crate says the
+/// device is missing rather than failing obscurely. Unsigned connection requests are refused.
+#[tokio::test]
+async fn a_node_without_rdma_refuses_tokens_with_not_implemented() {
+    let s = TestServer::start(4).await;
+    s.create_bucket("rdma-none").await;
+    let c = s.client();
+    put_bytes(&c, "rdma-none", "k", b"hello").await;
+
+    let r = s
+        .signed(
+            "POST",
+            "/quarry/rdma/v1/connections",
+            &[],
+            br#"{"version":1,"endpoint":"00"}"#.to_vec(),
+        )
+        .await;
+    let body = expect_raw_error(r, 501, "NotImplemented").await;
+    assert!(body.contains("no RDMA device"), "{body}");
+    let token = some_token("GET", "/rdma-none/k");
+    let r = s
+        .signed("GET", "/rdma-none/k", &[(TOKEN_HEADER, &token)], Vec::new())
+        .await;
+    expect_raw_error(r, 501, "NotImplemented").await;
+    let token = some_token("PUT", "/rdma-none/k2");
+    let r = s
+        .signed(
+            "PUT",
+            "/rdma-none/k2",
+            &[(TOKEN_HEADER, &token)],
+            Vec::new(),
+        )
+        .await;
+    expect_raw_error(r, 501, "NotImplemented").await;
+    // Nothing was written by the refused PUT; the plain GET (the control) is served.
+    let r = s.signed("GET", "/rdma-none/k2", &[], Vec::new()).await;
+    assert_eq!(r.status(), 404);
+    let r = s.signed("GET", "/rdma-none/k", &[], Vec::new()).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(&r.bytes().await.unwrap()[..], b"hello");
+    // Unsigned: refused before anything else.
+    let r = send_raw(
+        "POST",
+        &format!("{}/quarry/rdma/v1/connections", s.endpoint()),
+        &[],
+        b"{}".to_vec(),
+    )
+    .await;
+    assert_eq!(r.status(), 403);
+
+    if !rdma_device_here() {
+        let e = RdmaClient::connect(ClientConfig::new(
+            &s.endpoint(),
+            s.access_key(),
+            s.secret_key(),
+        ))
+        .await
+        .expect_err("no device here");
+        match &e {
+            ClientError::Verbs(v) => assert!(v.is_no_device(), "{e}"),
+            other => panic!("expected a missing device, got {other}"),
+        }
+    }
+}
+
+const CLIENT_BUCKET: &str = "rdma-clients";
+
+/// The client process that [`vm_cluster_serves_s3_over_rdma_to_clients`] starts and kills
+/// mid-transfer (`QUARRY_RDMA_CHILD=get|put`): GETs of `o-8m` into one registered buffer, or
+/// PUTs of 8 MiB from it to `killed-put-<n>`, one after the other, each announced before it is
+/// sent and after it returned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a client process started (and killed) by vm_cluster_serves_s3_over_rdma_to_clients"]
+async fn client_child() {
+    let Ok(mode) = std::env::var("QUARRY_RDMA_CHILD") else {
+        return;
+    };
+    let endpoint = std::env::var("QUARRY_RDMA_CHILD_ENDPOINT").expect("endpoint");
+    let rc = RdmaClient::connect(ClientConfig::new(&endpoint, ACCESS_KEY, SECRET_KEY))
+        .await
+        .expect("connect");
+    let mut buf = rc.register(8 << 20).expect("register");
+    buf.as_mut_slice().fill(0x5a);
+    eprintln!("CONNECTED");
+    for n in 0.. {
+        eprintln!("START {n}");
+        match mode.as_str() {
+            "get" => {
+                rc.get_into(&mut buf, CLIENT_BUCKET, "o-8m", None)
+                    .await
+                    .expect("GET");
+            }
+            _ => {
+                rc.put_from(&buf, 8 << 20, CLIENT_BUCKET, &format!("killed-put-{n}"))
+                    .await
+                    .expect("PUT");
+            }
+        }
+        eprintln!("DONE {n}");
+    }
+}
+
+/// Starts [`client_child`] in `mode` against node 1 and kills it once node 1 has begun its
+/// first transfer (its count of RDMA GETs or PUTs went up: an 8 MiB transfer then has hundreds
+/// of milliseconds to go under TCG); returns the child's log (`START n` / `DONE n` lines).
+async fn kill_client_mid_transfer(s: &TestServer, mode: &str) -> String {
+    let metric = if mode == "get" {
+        "quarry_s3_rdma_get_requests_total"
+    } else {
+        "quarry_s3_rdma_put_requests_total"
+    };
+    let count = |m: &[crate::metrics::Sample]| crate::metrics::value(m, metric, &[]);
+    let before = count(&scrape_node(s, 1).await);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("child.log");
+    let f = std::fs::File::create(&path).expect("log");
+    let mut child = Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "rdma::client_child",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("QUARRY_RDMA_CHILD", mode)
+        .env("QUARRY_RDMA_CHILD_ENDPOINT", s.node_endpoint(1))
+        .stdin(Stdio::null())
+        .stdout(f.try_clone().expect("clone"))
+        .stderr(f)
+        .spawn()
+        .expect("spawn the client process");
+    let log = || std::fs::read_to_string(&path).unwrap_or_default();
+    let t0 = Instant::now();
+    while count(&scrape_node(s, 1).await) == before {
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "the client process started no transfer: {}",
+            log()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    child.kill().expect("kill");
+    let _ = child.wait();
+    log()
+}
+
+/// Inside the Soft-RoCE VM only (scripts/vm/cluster-verbs-tests.sh): S3 over RDMA to a client
+/// of a 4-node cluster over verbs. GETs of 0 B, 1 B, 1 MiB+1 and 8 MiB land byte-exact in a
+/// registered buffer, whole and in ranges, and a healthy GET copies nothing on the node (its
+/// stripe buffers are written as they are); a PUT from registered memory reads back exactly over
+/// HTTP from another node; a wrong MAC, an expired token, another key's connection and a buffer
+/// one byte too small are each refused with their error beside a passing request; a client
+/// killed mid-GET and mid-PUT leaves nothing partial and other clients unaffected; a read with
+/// a node down is exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs an RDMA device: run scripts/vm/cluster-verbs-tests.sh (Soft-RoCE VM)"]
+async fn vm_cluster_serves_s3_over_rdma_to_clients() {
+    if std::env::var_os("QUARRY_VERBS_TEST").is_none() {
+        eprintln!("SKIPPED vm_cluster_serves_s3_over_rdma_to_clients: run scripts/vm/cluster-verbs-tests.sh");
+        return;
+    }
+    let t0 = Instant::now();
+    let mut s = TestServer::start_cluster(4, 1, 4).await;
+    s.create_bucket(CLIENT_BUCKET).await;
+    let http = client(&s, 0);
+    let sizes = [
+        ("o-0", 0usize),
+        ("o-1", 1),
+        ("o-1m1", (1 << 20) + 1),
+        ("o-8m", 8 << 20),
+    ];
+    let mut bodies = std::collections::HashMap::new();
+    for (key, size) in sizes {
+        let body = random_bytes(size);
+        http.put_object()
+            .bucket(CLIENT_BUCKET)
+            .key(key)
+            .body(ByteStream::from(body.clone()))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("PUT {key}: {}", describe(&e)));
+        bodies.insert(key, body);
+    }
+    let config = || ClientConfig::new(&s.node_endpoint(1), ACCESS_KEY, SECRET_KEY);
+    let rc = RdmaClient::connect(config()).await.expect("connect");
+    let mut buf = rc.register((8 << 20) + 4096).expect("register");
+    let node1 = |m: &[crate::metrics::Sample], name: &str| crate::metrics::value(m, name, &[]);
+    let before = scrape_node(&s, 1).await;
+
+    // Whole objects.
+    for (key, size) in sizes {
+        buf.as_mut_slice().fill(0xee);
+        let got = rc
+            .get_into(&mut buf, CLIENT_BUCKET, key, None)
+            .await
+            .unwrap_or_else(|e| panic!("RDMA GET {key}: {e}"));
+        assert_eq!(got.status, 200, "{key}");
+        assert_eq!(got.len, size as u64, "{key}");
+        assert_bytes_eq(&buf.as_slice()[..size], &bodies[key], key);
+        assert_eq!(
+            got.etag.as_deref(),
+            Some(etag_of(&bodies[key]).as_str()),
+            "{key}"
+        );
+    }
+    // Ranges (end exclusive here, inclusive on the wire).
+    for (key, range) in [
+        ("o-1m1", 1000u64..(1 << 20) + 1),
+        ("o-8m", (3 << 20) + 5..5 << 20),
+        ("o-8m", 0..1),
+    ] {
+        let got = rc
+            .get_into(&mut buf, CLIENT_BUCKET, key, Some(range.clone()))
+            .await
+            .unwrap_or_else(|e| panic!("RDMA GET {key} {range:?}: {e}"));
+        assert_eq!(got.status, 206);
+        let (a, b) = (range.start as usize, range.end as usize);
+        assert_eq!(got.len as usize, b - a);
+        assert_bytes_eq(&buf.as_slice()[..b - a], &bodies[key][a..b], key);
+    }
+    let after = scrape_node(&s, 1).await;
+    let sent = node1(&after, "quarry_s3_rdma_sent_bytes_total")
+        - node1(&before, "quarry_s3_rdma_sent_bytes_total");
+    let copied = node1(&after, "quarry_s3_rdma_copied_bytes_total")
+        - node1(&before, "quarry_s3_rdma_copied_bytes_total");
+    eprintln!("FIGURES: client GETs: {sent} bytes over RDMA, {copied} copied into staging");
+    assert!(
+        sent >= (9 << 20) as f64,
+        "object bytes went over RDMA: {sent}"
+    );
+    // Only the inline 1-byte object (a slice of its metadata) is not in registered memory.
+    assert!(copied <= 1.0, "a healthy GET copied {copied} bytes");
+
+    // PUT from registered memory, read back over HTTP from another node.
+    let put_body = random_bytes((3 << 20) + 7);
+    buf.as_mut_slice()[..put_body.len()].copy_from_slice(&put_body);
+    let out = rc
+        .put_from(&buf, put_body.len(), CLIENT_BUCKET, "from-rdma")
+        .await
+        .expect("RDMA PUT");
+    assert_eq!(out.etag.as_deref(), Some(etag_of(&put_body).as_str()));
+    assert_eq!(out.len, put_body.len() as u64);
+    let got = get_object_bytes(&client(&s, 2), CLIENT_BUCKET, "from-rdma").await;
+    assert_bytes_eq(&got, &put_body, "PUT over RDMA, GET over HTTP");
+    let out = rc
+        .put_from(&buf, 0, CLIENT_BUCKET, "empty-from-rdma")
+        .await
+        .expect("empty RDMA PUT");
+    assert_eq!(out.len, 0);
+    assert!(get_object_bytes(&http, CLIENT_BUCKET, "empty-from-rdma")
+        .await
+        .is_empty());
+
+    // Refusals, each beside the passing request above.
+    let path = format!("/{CLIENT_BUCKET}/o-1m1");
+    let req = TokenRequest {
+        method: "GET",
+        path: &path,
+        query: "",
+        range: "",
+    };
+    let good = rc.token(buf.span(), &req);
+    let mut wrong = good.clone();
+    let last = wrong.pop().unwrap();
+    wrong.push(if last == '0' { '1' } else { '0' });
+    let e = rc
+        .get_with_token(&path, "", &wrong)
+        .await
+        .expect_err("wrong MAC");
+    assert_eq!(e.code(), Some("InvalidToken"), "{e}");
+    let expired = Token::sign(
+        rc.token_key(),
+        rc.connection_id(),
+        buf.span(),
+        unix_secs() - 5,
+        &req,
+    );
+    let e = rc
+        .get_with_token(&path, "", &expired)
+        .await
+        .expect_err("expired");
+    assert_eq!(e.code(), Some("ExpiredToken"), "{e}");
+    // A token for another request (the MAC covers the path).
+    let e = rc
+        .get_with_token(&format!("/{CLIENT_BUCKET}/o-8m"), "", &good)
+        .await
+        .expect_err("another path");
+    assert_eq!(e.code(), Some("InvalidToken"), "{e}");
+    // Another key's connection: bob (allowed to read) names root's connection.
+    let (bob_key, bob_secret) = crate::iam::user_with_key(&s, "bob").await;
+    crate::iam::ok(
+        &crate::iam::call(
+            &s,
+            0,
+            crate::iam::ROOT,
+            "iam",
+            &[
+                ("Action", "PutUserPolicy"),
+                ("UserName", "bob"),
+                ("PolicyName", "read"),
+                (
+                    "PolicyDocument",
+                    r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Action":"s3:GetObject","Resource":"arn:aws:s3:::*"}]}"#,
+                ),
+            ],
+        )
+        .await,
+    );
+    // (Node 1 learns bob's key from the drives within a second.)
+    let mut bob = None;
+    for _ in 0..40 {
+        match RdmaClient::connect(ClientConfig::new(
+            &s.node_endpoint(1),
+            &bob_key,
+            &bob_secret,
+        ))
+        .await
+        {
+            Ok(c) => {
+                bob = Some(c);
+                break;
+            }
+            Err(e) if e.code() == Some("InvalidAccessKeyId") => {
+                tokio::time::sleep(Duration::from_millis(250)).await
+            }
+            Err(e) => panic!("bob connects: {e}"),
+        }
+    }
+    let bob = bob.expect("node 1 knows bob's key");
+    let mut bob_buf = bob.register(2 << 20).expect("register");
+    let theirs = Token::sign(
+        bob.token_key(),
+        rc.connection_id(),
+        bob_buf.span(),
+        unix_secs() + 60,
+        &req,
+    );
+    let e = bob
+        .get_with_token(&path, "", &theirs)
+        .await
+        .expect_err("root's connection");
+    assert_eq!(e.code(), Some("AccessDenied"), "{e}");
+    let got = bob
+        .get_into(&mut bob_buf, CLIENT_BUCKET, "o-1m1", None)
+        .await
+        .expect("bob on his own connection");
+    assert_bytes_eq(
+        &bob_buf.as_slice()[..got.len as usize],
+        &bodies["o-1m1"],
+        "bob",
+    );
+    // A buffer one byte too small: refused before a byte moves.
+    let mut small = rc.register(1 << 20).expect("register");
+    let e = rc
+        .get_into(&mut small, CLIENT_BUCKET, "o-1m1", None)
+        .await
+        .expect_err("1 byte too small");
+    assert_eq!(e.code(), Some("InvalidRequest"), "{e}");
+    match &e {
+        ClientError::S3 { rdma_bytes, .. } => assert_eq!(*rdma_bytes, Some(0)),
+        other => panic!("{other}"),
+    }
+    // The connection still serves after every refusal.
+    rc.get_into(&mut buf, CLIENT_BUCKET, "o-1m1", None)
+        .await
+        .expect("after the refusals");
+    eprintln!("refusals done: {:?}", t0.elapsed());
+
+    // Clients killed mid-GET and mid-PUT: the node notices, drops their connections, and
+    // nothing partial is visible; this client goes on.
+    let errors_before = node1(&scrape_node(&s, 1).await, "quarry_s3_rdma_errors_total");
+    let conns_before = node1(&scrape_node(&s, 1).await, "quarry_s3_rdma_connections");
+    let get_log = kill_client_mid_transfer(&s, "get").await;
+    let put_log = kill_client_mid_transfer(&s, "put").await;
+    eprintln!("killed clients:\n{get_log}\n{put_log}");
+    let cleaned = {
+        let mut ok = false;
+        for _ in 0..120 {
+            let m = scrape_node(&s, 1).await;
+            if node1(&m, "quarry_s3_rdma_connections") <= conns_before
+                && node1(&m, "quarry_s3_rdma_errors_total") >= errors_before + 2.0
+            {
+                ok = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        ok
+    };
+    if !cleaned {
+        let m = scrape_node(&s, 1).await;
+        panic!(
+            "the node did not drop the killed clients' connections: connections {} (before {conns_before}), errors {} (before {errors_before})\n{}",
+            node1(&m, "quarry_s3_rdma_connections"),
+            node1(&m, "quarry_s3_rdma_errors_total"),
+            s.node_log_tail(1, 60)
+        );
+    }
+    for n in 0.. {
+        if !put_log.contains(&format!("START {n}\n")) {
+            break;
+        }
+        let key = format!("killed-put-{n}");
+        let head = http
+            .head_object()
+            .bucket(CLIENT_BUCKET)
+            .key(&key)
+            .send()
+            .await;
+        if put_log.contains(&format!("DONE {n}\n")) {
+            assert_eq!(
+                head.expect("a finished PUT").content_length(),
+                Some(8 << 20)
+            );
+        } else {
+            assert_eq!(
+                head.as_ref().err().and_then(error_status),
+                Some(404),
+                "{key}: a PUT cut off mid-transfer left nothing visible"
+            );
+        }
+    }
+    let got = rc
+        .get_into(&mut buf, CLIENT_BUCKET, "o-8m", None)
+        .await
+        .expect("this client after the kills");
+    assert_bytes_eq(
+        &buf.as_slice()[..got.len as usize],
+        &bodies["o-8m"],
+        "after kills",
+    );
+
+    // A degraded read: one node down, the object decoded, delivered exact.
+    s.kill_node(3);
+    buf.as_mut_slice().fill(0);
+    let got = rc
+        .get_into(&mut buf, CLIENT_BUCKET, "o-8m", None)
+        .await
+        .expect("degraded RDMA GET");
+    assert_bytes_eq(
+        &buf.as_slice()[..got.len as usize],
+        &bodies["o-8m"],
+        "degraded",
+    );
+    rc.close().await.expect("close");
+    let m = scrape_node(&s, 1).await;
+    eprintln!(
+        "FIGURES: node 1 rdma connects {} gets {} puts {} sent {} received {} copied {} errors {}; total {:?}",
+        node1(&m, "quarry_s3_rdma_connects_total"),
+        node1(&m, "quarry_s3_rdma_get_requests_total"),
+        node1(&m, "quarry_s3_rdma_put_requests_total"),
+        node1(&m, "quarry_s3_rdma_sent_bytes_total"),
+        node1(&m, "quarry_s3_rdma_received_bytes_total"),
+        node1(&m, "quarry_s3_rdma_copied_bytes_total"),
+        node1(&m, "quarry_s3_rdma_errors_total"),
+        t0.elapsed()
+    );
+}
+
+async fn get_object_bytes(c: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Vec<u8> {
+    let out = c
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .unwrap_or_else(|e| panic!("GET {key}: {}", describe(&e)));
+    out.body.collect().await.expect("body").to_vec()
+}

@@ -359,6 +359,8 @@ pub struct Node {
     pub node: String,
     /// Kept for the life of the process: dropping it stops the internode service.
     pub _rpc: RpcServer,
+    /// S3 over RDMA to clients, when the node's data plane is verbs.
+    pub client_rdma: quarry_s3::rdma::ClientRdmaHandle,
 }
 
 /// Internode TLS for `https://` drive URLs: the node's certificate and the cluster's CA from the
@@ -452,7 +454,7 @@ pub async fn start(
         .map(|d| Arc::new(d.clone()) as Arc<dyn Drive>)
         .collect();
     let rpc = RpcClient::new(identity.clone(), rpc_config.clone());
-    let drive_server = verbs::wire(
+    let (drive_server, client_rdma) = verbs::wire(
         &backend,
         rdma,
         &identity,
@@ -499,6 +501,7 @@ pub async fn start(
         local,
         node,
         _rpc: rpc_server,
+        client_rdma,
     })
 }
 
@@ -510,15 +513,24 @@ mod verbs {
     use anyhow::Context;
     use quarry_buf::{BufPool, BufPoolConfig, DEFAULT_BUF_SIZE};
     use quarry_net::rdma::{Backend, RdmaMode, RdmaSettings};
-    use quarry_net::verbs_dataplane::{holder_access, requester_access, ResponderConfig};
+    use quarry_net::verbs_dataplane::{
+        holder_access, requester_access, ClientPlane, ClientPlaneConfig, ClientPlaneError,
+        ResponderConfig, CLIENT_STAGING_BYTES,
+    };
     use quarry_net::{
         DriveServer, Identity, RpcClient, RpcConfig, TcpDataPlane, TcpDataPlaneConfig, VerbsConfig,
         VerbsDataPlane, VerbsDevice, VerbsResponder,
     };
+    use quarry_s3::rdma::{
+        ClientRdma, ClientRdmaFigures, ClientRdmaHandle, Delivered, RdmaConnection, RdmaRefusal,
+        RemoteSpan,
+    };
+    use quarry_verbs::{Access, RemoteBuf};
 
     /// Registers the node's two pools once (the requester's: GET stripes and PUT chunks, shared
     /// with the TCP fallback and the object layer; the holder's: drive reads and fetched
-    /// appends), and wires both sides.
+    /// appends), and wires both sides; and S3 over RDMA to clients on the same device (its
+    /// staging pool registered beside them; GET bodies in the requester's pool go as they are).
     pub fn wire(
         backend: &Backend,
         rdma: &RdmaSettings,
@@ -526,9 +538,9 @@ mod verbs {
         rpc: &RpcClient,
         config: &RpcConfig,
         server: DriveServer,
-    ) -> anyhow::Result<DriveServer> {
+    ) -> anyhow::Result<(DriveServer, ClientRdmaHandle)> {
         let Backend::Verbs(d) = backend else {
-            return Ok(server);
+            return Ok((server, ClientRdmaHandle::default()));
         };
         let dev = VerbsDevice::open(Some(&d.device), Some(d.gid_addr), rdma.gid_index)
             .context("RDMA: cannot open the device")?;
@@ -563,6 +575,18 @@ mod verbs {
             .map_err(anyhow::Error::msg)
             .context("RDMA: cannot set up the holder side of the verbs data plane")?,
         );
+        let staging = BufPool::registered(
+            BufPoolConfig::with_bytes(DEFAULT_BUF_SIZE, CLIENT_STAGING_BYTES),
+            dev.pd(),
+            Access::LOCAL_WRITE,
+        )
+        .context("RDMA: cannot register the client staging pool")?;
+        let clients = ClientPlane::new(
+            dev.clone(),
+            requester_pool.clone(),
+            staging,
+            ClientPlaneConfig::default(),
+        );
         let config = config.clone();
         // Its own control connections (no cycle through the client that holds the plane).
         let control = RpcClient::new(identity.clone(), config.clone());
@@ -588,7 +612,87 @@ mod verbs {
         if rpc.set_data_plane(Arc::new(plane)).is_err() {
             anyhow::bail!("RDMA: the RPC client already had a data plane");
         }
-        Ok(server.with_pool(holder_pool).with_verbs(holder))
+        Ok((
+            server.with_pool(holder_pool).with_verbs(holder),
+            ClientRdmaHandle(Some(Arc::new(ClientRdmaPlane(clients)))),
+        ))
+    }
+
+    /// quarry-net's client plane as the S3 front end's [`ClientRdma`].
+    struct ClientRdmaPlane(ClientPlane);
+
+    fn refusal(e: ClientPlaneError) -> RdmaRefusal {
+        match e {
+            ClientPlaneError::UnknownConnection => RdmaRefusal::UnknownConnection,
+            ClientPlaneError::NotOwner => RdmaRefusal::NotOwner,
+            ClientPlaneError::TooMany(m) => RdmaRefusal::TooMany(m),
+            ClientPlaneError::BadEndpoint(m) => RdmaRefusal::BadEndpoint(m),
+            ClientPlaneError::Device(m) => RdmaRefusal::Device(m),
+        }
+    }
+
+    fn remote(s: RemoteSpan) -> RemoteBuf {
+        RemoteBuf {
+            addr: s.addr,
+            rkey: s.rkey,
+            len: s.len,
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ClientRdma for ClientRdmaPlane {
+        fn connect(&self, owner: &str, client: &[u8]) -> Result<RdmaConnection, RdmaRefusal> {
+            let c = self.0.connect(owner, client).map_err(refusal)?;
+            Ok(RdmaConnection {
+                id: c.id,
+                endpoint: c.endpoint.to_vec(),
+                key: c.key,
+                max_transfer: 5 << 40,
+            })
+        }
+
+        fn disconnect(&self, owner: &str, id: u64) -> Result<(), RdmaRefusal> {
+            self.0.disconnect(owner, id).map_err(refusal)
+        }
+
+        fn connection(&self, id: u64) -> Option<(String, [u8; quarry_s3::rdma::KEY_LEN])> {
+            self.0.connection(id)
+        }
+
+        async fn write(
+            &self,
+            id: u64,
+            to: RemoteSpan,
+            data: quarry_object::ByteStream,
+        ) -> Delivered {
+            let o = self.0.write(id, remote(to), data).await;
+            Delivered {
+                written: o.written,
+                error: o.error,
+            }
+        }
+
+        fn read(
+            &self,
+            id: u64,
+            from: RemoteSpan,
+        ) -> Result<quarry_object::ByteStream, RdmaRefusal> {
+            self.0.read(id, remote(from)).map_err(refusal)
+        }
+
+        fn figures(&self) -> ClientRdmaFigures {
+            let f = self.0.figures();
+            ClientRdmaFigures {
+                connections: f.connections,
+                connects_total: f.connects_total,
+                gets_total: f.gets_total,
+                puts_total: f.puts_total,
+                bytes_out: f.bytes_out,
+                bytes_in: f.bytes_in,
+                copied_bytes: f.copied_bytes,
+                errors_total: f.errors_total,
+            }
+        }
     }
 }
 

@@ -109,6 +109,7 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
         lifecycle: quarry_s3::lifecycle_worker::LifecycleSettings::from_env()
             .map_err(anyhow::Error::msg)?,
         default_object_ownership: settings.default_object_ownership,
+        client_rdma: Default::default(),
     };
     serve_s3(listener, layer, cfg, limits(&settings), tls, &settings).await
 }
@@ -188,6 +189,7 @@ async fn run_cluster(mut settings: Settings, soft_fds: u64) -> anyhow::Result<()
         lifecycle: quarry_s3::lifecycle_worker::LifecycleSettings::from_env()
             .map_err(anyhow::Error::msg)?,
         default_object_ownership: settings.default_object_ownership,
+        client_rdma: node.client_rdma.clone(),
     };
     let crate::cluster::Node {
         layer, http, _rpc, ..

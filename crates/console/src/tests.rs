@@ -46,6 +46,7 @@ async fn env_with(ttl: Duration) -> Env {
             sse: Default::default(),
             lifecycle: Default::default(),
             default_object_ownership: Default::default(),
+            client_rdma: Default::default(),
         },
     );
     let console = router(

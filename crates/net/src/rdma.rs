@@ -68,6 +68,9 @@ pub const DEFAULT_POOL_BYTES: u64 = 256 << 20;
 pub const MIN_POOL_BYTES: u64 = 16 << 20;
 /// Default `QUARRY_RDMA_MAX_CONNECTIONS`: RC connections a node accepts from peers.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+/// Registered bytes of the staging pool of S3 over RDMA to clients (GET copies, PUT reads),
+/// beside the data pools.
+pub const CLIENT_STAGING_BYTES: u64 = 16 << 20;
 /// Memory the kernel pins beyond the pools (queue pairs, completion queues), checked against
 /// RLIMIT_MEMLOCK with them.
 pub const PIN_MARGIN_BYTES: u64 = 8 << 20;
@@ -255,7 +258,7 @@ pub fn probe(settings: &RdmaSettings, addr: Option<IpAddr>) -> Result<RdmaDevice
             .select_roce_v2_gid(RDMA_PORT, addr.filter(|a| !a.is_loopback()))
             .map_err(classify)?,
     };
-    quarry_verbs::check_memlock(settings.pool_bytes + PIN_MARGIN_BYTES).map_err(|e| match e {
+    quarry_verbs::check_memlock(settings.pool_bytes + CLIENT_STAGING_BYTES + PIN_MARGIN_BYTES).map_err(|e| match e {
         quarry_verbs::Error::MemlockTooSmall { .. } => ProbeError::Unusable(format!(
             "{e} (QUARRY_RDMA_POOL_BYTES={} needs that much pinned memory; raise `ulimit -l` or lower it)",
             settings.pool_bytes

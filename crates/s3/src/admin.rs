@@ -1328,6 +1328,7 @@ mod tests {
                 sse: Default::default(),
                 lifecycle: Default::default(),
                 default_object_ownership: Default::default(),
+                client_rdma: Default::default(),
             };
             let response = app(layer, Arc::new(AlwaysReady), cfg)
                 .oneshot(req)

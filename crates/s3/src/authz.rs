@@ -138,12 +138,15 @@ pub fn needs(endpoint: &Endpoint, headers: &HeaderMap) -> Result<Vec<Need>, S3Er
     };
     Ok(match endpoint {
         // The admin API is the root user's (checked by its handler); the query API's calls are
-        // authorized by `iam::query::serve` from the form's action.
+        // authorized by `iam::query::serve` from the form's action. An RDMA connection is any
+        // signed caller's: it grants nothing (each request over it is authorized as without).
         E::HealthLive
         | E::HealthReady
         | E::Metrics
         | E::CorsPreflight { .. }
         | E::Admin { .. }
+        | E::RdmaConnect
+        | E::RdmaDisconnect { .. }
         | E::IamQuery => vec![],
         E::ListBuckets { .. } => vec![Need {
             action: "s3:ListAllMyBuckets",

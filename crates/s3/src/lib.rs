@@ -47,6 +47,7 @@ mod multipart;
 mod object_lock;
 mod post_object;
 mod put;
+pub mod rdma;
 pub mod router;
 pub mod server;
 pub mod signature;

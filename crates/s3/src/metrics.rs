@@ -134,6 +134,8 @@ pub struct Metrics {
     ops: Box<[OnceLock<OpCounters>]>,
     other: OpCounters,
     start: Instant,
+    /// S3 over RDMA, when the node serves it.
+    pub(crate) client_rdma: OnceLock<Arc<dyn crate::rdma::ClientRdma>>,
 }
 
 impl Default for Metrics {
@@ -144,6 +146,7 @@ impl Default for Metrics {
             ops: (0..MAX_OPS).map(|_| OnceLock::new()).collect(),
             other: OpCounters::new("Other"),
             start: Instant::now(),
+            client_rdma: OnceLock::new(),
         }
     }
 }
@@ -550,6 +553,9 @@ impl Metrics {
         }
         render_drive_heals(&mut out, layer);
         self.render_lifecycle(&mut out);
+        if let Some(plane) = self.client_rdma.get() {
+            render_client_rdma(&mut out, &plane.figures());
+        }
         out
     }
 
@@ -849,6 +855,25 @@ fn render_pools(out: &mut String, layer: &LayerStats) {
             "quarry_dataplane_holder_errors_total{{backend=\"verbs\"}} {}",
             h.errors
         );
+    }
+}
+
+/// The client RDMA plane's figures: object bytes and operations over RDMA (the HTTP ones are
+/// `quarry_s3_sent_bytes_total` and `quarry_s3_received_bytes_total`).
+fn render_client_rdma(out: &mut String, f: &crate::rdma::ClientRdmaFigures) {
+    let series = [
+        ("quarry_s3_rdma_connections", "gauge", "Client RDMA connections open.", f.connections),
+        ("quarry_s3_rdma_connects_total", "counter", "Client RDMA connections made.", f.connects_total),
+        ("quarry_s3_rdma_get_requests_total", "counter", "GETs whose bytes went over RDMA into a client's buffer.", f.gets_total),
+        ("quarry_s3_rdma_put_requests_total", "counter", "PUTs and part uploads whose bytes were RDMA-read from a client's buffer.", f.puts_total),
+        ("quarry_s3_rdma_sent_bytes_total", "counter", "Object bytes RDMA-written into clients' buffers.", f.bytes_out),
+        ("quarry_s3_rdma_received_bytes_total", "counter", "Object bytes RDMA-read from clients' buffers.", f.bytes_in),
+        ("quarry_s3_rdma_copied_bytes_total", "counter", "GET bytes copied into a registered staging buffer before their write (not in registered memory already).", f.copied_bytes),
+        ("quarry_s3_rdma_errors_total", "counter", "Client RDMA transfers that failed (queue pair errors, timeouts, clients gone).", f.errors_total),
+    ];
+    for (name, kind, help, value) in series {
+        header(out, name, kind, help);
+        let _ = writeln!(out, "{name} {value}");
     }
 }
 

@@ -297,6 +297,13 @@ pub enum Endpoint {
     DeletePublicAccessBlock {
         bucket: String,
     },
+    /// `POST /quarry/rdma/v1/connections`, path style: an RDMA connection for S3 over RDMA
+    /// (`rdma.rs`), any signed caller.
+    RdmaConnect,
+    /// `DELETE /quarry/rdma/v1/connections/<id>`: closes one of the caller's connections.
+    RdmaDisconnect {
+        id: String,
+    },
     /// `/quarry/admin/v1/...`, path style: the admin API (`admin.rs`), root user only.
     Admin {
         op: crate::admin::AdminOp,
@@ -333,6 +340,8 @@ impl Endpoint {
             | E::Metrics
             | E::ListBuckets { .. }
             | E::Admin { .. }
+            | E::RdmaConnect
+            | E::RdmaDisconnect { .. }
             | E::IamQuery
             | E::Unsupported { .. } => None,
             E::CreateBucket { bucket }
@@ -466,6 +475,8 @@ impl Endpoint {
             Endpoint::PutPublicAccessBlock { .. } => "PutPublicAccessBlock",
             Endpoint::DeletePublicAccessBlock { .. } => "DeletePublicAccessBlock",
             Endpoint::Admin { op } => op.name(),
+            Endpoint::RdmaConnect => "RdmaConnect",
+            Endpoint::RdmaDisconnect { .. } => "RdmaDisconnect",
             Endpoint::IamQuery => "IamQuery",
             Endpoint::Unsupported { operation } => operation,
         }
@@ -648,6 +659,12 @@ pub fn parse(
     if host_bucket.is_none() {
         if let Some(op) = crate::admin::parse(method, path, query) {
             return Ok(Endpoint::Admin { op });
+        }
+        if let Some(route) = crate::rdma::parse_route(method, path) {
+            return Ok(match route {
+                None => Endpoint::RdmaConnect,
+                Some(id) => Endpoint::RdmaDisconnect { id },
+            });
         }
     }
 

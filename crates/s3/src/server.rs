@@ -58,6 +58,8 @@ pub struct S3Config {
     pub lifecycle: crate::lifecycle_worker::LifecycleSettings,
     /// The ObjectOwnership of buckets created without `x-amz-object-ownership`.
     pub default_object_ownership: crate::acl_config::ObjectOwnership,
+    /// S3 over RDMA to clients (none: token requests answer NotImplemented).
+    pub client_rdma: crate::rdma::ClientRdmaHandle,
 }
 
 /// The answer of a readiness probe.
@@ -403,6 +405,9 @@ fn app_with(
         iam.spawn_poller();
     }
     let metrics: Arc<crate::metrics::Metrics> = Arc::default();
+    if let Some(plane) = &cfg.client_rdma.0 {
+        let _ = metrics.client_rdma.set(plane.clone());
+    }
     crate::lifecycle_worker::spawn(&layer, metrics.lifecycle.clone(), cfg.lifecycle);
     let state = Arc::new(AppState {
         iam: iam.clone(),
@@ -429,6 +434,7 @@ fn app_with(
         acl: crate::acl_config::AclState::new(cfg.default_object_ownership),
         ids: RequestIds::new(),
         metrics,
+        client_rdma: cfg.client_rdma,
     });
     crate::metrics_history::spawn(Arc::downgrade(&state));
     axum::Router::new().fallback(move |req: Request| handle(state.clone(), req))
@@ -453,6 +459,7 @@ pub(crate) struct AppState {
     pub(crate) acl: crate::acl_config::AclState,
     ids: RequestIds,
     pub(crate) metrics: Arc<crate::metrics::Metrics>,
+    pub(crate) client_rdma: crate::rdma::ClientRdmaHandle,
     /// How long a request body may stall (every body a handler reads goes through it).
     pub body_timeouts: BodyTimeouts,
     metrics_access: crate::metrics::MetricsAccess,
@@ -839,7 +846,7 @@ async fn dispatch(
         &bucket_policies,
     )
     .await?;
-    let ctx = ReqCtx {
+    let mut ctx = ReqCtx {
         caller,
         policy_ctx,
         bucket_policies,
@@ -849,6 +856,39 @@ async fn dispatch(
         body: Mutex::new(Some(body)),
         bytes_in: log.bytes_in.clone(),
     };
+    // S3 over RDMA: the token is checked once the request is authorized as it would be without
+    // it; a PUT's body then comes from the client's registered buffer.
+    let rdma = crate::rdma::verify(&ctx, &endpoint, &ctx.parts)?;
+    if let Some(transfer) = rdma {
+        return match endpoint {
+            E::GetObject {
+                bucket,
+                key,
+                read,
+                version,
+            } => {
+                let answer = get::get_object(&ctx, &bucket, &key, read, version, false).await;
+                let answer = crate::acl_eval::missing_object(&ctx, &bucket, &key, answer).await?;
+                crate::rdma::deliver_get(transfer, answer).await
+            }
+            E::PutObject { .. } | E::UploadPart { .. } => {
+                let body = crate::rdma::put_body(&transfer, &mut ctx.parts)?;
+                ctx.body = Mutex::new(Some(body));
+                let answer = match endpoint {
+                    E::PutObject { bucket, key } => put::put_object(&ctx, &bucket, &key).await,
+                    E::UploadPart {
+                        bucket,
+                        key,
+                        upload_id,
+                        part_number,
+                    } => multipart::upload_part(&ctx, &bucket, &key, &upload_id, part_number).await,
+                    _ => unreachable!("matched above"),
+                }?;
+                Ok(crate::rdma::put_answer(&transfer, answer))
+            }
+            _ => unreachable!("rdma::verify accepts GetObject, PutObject and UploadPart only"),
+        };
+    }
 
     use Endpoint as E;
     let head = matches!(endpoint, E::HeadObject { .. });
@@ -1007,6 +1047,8 @@ async fn dispatch(
             params,
         } => multipart::list_parts(&ctx, &bucket, &key, &upload_id, &params).await,
         E::Admin { op } => crate::admin::handle(&ctx, op).await,
+        E::RdmaConnect => crate::rdma::connect(&ctx).await,
+        E::RdmaDisconnect { id } => crate::rdma::disconnect(&ctx, &id).await,
         E::GetBucketAcl { bucket } => acl::get_bucket_acl(&ctx, &bucket).await,
         E::PutBucketAcl { bucket } => acl::put_bucket_acl(&ctx, &bucket).await,
         E::GetObjectAcl {

@@ -284,6 +284,7 @@ impl Harness {
             sse: Default::default(),
             lifecycle: Default::default(),
             default_object_ownership: Default::default(),
+            client_rdma: Default::default(),
         };
         Harness {
             router: app(layer, Arc::new(Probe(ready)), cfg),

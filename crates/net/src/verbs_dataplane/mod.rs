@@ -143,11 +143,13 @@ pub fn holder_access() -> Access {
     Access::LOCAL_WRITE
 }
 
+mod client;
 mod device;
 mod holder;
 mod messages;
 mod requester;
 
+pub use client::*;
 pub use device::*;
 pub use holder::*;
 pub use messages::*;
