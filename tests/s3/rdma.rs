@@ -820,16 +820,18 @@ async fn vm_cluster_serves_s3_over_rdma_to_clients() {
         .expect("RDMA PUT");
     assert_eq!(out.etag.as_deref(), Some(etag_of(&put_body).as_str()));
     assert_eq!(out.len, put_body.len() as u64);
-    let got = get_object_bytes(&client(&s, 2), CLIENT_BUCKET, "from-rdma").await;
+    let got = quarry_integration::get_bytes(&client(&s, 2), CLIENT_BUCKET, "from-rdma").await;
     assert_bytes_eq(&got, &put_body, "PUT over RDMA, GET over HTTP");
     let out = rc
         .put_from(&buf, 0, CLIENT_BUCKET, "empty-from-rdma")
         .await
         .expect("empty RDMA PUT");
     assert_eq!(out.len, 0);
-    assert!(get_object_bytes(&http, CLIENT_BUCKET, "empty-from-rdma")
-        .await
-        .is_empty());
+    assert!(
+        quarry_integration::get_bytes(&http, CLIENT_BUCKET, "empty-from-rdma")
+            .await
+            .is_empty()
+    );
 
     // Refusals, each beside the passing request above.
     let path = format!("/{CLIENT_BUCKET}/o-1m1");
@@ -1035,15 +1037,4 @@ async fn vm_cluster_serves_s3_over_rdma_to_clients() {
         node1(&m, "quarry_s3_rdma_errors_total"),
         t0.elapsed()
     );
-}
-
-async fn get_object_bytes(c: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Vec<u8> {
-    let out = c
-        .get_object()
-        .bucket(bucket)
-        .key(key)
-        .send()
-        .await
-        .unwrap_or_else(|e| panic!("GET {key}: {}", describe(&e)));
-    out.body.collect().await.expect("body").to_vec()
 }

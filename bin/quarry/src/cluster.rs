@@ -681,17 +681,7 @@ mod verbs {
         }
 
         fn figures(&self) -> ClientRdmaFigures {
-            let f = self.0.figures();
-            ClientRdmaFigures {
-                connections: f.connections,
-                connects_total: f.connects_total,
-                gets_total: f.gets_total,
-                puts_total: f.puts_total,
-                bytes_out: f.bytes_out,
-                bytes_in: f.bytes_in,
-                copied_bytes: f.copied_bytes,
-                errors_total: f.errors_total,
-            }
+            self.0.figures()
         }
     }
 }

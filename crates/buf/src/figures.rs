@@ -51,3 +51,22 @@ pub struct PeerSnapshot {
     pub latency_buckets: Vec<u64>,
     pub latency_sum_seconds: f64,
 }
+
+/// Counters of S3 over RDMA to clients: counted by the node's client plane (`quarry-net`),
+/// rendered by the front end (`quarry_s3_rdma_*`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ClientRdmaFigures {
+    /// Connections open now.
+    pub connections: u64,
+    pub connects_total: u64,
+    pub gets_total: u64,
+    pub puts_total: u64,
+    /// Bytes RDMA-written into clients' buffers.
+    pub bytes_out: u64,
+    /// Bytes RDMA-read from clients' buffers.
+    pub bytes_in: u64,
+    /// GET bytes copied into a staging buffer first (not in registered memory).
+    pub copied_bytes: u64,
+    /// Transfers that failed (queue pair errors, timeouts, clients gone).
+    pub errors_total: u64,
+}

@@ -14,5 +14,5 @@
 pub mod figures;
 mod pool;
 
-pub use figures::{DataPlaneStats, PeerSnapshot, LATENCY_BUCKETS};
+pub use figures::{ClientRdmaFigures, DataPlaneStats, PeerSnapshot, LATENCY_BUCKETS};
 pub use pool::*;

@@ -93,22 +93,7 @@ pub enum RdmaRefusal {
     Device(String),
 }
 
-/// Counters of the client RDMA plane, for `/metrics`.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ClientRdmaFigures {
-    pub connections: u64,
-    pub connects_total: u64,
-    pub gets_total: u64,
-    pub puts_total: u64,
-    /// Bytes RDMA-WRITten into clients' buffers.
-    pub bytes_out: u64,
-    /// Bytes RDMA-READ from clients' buffers.
-    pub bytes_in: u64,
-    /// Bytes of GETs that were copied into a staging buffer first (not in registered memory).
-    pub copied_bytes: u64,
-    /// Transfers that failed (QP errors, timeouts, clients gone).
-    pub errors_total: u64,
-}
+pub use quarry_buf::ClientRdmaFigures;
 
 /// The node's RDMA endpoint for clients.
 #[async_trait]
@@ -252,6 +237,8 @@ pub(crate) async fn disconnect(ctx: &ReqCtx, id: &str) -> ApiResult<Response> {
 
 /// A request's verified token: the transfer it may make.
 pub(crate) struct Transfer {
+    /// A GetObject (else a PutObject or UploadPart).
+    get: bool,
     plane: Arc<dyn ClientRdma>,
     connection: u64,
     span: RemoteSpan,
@@ -321,6 +308,7 @@ pub(crate) fn verify(
         return Err(bad("the RDMA token expires more than 24 hours ahead"));
     }
     Ok(Some(Transfer {
+        get: matches!(endpoint, Endpoint::GetObject { .. }),
         plane,
         connection: token.connection,
         span: token.span,
@@ -357,21 +345,25 @@ pub(crate) fn put_body(transfer: &Transfer, parts: &mut Parts) -> ApiResult<Body
     Ok(Body::from_stream(stream))
 }
 
-/// The PUT's answer, saying how many bytes were read.
-pub(crate) fn put_answer(transfer: &Transfer, mut response: Response) -> Response {
+/// The answer of a request with a token, once its handler answered: a GET's body delivered
+/// into the buffer ([`deliver_get`]); a PUT's answer saying how many bytes were read.
+pub(crate) async fn finish(transfer: Transfer, mut response: Response) -> ApiResult<Response> {
+    if transfer.get {
+        return deliver_get(transfer, response).await;
+    }
     if response.status().is_success() {
         response
             .headers_mut()
             .insert(BYTES_HEADER, HeaderValue::from(transfer.span.len));
     }
-    response
+    Ok(response)
 }
 
 /// A GET's answer delivered into the client's buffer: the body RDMA-written from its start,
 /// then the same headers without a body and `x-amz-rdma-bytes`. Answers without a body (304,
 /// 412) go as they are. A body larger than the buffer is refused before a byte moves; a
 /// transfer that fails says in `x-amz-rdma-bytes` how many bytes of the buffer are valid.
-pub(crate) async fn deliver_get(transfer: Transfer, response: Response) -> ApiResult<Response> {
+async fn deliver_get(transfer: Transfer, response: Response) -> ApiResult<Response> {
     if !matches!(
         response.status(),
         StatusCode::OK | StatusCode::PARTIAL_CONTENT

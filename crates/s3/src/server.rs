@@ -859,46 +859,30 @@ async fn dispatch(
     // S3 over RDMA: the token is checked once the request is authorized as it would be without
     // it; a PUT's body then comes from the client's registered buffer.
     let rdma = crate::rdma::verify(&ctx, &endpoint, &ctx.parts)?;
-    if let Some(transfer) = rdma {
-        return match endpoint {
-            E::GetObject {
-                bucket,
-                key,
-                read,
-                version,
-            } => {
-                let answer = get::get_object(&ctx, &bucket, &key, read, version, false).await;
-                let answer = crate::acl_eval::missing_object(&ctx, &bucket, &key, answer).await?;
-                crate::rdma::deliver_get(transfer, answer).await
-            }
-            E::PutObject { .. } | E::UploadPart { .. } => {
-                let body = crate::rdma::put_body(&transfer, &mut ctx.parts)?;
-                ctx.body = Mutex::new(Some(body));
-                let answer = match endpoint {
-                    E::PutObject { bucket, key } => put::put_object(&ctx, &bucket, &key).await,
-                    E::UploadPart {
-                        bucket,
-                        key,
-                        upload_id,
-                        part_number,
-                    } => multipart::upload_part(&ctx, &bucket, &key, &upload_id, part_number).await,
-                    _ => unreachable!("matched above"),
-                }?;
-                Ok(crate::rdma::put_answer(&transfer, answer))
-            }
-            _ => unreachable!("rdma::verify accepts GetObject, PutObject and UploadPart only"),
-        };
+    if let (Some(transfer), Endpoint::PutObject { .. } | Endpoint::UploadPart { .. }) =
+        (&rdma, &endpoint)
+    {
+        let body = crate::rdma::put_body(transfer, &mut ctx.parts)?;
+        ctx.body = Mutex::new(Some(body));
     }
+    let answer = dispatch_endpoint(&ctx, endpoint).await;
+    match rdma {
+        None => answer,
+        Some(transfer) => crate::rdma::finish(transfer, answer?).await,
+    }
+}
 
+/// Runs the handler of an authorized request.
+async fn dispatch_endpoint(ctx: &ReqCtx, endpoint: Endpoint) -> ApiResult<Response> {
     use Endpoint as E;
     let head = matches!(endpoint, E::HeadObject { .. });
     match endpoint {
         E::HealthLive | E::HealthReady | E::Metrics => unreachable_health(),
-        E::ListBuckets { params } => bucket::list_buckets(&ctx, &params).await,
-        E::CreateBucket { bucket } => bucket::create_bucket(&ctx, &bucket).await,
-        E::HeadBucket { bucket } => bucket::head_bucket(&ctx, &bucket).await,
+        E::ListBuckets { params } => bucket::list_buckets(ctx, &params).await,
+        E::CreateBucket { bucket } => bucket::create_bucket(ctx, &bucket).await,
+        E::HeadBucket { bucket } => bucket::head_bucket(ctx, &bucket).await,
         E::DeleteBucket { bucket } => {
-            let result = bucket::delete_bucket(&ctx, &bucket).await;
+            let result = bucket::delete_bucket(ctx, &bucket).await;
             // Its CORS configuration and policy went with it; a new bucket of the name starts
             // without.
             ctx.state.cors.invalidate(&bucket);
@@ -907,11 +891,11 @@ async fn dispatch(
             ctx.state.acl.invalidate(&bucket);
             result
         }
-        E::GetBucketLocation { bucket } => bucket::get_bucket_location(&ctx, &bucket).await,
-        E::ListObjects { bucket, params } => list::list_objects_v1(&ctx, &bucket, &params).await,
-        E::ListObjectsV2 { bucket, params } => list::list_objects_v2(&ctx, &bucket, &params).await,
-        E::PutObject { bucket, key } => put::put_object(&ctx, &bucket, &key).await,
-        E::CopyObject { bucket, key } => copy::copy_object(&ctx, &bucket, &key).await,
+        E::GetBucketLocation { bucket } => bucket::get_bucket_location(ctx, &bucket).await,
+        E::ListObjects { bucket, params } => list::list_objects_v1(ctx, &bucket, &params).await,
+        E::ListObjectsV2 { bucket, params } => list::list_objects_v2(ctx, &bucket, &params).await,
+        E::PutObject { bucket, key } => put::put_object(ctx, &bucket, &key).await,
+        E::CopyObject { bucket, key } => copy::copy_object(ctx, &bucket, &key).await,
         E::GetObject {
             bucket,
             key,
@@ -924,87 +908,85 @@ async fn dispatch(
             read,
             version,
         } => {
-            let answer = get::get_object(&ctx, &bucket, &key, read, version, head).await;
-            crate::acl_eval::missing_object(&ctx, &bucket, &key, answer).await
+            let answer = get::get_object(ctx, &bucket, &key, read, version, head).await;
+            crate::acl_eval::missing_object(ctx, &bucket, &key, answer).await
         }
         E::DeleteObject {
             bucket,
             key,
             version,
-        } => delete::delete_object(&ctx, &bucket, &key, version).await,
+        } => delete::delete_object(ctx, &bucket, &key, version).await,
         E::GetObjectTagging {
             bucket,
             key,
             version,
-        } => tagging::get_object_tagging(&ctx, &bucket, &key, version).await,
+        } => tagging::get_object_tagging(ctx, &bucket, &key, version).await,
         E::PutObjectTagging {
             bucket,
             key,
             version,
-        } => tagging::put_object_tagging(&ctx, &bucket, &key, version).await,
+        } => tagging::put_object_tagging(ctx, &bucket, &key, version).await,
         E::DeleteObjectTagging {
             bucket,
             key,
             version,
-        } => tagging::delete_object_tagging(&ctx, &bucket, &key, version).await,
-        E::GetBucketTagging { bucket } => tagging::get_bucket_tagging(&ctx, &bucket).await,
+        } => tagging::delete_object_tagging(ctx, &bucket, &key, version).await,
+        E::GetBucketTagging { bucket } => tagging::get_bucket_tagging(ctx, &bucket).await,
         E::GetObjectLockConfiguration { bucket } => {
-            object_lock::get_object_lock_configuration(&ctx, &bucket).await
+            object_lock::get_object_lock_configuration(ctx, &bucket).await
         }
         E::PutObjectLockConfiguration { bucket } => {
-            object_lock::put_object_lock_configuration(&ctx, &bucket).await
+            object_lock::put_object_lock_configuration(ctx, &bucket).await
         }
         E::GetObjectRetention {
             bucket,
             key,
             version,
-        } => object_lock::get_object_retention(&ctx, &bucket, &key, version).await,
+        } => object_lock::get_object_retention(ctx, &bucket, &key, version).await,
         E::PutObjectRetention {
             bucket,
             key,
             version,
-        } => object_lock::put_object_retention(&ctx, &bucket, &key, version).await,
+        } => object_lock::put_object_retention(ctx, &bucket, &key, version).await,
         E::GetObjectLegalHold {
             bucket,
             key,
             version,
-        } => object_lock::get_object_legal_hold(&ctx, &bucket, &key, version).await,
+        } => object_lock::get_object_legal_hold(ctx, &bucket, &key, version).await,
         E::PutObjectLegalHold {
             bucket,
             key,
             version,
-        } => object_lock::put_object_legal_hold(&ctx, &bucket, &key, version).await,
-        E::PutBucketTagging { bucket } => tagging::put_bucket_tagging(&ctx, &bucket).await,
-        E::DeleteBucketTagging { bucket } => tagging::delete_bucket_tagging(&ctx, &bucket).await,
-        E::GetBucketVersioning { bucket } => versioning::get_bucket_versioning(&ctx, &bucket).await,
-        E::PutBucketVersioning { bucket } => versioning::put_bucket_versioning(&ctx, &bucket).await,
+        } => object_lock::put_object_legal_hold(ctx, &bucket, &key, version).await,
+        E::PutBucketTagging { bucket } => tagging::put_bucket_tagging(ctx, &bucket).await,
+        E::DeleteBucketTagging { bucket } => tagging::delete_bucket_tagging(ctx, &bucket).await,
+        E::GetBucketVersioning { bucket } => versioning::get_bucket_versioning(ctx, &bucket).await,
+        E::PutBucketVersioning { bucket } => versioning::put_bucket_versioning(ctx, &bucket).await,
         E::ListObjectVersions { bucket, params } => {
-            versioning::list_object_versions(&ctx, &bucket, &params).await
+            versioning::list_object_versions(ctx, &bucket, &params).await
         }
         E::GetObjectAttributes {
             bucket,
             key,
             version,
-        } => attributes::get_object_attributes(&ctx, &bucket, &key, version).await,
-        E::DeleteObjects { bucket } => delete::delete_objects(&ctx, &bucket).await,
-        E::GetBucketEncryption { bucket } => sse::get_bucket_encryption(&ctx, &bucket).await,
-        E::PutBucketEncryption { bucket } => sse::put_bucket_encryption(&ctx, &bucket).await,
-        E::DeleteBucketEncryption { bucket } => sse::delete_bucket_encryption(&ctx, &bucket).await,
-        E::GetBucketLifecycle { bucket } => lifecycle::get_bucket_lifecycle(&ctx, &bucket).await,
-        E::PutBucketLifecycle { bucket } => lifecycle::put_bucket_lifecycle(&ctx, &bucket).await,
+        } => attributes::get_object_attributes(ctx, &bucket, &key, version).await,
+        E::DeleteObjects { bucket } => delete::delete_objects(ctx, &bucket).await,
+        E::GetBucketEncryption { bucket } => sse::get_bucket_encryption(ctx, &bucket).await,
+        E::PutBucketEncryption { bucket } => sse::put_bucket_encryption(ctx, &bucket).await,
+        E::DeleteBucketEncryption { bucket } => sse::delete_bucket_encryption(ctx, &bucket).await,
+        E::GetBucketLifecycle { bucket } => lifecycle::get_bucket_lifecycle(ctx, &bucket).await,
+        E::PutBucketLifecycle { bucket } => lifecycle::put_bucket_lifecycle(ctx, &bucket).await,
         E::DeleteBucketLifecycle { bucket } => {
-            lifecycle::delete_bucket_lifecycle(&ctx, &bucket).await
+            lifecycle::delete_bucket_lifecycle(ctx, &bucket).await
         }
-        E::GetBucketCors { bucket } => cors::get_bucket_cors(&ctx, &bucket).await,
-        E::PutBucketCors { bucket } => cors::put_bucket_cors(&ctx, &bucket).await,
-        E::DeleteBucketCors { bucket } => cors::delete_bucket_cors(&ctx, &bucket).await,
-        E::GetBucketPolicy { bucket } => bucket_policy::get_bucket_policy(&ctx, &bucket).await,
-        E::PutBucketPolicy { bucket } => bucket_policy::put_bucket_policy(&ctx, &bucket).await,
-        E::DeleteBucketPolicy { bucket } => {
-            bucket_policy::delete_bucket_policy(&ctx, &bucket).await
-        }
+        E::GetBucketCors { bucket } => cors::get_bucket_cors(ctx, &bucket).await,
+        E::PutBucketCors { bucket } => cors::put_bucket_cors(ctx, &bucket).await,
+        E::DeleteBucketCors { bucket } => cors::delete_bucket_cors(ctx, &bucket).await,
+        E::GetBucketPolicy { bucket } => bucket_policy::get_bucket_policy(ctx, &bucket).await,
+        E::PutBucketPolicy { bucket } => bucket_policy::put_bucket_policy(ctx, &bucket).await,
+        E::DeleteBucketPolicy { bucket } => bucket_policy::delete_bucket_policy(ctx, &bucket).await,
         E::GetBucketPolicyStatus { bucket } => {
-            bucket_policy::get_bucket_policy_status(&ctx, &bucket).await
+            bucket_policy::get_bucket_policy_status(ctx, &bucket).await
         }
         E::CorsPreflight { .. } | E::PostObject { .. } => unauthenticated_endpoint(),
         E::IamQuery => Err(S3Error::new(
@@ -1013,71 +995,71 @@ async fn dispatch(
         )
         .into()),
         E::ListMultipartUploads { bucket, params } => {
-            multipart::list_multipart_uploads(&ctx, &bucket, &params).await
+            multipart::list_multipart_uploads(ctx, &bucket, &params).await
         }
         E::CreateMultipartUpload { bucket, key } => {
-            multipart::create_multipart_upload(&ctx, &bucket, &key).await
+            multipart::create_multipart_upload(ctx, &bucket, &key).await
         }
         E::UploadPart {
             bucket,
             key,
             upload_id,
             part_number,
-        } => multipart::upload_part(&ctx, &bucket, &key, &upload_id, part_number).await,
+        } => multipart::upload_part(ctx, &bucket, &key, &upload_id, part_number).await,
         E::UploadPartCopy {
             bucket,
             key,
             upload_id,
             part_number,
-        } => multipart::upload_part_copy(&ctx, &bucket, &key, &upload_id, part_number).await,
+        } => multipart::upload_part_copy(ctx, &bucket, &key, &upload_id, part_number).await,
         E::CompleteMultipartUpload {
             bucket,
             key,
             upload_id,
-        } => multipart::complete_multipart_upload(&ctx, &bucket, &key, &upload_id).await,
+        } => multipart::complete_multipart_upload(ctx, &bucket, &key, &upload_id).await,
         E::AbortMultipartUpload {
             bucket,
             key,
             upload_id,
-        } => multipart::abort_multipart_upload(&ctx, &bucket, &key, &upload_id).await,
+        } => multipart::abort_multipart_upload(ctx, &bucket, &key, &upload_id).await,
         E::ListParts {
             bucket,
             key,
             upload_id,
             params,
-        } => multipart::list_parts(&ctx, &bucket, &key, &upload_id, &params).await,
-        E::Admin { op } => crate::admin::handle(&ctx, op).await,
-        E::RdmaConnect => crate::rdma::connect(&ctx).await,
-        E::RdmaDisconnect { id } => crate::rdma::disconnect(&ctx, &id).await,
-        E::GetBucketAcl { bucket } => acl::get_bucket_acl(&ctx, &bucket).await,
-        E::PutBucketAcl { bucket } => acl::put_bucket_acl(&ctx, &bucket).await,
+        } => multipart::list_parts(ctx, &bucket, &key, &upload_id, &params).await,
+        E::Admin { op } => crate::admin::handle(ctx, op).await,
+        E::RdmaConnect => crate::rdma::connect(ctx).await,
+        E::RdmaDisconnect { id } => crate::rdma::disconnect(ctx, &id).await,
+        E::GetBucketAcl { bucket } => acl::get_bucket_acl(ctx, &bucket).await,
+        E::PutBucketAcl { bucket } => acl::put_bucket_acl(ctx, &bucket).await,
         E::GetObjectAcl {
             bucket,
             key,
             version,
-        } => acl::get_object_acl(&ctx, &bucket, &key, version).await,
+        } => acl::get_object_acl(ctx, &bucket, &key, version).await,
         E::PutObjectAcl {
             bucket,
             key,
             version,
-        } => acl::put_object_acl(&ctx, &bucket, &key, version).await,
+        } => acl::put_object_acl(ctx, &bucket, &key, version).await,
         E::GetBucketOwnershipControls { bucket } => {
-            crate::acl_config::get_ownership_controls(&ctx, &bucket).await
+            crate::acl_config::get_ownership_controls(ctx, &bucket).await
         }
         E::PutBucketOwnershipControls { bucket } => {
-            crate::acl_config::put_ownership_controls(&ctx, &bucket).await
+            crate::acl_config::put_ownership_controls(ctx, &bucket).await
         }
         E::DeleteBucketOwnershipControls { bucket } => {
-            crate::acl_config::delete_ownership_controls(&ctx, &bucket).await
+            crate::acl_config::delete_ownership_controls(ctx, &bucket).await
         }
         E::GetPublicAccessBlock { bucket } => {
-            crate::acl_config::get_public_access_block(&ctx, &bucket).await
+            crate::acl_config::get_public_access_block(ctx, &bucket).await
         }
         E::PutPublicAccessBlock { bucket } => {
-            crate::acl_config::put_public_access_block(&ctx, &bucket).await
+            crate::acl_config::put_public_access_block(ctx, &bucket).await
         }
         E::DeletePublicAccessBlock { bucket } => {
-            crate::acl_config::delete_public_access_block(&ctx, &bucket).await
+            crate::acl_config::delete_public_access_block(ctx, &bucket).await
         }
         E::Unsupported { operation } => Err(ApiError::new(
             S3ErrorCode::NotImplemented,

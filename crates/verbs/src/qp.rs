@@ -354,6 +354,15 @@ impl QpInner {
     }
 }
 
+/// RDMA WRITE, or WRITE WITH IMMEDIATE when there is an immediate.
+fn write_opcode(imm: Option<u32>) -> u32 {
+    if imm.is_some() {
+        sys::IBV_WR_RDMA_WRITE_WITH_IMM
+    } else {
+        sys::IBV_WR_RDMA_WRITE
+    }
+}
+
 fn modify_state(v: &Verbs, qp: *mut sys::ibv_qp, state: u32) -> Result<()> {
     // SAFETY: plain data; zero is valid.
     let mut attr: sys::ibv_qp_attr = unsafe { MaybeUninit::zeroed().assume_init() };
@@ -659,11 +668,7 @@ impl QueuePair {
         remote: RemoteBuf,
         imm: Option<u32>,
     ) -> Result<WrId, PostError> {
-        let op = if imm.is_some() {
-            sys::IBV_WR_RDMA_WRITE_WITH_IMM
-        } else {
-            sys::IBV_WR_RDMA_WRITE
-        };
+        let op = write_opcode(imm);
         self.inner.post(
             Opcode::RdmaWrite,
             op,
@@ -686,11 +691,7 @@ impl QueuePair {
         remote: RemoteBuf,
         imm: Option<u32>,
     ) -> Result<WrId, PostError> {
-        let op = if imm.is_some() {
-            sys::IBV_WR_RDMA_WRITE_WITH_IMM
-        } else {
-            sys::IBV_WR_RDMA_WRITE
-        };
+        let op = write_opcode(imm);
         self.inner.post(
             Opcode::RdmaWrite,
             op,

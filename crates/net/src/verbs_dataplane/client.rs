@@ -10,7 +10,7 @@
 //! landed in), which is registered with the device: such a piece is posted as it is
 //! ([`BufPool::held`], `QueuePair::post_write_held`) and stays referenced until its completion.
 //! Anything else (decoded or decrypted bytes, heap fallbacks) is copied into a registered
-//! staging buffer first, and counted in [`ClientPlaneFigures::copied_bytes`].
+//! staging buffer first, and counted in [`ClientRdmaFigures::copied_bytes`].
 //!
 //! # PUT: read into staging, copied out
 //!
@@ -74,18 +74,7 @@ impl Default for ClientPlaneConfig {
 
 pub use crate::rdma::CLIENT_STAGING_BYTES;
 
-/// Counters of the client plane.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ClientPlaneFigures {
-    pub connections: u64,
-    pub connects_total: u64,
-    pub gets_total: u64,
-    pub puts_total: u64,
-    pub bytes_out: u64,
-    pub bytes_in: u64,
-    pub copied_bytes: u64,
-    pub errors_total: u64,
-}
+pub use quarry_buf::ClientRdmaFigures;
 
 /// Why a connection or transfer was refused.
 #[derive(Debug, thiserror::Error)]
@@ -276,10 +265,10 @@ impl ClientPlane {
             .map(|c| (c.owner.clone(), c.key))
     }
 
-    pub fn figures(&self) -> ClientPlaneFigures {
+    pub fn figures(&self) -> ClientRdmaFigures {
         let i = &self.inner;
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
-        ClientPlaneFigures {
+        ClientRdmaFigures {
             connections: lock(&i.conns).len() as u64,
             connects_total: load(&i.connects),
             gets_total: load(&i.gets),
