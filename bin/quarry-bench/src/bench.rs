@@ -82,6 +82,41 @@ struct Shared {
     batch: usize,
     /// `x-amz-server-side-encryption` of every object written (`--sse`).
     sse: Option<ServerSideEncryption>,
+    /// `--rdma`: each worker's connection and registered buffer.
+    rdma: Vec<tokio::sync::Mutex<RdmaWorker>>,
+}
+
+/// One worker's S3-over-RDMA connection and the buffer its GETs land in and PUTs come from.
+struct RdmaWorker {
+    client: quarry_rdma_client::RdmaClient,
+    buf: quarry_rdma_client::RegisteredBuf,
+}
+
+/// One connection and buffer per worker (`--rdma`), to the worker's host.
+async fn rdma_workers(
+    args: &BenchArgs,
+    size: usize,
+) -> anyhow::Result<Vec<tokio::sync::Mutex<RdmaWorker>>> {
+    let mut out = Vec::with_capacity(args.concurrent);
+    for w in 0..args.concurrent {
+        let host = &args.host[w % args.host.len()];
+        let scheme = if args.tls { "https" } else { "http" };
+        let mut config = quarry_rdma_client::ClientConfig::new(
+            &format!("{scheme}://{host}"),
+            &args.access_key,
+            &args.secret_key,
+        )
+        .region(&args.region);
+        if let Some(d) = &args.rdma_device {
+            config = config.device(d);
+        }
+        let client = quarry_rdma_client::RdmaClient::connect(config)
+            .await
+            .with_context(|| format!("--rdma: cannot connect worker {w} to {host}"))?;
+        let buf = client.register(size.max(1))?;
+        out.push(tokio::sync::Mutex::new(RdmaWorker { client, buf }));
+    }
+    Ok(out)
 }
 
 impl Shared {
@@ -167,6 +202,12 @@ pub async fn run(mode: Mode, args: &BenchArgs) -> anyhow::Result<Report> {
         bail!("every part but the last must be at least 5MiB: raise --part.size or use --parts 1");
     }
     let size = usize::try_from(size).context("--obj.size is too large for this machine")?;
+    if args.rdma && !matches!(mode, Mode::Put | Mode::Get) {
+        bail!("--rdma measures put and get");
+    }
+    if args.rdma && args.sse != crate::Sse::None {
+        bail!("--rdma and --sse: measure encryption over HTTP");
+    }
     if size > 5 << 30 {
         bail!("objects (and parts) of more than 5 GiB cannot be sent in one request");
     }
@@ -198,6 +239,11 @@ pub async fn run(mode: Mode, args: &BenchArgs) -> anyhow::Result<Report> {
         .map(|h| client_for(h, args, http.clone()))
         .collect();
     ensure_bucket(&clients[0], &args.bucket).await?;
+    let rdma = if args.rdma {
+        rdma_workers(args, size).await?
+    } else {
+        Vec::new()
+    };
     let prepared = if mode.prepares() { objects } else { 0 };
     let shared = Arc::new(Shared {
         mode,
@@ -223,6 +269,7 @@ pub async fn run(mode: Mode, args: &BenchArgs) -> anyhow::Result<Report> {
             crate::Sse::S3 => Some(ServerSideEncryption::Aes256),
             crate::Sse::Kms => Some(ServerSideEncryption::AwsKms),
         },
+        rdma,
     });
     let tty = std::io::stderr().is_terminal();
 
@@ -458,6 +505,27 @@ async fn worker(shared: Arc<Shared>, w: usize) -> Recorder {
 async fn put(shared: &Shared, w: usize, obj: u64, generation: u64, rec: &mut Recorder) -> bool {
     let body = shared.payloads.body(obj, generation);
     let len = body.len() as u64;
+    if let Some(rdma) = shared.rdma.get(w) {
+        let mut r = rdma.lock().await;
+        // The bytes are in registered memory before the clock starts, as in an application
+        // that produces them there.
+        let RdmaWorker { client, buf } = &mut *r;
+        buf.as_mut_slice()[..body.len()].copy_from_slice(&body);
+        let t0 = Instant::now();
+        return match client
+            .put_from(buf, body.len(), &shared.bucket, &shared.key(obj))
+            .await
+        {
+            Ok(_) => {
+                rec.ok(&shared.live, "PUT", len, t0.elapsed(), None);
+                true
+            }
+            Err(e) => {
+                rec.err(&shared.live, "PUT", false, e.to_string());
+                false
+            }
+        };
+    }
     let t0 = Instant::now();
     let r = shared
         .client(w)
@@ -495,6 +563,30 @@ async fn op_put_new(shared: &Shared, w: usize, rec: &mut Recorder) -> bool {
 async fn op_get(shared: &Shared, w: usize, obj: u64, rec: &mut Recorder) {
     let generation = shared.objs[obj as usize].generation.load(Ordering::Acquire);
     let expected = shared.payloads.body(obj, generation);
+    if let Some(rdma) = shared.rdma.get(w) {
+        let mut r = rdma.lock().await;
+        let RdmaWorker { client, buf } = &mut *r;
+        let t0 = Instant::now();
+        let got = match client
+            .get_into(buf, &shared.bucket, &shared.key(obj), None)
+            .await
+        {
+            Ok(got) => got,
+            Err(e) => return rec.err(&shared.live, "GET", false, e.to_string()),
+        };
+        let latency = t0.elapsed();
+        let mut verifier = Verifier::new(expected);
+        verifier.feed(&buf.as_slice()[..got.len as usize]);
+        return match verifier.finish() {
+            Ok(()) => rec.ok(&shared.live, "GET", got.len, latency, Some(latency)),
+            Err(e) => rec.err(
+                &shared.live,
+                "GET",
+                true,
+                format!("{}: {e}", shared.key(obj)),
+            ),
+        };
+    }
     let t0 = Instant::now();
     let out = match shared
         .client(w)

@@ -135,6 +135,14 @@ pub struct BenchArgs {
     /// (SSE-KMS with the server's default key). The server needs a key service for s3 and kms.
     #[arg(long, value_enum, default_value_t = Sse::None)]
     pub sse: Sse,
+    /// S3 over RDMA (put and get): each worker connects a queue pair to its host and registers
+    /// one buffer of --obj.size; GETs land in it and PUTs are read from it by the server. The
+    /// same run without --rdma is the HTTP figure beside it.
+    #[arg(long)]
+    pub rdma: bool,
+    /// The RDMA device (with --rdma; default: the first).
+    #[arg(long = "rdma-device")]
+    pub rdma_device: Option<String>,
 }
 
 /// `--sse`.
@@ -146,6 +154,9 @@ pub enum Sse {
 }
 
 fn main() -> ExitCode {
+    // One process-wide rustls provider (aws-lc-rs, as the SDK's client uses): --rdma's HTTP
+    // client is reqwest on rustls, which has none of its own in this build.
+    let _ = quarry_tls::rustls::crypto::aws_lc_rs::default_provider().install_default();
     let cli = Cli::parse();
     let (mode, args) = match cli.command {
         Command::Compare { a, b } => return compare(&a, &b),
