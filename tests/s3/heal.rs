@@ -520,12 +520,15 @@ async fn a_replaced_drive_is_healed_in_the_background_and_resumes_after_a_kill()
         (!drive.join(".quarry.sys/healing.json").exists()).then_some(())
     })
     .await;
-    let log = s.node_log_tail(3, 400);
-    let done = log
-        .lines()
-        .rev()
-        .find(|l| l.contains("drive heal finished"))
-        .unwrap_or_else(|| panic!("no end line in the log:\n{log}"));
+    // The end line is logged just after the checkpoint is removed: a poll can fall between.
+    let done = wait_for(10, "the drive heal's end line in the log", || {
+        s.node_log_tail(3, 400)
+            .lines()
+            .rev()
+            .find(|l| l.contains("drive heal finished"))
+            .map(str::to_owned)
+    })
+    .await;
     println!("{done}");
     assert!(done.contains("resumes=1"), "{done}");
     assert!(done.contains("failed=0"), "{done}");
