@@ -1192,3 +1192,25 @@ fn an_empty_region_is_accepted_for_iam_and_sts_only() {
         assert_eq!(r.is_ok(), ok, "{scope}: {r:?}");
     }
 }
+
+#[test]
+fn iam_and_sts_signed_as_us_east_1_are_accepted_by_a_server_of_another_region() {
+    // AWS signs its global IAM and STS endpoints as us-east-1: a client of a server in another
+    // region does the same for those services, and names the server's region for S3.
+    let c = AuthConfig {
+        region: "eu-west-3".into(),
+        ..cfg()
+    };
+    for (scope, ok) in [
+        ("AK/20130524/us-east-1/iam/aws4_request", true),
+        ("AK/20130524/us-east-1/sts/aws4_request", true),
+        ("AK/20130524/eu-west-3/iam/aws4_request", true),
+        ("AK/20130524/eu-west-3/s3/aws4_request", true),
+        ("AK/20130524/us-east-1/s3/aws4_request", false),
+        ("AK/20130524/ap-south-1/iam/aws4_request", false),
+    ] {
+        let r = v4::Credential::parse(scope, v4::AuthKind::Header)
+            .and_then(|cr| cr.check(v4::AuthKind::Header, &c, "20130524T000000Z"));
+        assert_eq!(r.is_ok(), ok, "{scope}: {r:?}");
+    }
+}

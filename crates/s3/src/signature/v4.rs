@@ -385,7 +385,10 @@ impl<'a> Credential<'a> {
                 self.terminal
             )));
         }
-        let global = self.region.is_empty() && matches!(self.service, "iam" | "sts");
+        // IAM and STS are global in AWS: their endpoint signs as us-east-1 (and boto3 clients
+        // made with region_name='' sign with an empty region), whatever region S3 answers for.
+        let global =
+            matches!(self.region, "" | "us-east-1") && matches!(self.service, "iam" | "sts");
         if self.region != cfg.region && !global {
             return Err(kind
                 .malformed(format_args!(
