@@ -170,6 +170,11 @@ pub struct ServerArgs {
     #[arg(long, env = "QUARRY_HEAL_BYTES_RATE", default_value = "0", value_parser = parse_bytes, value_name = "BYTES")]
     pub heal_bytes_rate: u64,
 
+    /// The bound of the sorted listings of large directories (1000 keys or more under one
+    /// prefix on a drive) this node keeps between listing pages, e.g. 512MiB (0: none kept).
+    #[arg(long, env = "QUARRY_LIST_CACHE_BYTES", default_value = "256MiB", value_parser = parse_bytes, value_name = "BYTES")]
+    pub list_cache_bytes: u64,
+
     /// How often this node checks its drives for one replaced while it runs (format.json gone),
     /// which it then formats into its slot and heals: a duration, or 0 for start-up only.
     #[arg(
@@ -384,6 +389,7 @@ pub struct Settings {
     pub deep_scan_every: u32,
     pub heal_rate: u32,
     pub heal_bytes_rate: u64,
+    pub list_cache_bytes: u64,
     pub drive_check_interval: Option<Duration>,
     pub orphan_sweep: quarry_disk::SweepSchedule,
     pub header_timeout: Duration,
@@ -483,6 +489,7 @@ pub struct FileConfig {
     pub deep_scan_every: Option<u32>,
     pub heal_rate: Option<u32>,
     pub heal_bytes_rate: Option<FileSize>,
+    pub list_cache_bytes: Option<FileSize>,
     pub drive_check_interval: Option<String>,
     pub orphan_min_age: Option<String>,
     pub orphan_sweep_interval: Option<String>,
@@ -570,6 +577,10 @@ impl ServerArgs {
         if let Some(v) = f.heal_bytes_rate.filter(|_| unset("heal_bytes_rate")) {
             self.heal_bytes_rate = parse_bytes(&v.text())
                 .unwrap_or_else(|e| usage_error(format!("config: heal_bytes_rate: {e}")));
+        }
+        if let Some(v) = f.list_cache_bytes.filter(|_| unset("list_cache_bytes")) {
+            self.list_cache_bytes = parse_bytes(&v.text())
+                .unwrap_or_else(|e| usage_error(format!("config: list_cache_bytes: {e}")));
         }
         if let Some(v) = f
             .drive_check_interval
@@ -776,6 +787,7 @@ impl ServerArgs {
             deep_scan_every: self.deep_scan_every,
             heal_rate: self.heal_rate,
             heal_bytes_rate: self.heal_bytes_rate,
+            list_cache_bytes: self.list_cache_bytes,
             drive_check_interval: Some(self.drive_check_interval).filter(|d| !d.is_zero()),
             orphan_sweep: quarry_disk::SweepSchedule {
                 min_age: self.orphan_min_age,
@@ -999,6 +1011,28 @@ mod tests {
         assert!(parse_bytes("12 parsecs").is_err());
         assert!(parse_bytes("-1").is_err());
         assert_eq!(parse_bytes("512k"), Ok(512 << 10));
+    }
+
+    #[test]
+    fn the_list_cache_bound_comes_from_the_flag_or_the_file() {
+        if std::env::var_os("QUARRY_LIST_CACHE_BYTES").is_some() {
+            return; // the environment decides here
+        }
+        let bytes = |args: &[&str]| settings_of(args).list_cache_bytes;
+        assert_eq!(
+            bytes(&["server"]),
+            quarry_disk::DEFAULT_LIST_CACHE_BUDGET as u64
+        );
+        assert_eq!(bytes(&["server", "--list-cache-bytes", "0"]), 0);
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("q.toml");
+        std::fs::write(&f, "version = 1\nlist_cache_bytes = \"1GiB\"\n").unwrap();
+        let path = f.to_str().unwrap();
+        assert_eq!(bytes(&["server", "--config", path]), 1 << 30);
+        assert_eq!(
+            bytes(&["server", "--config", path, "--list-cache-bytes", "64MiB"]),
+            64 << 20
+        );
     }
 
     #[test]

@@ -26,6 +26,9 @@ pub async fn run(mut settings: Settings) -> anyhow::Result<()> {
             fds.soft
         );
     }
+    quarry_disk::set_list_cache_budget(
+        usize::try_from(settings.list_cache_bytes).unwrap_or(usize::MAX),
+    );
     if settings.cluster.is_some() {
         return run_cluster(settings, fds.soft).await;
     }

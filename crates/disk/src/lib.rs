@@ -37,7 +37,8 @@ pub use drive::{DiskInfo, Drive, DriveError, ShardWriter, VolInfo, WalkEntry, Wa
 pub use format::FormatV1;
 pub use journal::{version_name, MetaJournal};
 pub use local::{
-    prepare_root, validate_config_name, LocalDrive, SweepReport, SweepSchedule,
+    list_cache_figures, prepare_root, set_list_cache_budget, validate_config_name,
+    ListCacheFigures, LocalDrive, SweepReport, SweepSchedule, DEFAULT_LIST_CACHE_BUDGET,
     DEFAULT_ORPHAN_MIN_AGE, DEFAULT_ORPHAN_SWEEP_INTERVAL, MAX_BUCKET_CONFIG, ORPHAN_MIN_AGE_ENV,
     SYSTEM_CONFIG,
 };

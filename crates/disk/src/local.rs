@@ -4,11 +4,16 @@
 //! filesystem work on tokio's blocking pool.
 
 mod bucket_config;
+mod dir_cache;
 mod multipart;
 mod orphans;
 mod walk;
 
 pub use bucket_config::{validate_config_name, MAX_BUCKET_CONFIG, SYSTEM_CONFIG};
+pub use dir_cache::{
+    figures as list_cache_figures, set_budget as set_list_cache_budget, ListCacheFigures,
+    DEFAULT_BUDGET as DEFAULT_LIST_CACHE_BUDGET,
+};
 pub use orphans::{
     SweepReport, SweepSchedule, DEFAULT_ORPHAN_MIN_AGE, DEFAULT_ORPHAN_SWEEP_INTERVAL,
     ORPHAN_MIN_AGE_ENV,

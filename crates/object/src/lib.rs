@@ -50,6 +50,8 @@ pub use names::{check_bucket_name, check_key, MAX_KEY_LEN};
 pub use nslock::{LockGuard, Locker, NsGuard, NsLock};
 /// The data path's figures as [`LayerStats`] carries them.
 pub use quarry_buf::{BufPoolStats, DataPlaneStats, PeerSnapshot, LATENCY_BUCKETS};
+/// The drives' kept listings' figures as [`LayerStats`] carries them.
+pub use quarry_disk::ListCacheFigures;
 pub use runtime::{Runtime, RuntimeHandle, TokioRuntime};
 pub use server::{ErasureServer, Layout, Readiness};
 pub use set::ErasureSet;

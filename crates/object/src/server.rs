@@ -545,7 +545,10 @@ fn spawn_upload_cleaner(set: &Arc<ErasureSet>) {
 #[async_trait]
 impl ObjectLayer for ErasureServer {
     async fn stats(&self) -> LayerStats {
-        let mut stats = LayerStats::default();
+        let mut stats = LayerStats {
+            list_cache: quarry_disk::list_cache_figures(),
+            ..LayerStats::default()
+        };
         {
             // Concurrent callers wait for one round of calls rather than each making their own.
             let mut cached = self.drive_states.lock().await;

@@ -181,6 +181,8 @@ pub struct LayerStats {
     pub holder: Option<quarry_buf::DataPlaneStats>,
     /// The buffer pools of the data path, by name (`data`; `holder` with verbs).
     pub pools: Vec<(&'static str, quarry_buf::BufPoolStats)>,
+    /// The kept sorted listings of this node's large directories.
+    pub list_cache: quarry_disk::ListCacheFigures,
 }
 
 /// What one data-plane backend moved, for the metrics.

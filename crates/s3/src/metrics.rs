@@ -378,6 +378,7 @@ impl Metrics {
 
         render_peers(&mut out, layer);
         render_pools(&mut out, layer);
+        render_list_cache(&mut out, &layer.list_cache);
 
         let online = layer.drives.iter().filter(|d| d.online).count();
         header(
@@ -870,6 +871,40 @@ fn render_client_rdma(out: &mut String, f: &crate::rdma::ClientRdmaFigures) {
         ("quarry_s3_rdma_received_bytes_total", "counter", "Object bytes RDMA-read from clients' buffers.", f.bytes_in),
         ("quarry_s3_rdma_copied_bytes_total", "counter", "GET bytes copied into a registered staging buffer before their write (not in registered memory already).", f.copied_bytes),
         ("quarry_s3_rdma_errors_total", "counter", "Client RDMA transfers that failed (queue pair errors, timeouts, clients gone).", f.errors_total),
+    ];
+    for (name, kind, help, value) in series {
+        header(out, name, kind, help);
+        let _ = writeln!(out, "{name} {value}");
+    }
+}
+
+/// The kept sorted listings of large directories (`quarry_disk`'s list cache).
+fn render_list_cache(out: &mut String, f: &quarry_object::ListCacheFigures) {
+    let series = [
+        (
+            "quarry_list_cache_hits_total",
+            "counter",
+            "Listing pages that found a large directory's sorted listing kept.",
+            f.hits,
+        ),
+        (
+            "quarry_list_cache_misses_total",
+            "counter",
+            "Reads and sorts of a large directory (not kept, or changed since).",
+            f.misses,
+        ),
+        (
+            "quarry_list_cache_listings",
+            "gauge",
+            "Sorted listings of large directories kept.",
+            f.listings,
+        ),
+        (
+            "quarry_list_cache_bytes",
+            "gauge",
+            "Bytes of the kept listings.",
+            f.bytes,
+        ),
     ];
     for (name, kind, help, value) in series {
         header(out, name, kind, help);

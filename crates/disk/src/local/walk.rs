@@ -16,7 +16,13 @@
 //! object. Where the filesystem keeps a directory's link count at 2 + its subdirectories
 //! (ext2/3/4, XFS, tmpfs: checked at open), one `stat` shows that an object has no children and
 //! the read is skipped.
+//!
+//! A directory's sorted candidates come from [`DirCache`]: a large directory that has not
+//! changed since it was last read is not read and sorted again, and a page starts at its first
+//! candidate after the marker and the prefix by binary search. A page of a million-key prefix
+//! then costs its own keys, not the million.
 
+use std::collections::HashMap;
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;
@@ -25,6 +31,7 @@ use std::path::Path;
 use tracing::warn;
 use uuid::Uuid;
 
+use super::dir_cache::DirCache;
 use super::{is_not_found, read_meta_header};
 use crate::drive::{WalkEntry, WalkOptions};
 use crate::meta::ObjectMeta;
@@ -74,21 +81,6 @@ struct Walker<'a> {
     buf: Vec<u8>,
 }
 
-/// What a directory holds that matters to a walk.
-struct Children {
-    /// Child directories that may be key segments, unsorted.
-    names: Vec<String>,
-    /// Whether `.quarry.dir` exists (the folder-marker object may be there).
-    folder: bool,
-}
-
-/// One sort candidate: child `idx` as an object (`n`) or as a directory (`n/`).
-#[derive(Clone, Copy)]
-struct Cand {
-    idx: usize,
-    dir: bool,
-}
-
 impl Walker<'_> {
     fn full(&self) -> bool {
         self.out.len() >= self.opts.limit
@@ -114,16 +106,32 @@ impl Walker<'_> {
                 .is_ok_and(|md| md.is_dir() && md.nlink() == 2 + u64::from(data_dir.is_some()))
     }
 
-    fn read_children(&mut self, dir: &Path, skip: Option<Uuid>) -> io::Result<Children> {
-        self.dirs_read += 1;
-        read_children(dir, skip)
+    /// Whether every key of candidate `key` (an object, or with `dir` the range of keys below
+    /// it) sorts before what this walk lists: at or before the marker, or before the prefix.
+    /// False, then true along a directory's walk order: its candidates' ranges are disjoint.
+    fn entirely_before(&self, key: &str, dir: bool) -> bool {
+        let prefix = self.opts.prefix.as_str();
+        if dir {
+            self.before_marker(key) || (key < prefix && !prefix.starts_with(key))
+        } else {
+            !self.after_marker(key) || key < prefix
+        }
+    }
+
+    /// Whether every key of candidate `key` sorts after the keys under the prefix.
+    fn entirely_after_prefix(&self, key: &str) -> bool {
+        let prefix = self.opts.prefix.as_str();
+        key > prefix && !key.starts_with(prefix) && !prefix.starts_with(key)
     }
 
     /// Visits the directory `dir` whose key prefix is `p`; `skip` is the data dir of the object
     /// stored in `dir`, when known. Returns whether the limit was reached.
     fn visit(&mut self, dir: &Path, p: &str, skip: Option<Uuid>) -> io::Result<bool> {
-        let children = match self.read_children(dir, skip) {
-            Ok(c) => c,
+        let children = match DirCache::global().listing(dir) {
+            Ok((c, read)) => {
+                self.dirs_read += usize::from(read);
+                c
+            }
             Err(e) if is_not_found(&e) => return Ok(false),
             Err(e) => return Err(e),
         };
@@ -142,39 +150,46 @@ impl Walker<'_> {
             }
         }
 
-        let names = &children.names;
-        let mut cands: Vec<Cand> = Vec::with_capacity(names.len() * 2);
-        for idx in 0..names.len() {
-            cands.push(Cand { idx, dir: false });
-            cands.push(Cand { idx, dir: true });
-        }
-        let sort_bytes = |c: &Cand| {
-            names[c.idx]
-                .as_bytes()
-                .iter()
-                .copied()
-                .chain(c.dir.then_some(b'/'))
-        };
-        cands.sort_unstable_by(|a, b| sort_bytes(a).cmp(sort_bytes(b)));
-
-        // Data dirs learned from the objects' metadata, to skip when descending.
-        let mut data_dirs: Vec<Option<Uuid>> = vec![None; names.len()];
-        for c in cands {
-            let name = names[c.idx].as_str();
-            let mut key = std::mem::take(&mut self.key);
+        let skip = skip.map(|u| u.to_string());
+        let mut key = std::mem::take(&mut self.key);
+        let candidate_key = |key: &mut String, name: &str, dir: bool| {
             key.clear();
             key.push_str(p);
             key.push_str(name);
-            if c.dir {
+            if dir {
                 key.push('/');
             }
-            let r = self.visit_candidate(dir, name, &key, c.dir, &mut data_dirs[c.idx]);
-            self.key = key;
-            if r? {
-                return Ok(true);
+        };
+        // Straight to the first candidate at or after the marker and the prefix: a page of a
+        // large directory costs its page, not the directory.
+        let first = partition_point(children.len(), |i| {
+            let (_, name, dir) = children.get(i);
+            candidate_key(&mut key, name, dir);
+            self.entirely_before(&key, dir)
+        });
+        // Data dirs learned from the objects' metadata, to skip when descending into them.
+        let mut data_dirs: HashMap<usize, Uuid> = HashMap::new();
+        let mut r = Ok(false);
+        for i in first..children.len() {
+            let (idx, name, is_dir) = children.get(i);
+            if skip.as_deref() == Some(name) {
+                continue;
+            }
+            candidate_key(&mut key, name, is_dir);
+            if self.entirely_after_prefix(&key) {
+                break;
+            }
+            let mut data_dir = data_dirs.get(&idx).copied();
+            r = self.visit_candidate(dir, name, &key, is_dir, &mut data_dir);
+            if let Some(d) = data_dir.filter(|_| !is_dir) {
+                data_dirs.insert(idx, d);
+            }
+            if !matches!(r, Ok(false)) {
+                break;
             }
         }
-        Ok(false)
+        self.key = key;
+        r
     }
 
     /// One candidate of `visit`: the object `key` (= P n) or the range `key` (= P n /).
@@ -225,22 +240,56 @@ impl Walker<'_> {
         Ok(false)
     }
 
-    /// Whether any object lies strictly below `dir` (depth first, stopping at the first found).
+    /// Whether any object lies strictly below `dir`: first its children's own metadata, then
+    /// depth first below them. A large directory's listing comes from the cache, so a delimited
+    /// page over large common prefixes reads each of them once, not once per page; a small one
+    /// is read only up to its first object (a prefix's first entry nearly always is one).
     fn has_object_below(&mut self, dir: &Path, skip: Option<Uuid>) -> io::Result<bool> {
-        let children = match self.read_children(dir, skip) {
-            Ok(c) => c,
+        let skip = skip.map(|u| u.to_string());
+        let mut names = Vec::new();
+        match DirCache::global().listing_if_large(dir) {
+            Ok(Some((children, read))) => {
+                self.dirs_read += usize::from(read);
+                if children.folder && is_file(&dir.join(FOLDER_DIR).join(META_FILE))? {
+                    return Ok(true);
+                }
+                for i in 0..children.children() {
+                    let n = children.name(i);
+                    if skip.as_deref() != Some(n) {
+                        if is_file(&dir.join(n).join(META_FILE))? {
+                            return Ok(true);
+                        }
+                        names.push(n.to_owned());
+                    }
+                }
+            }
+            Ok(None) => {
+                self.dirs_read += 1;
+                for entry in fs::read_dir(dir)? {
+                    let entry = entry?;
+                    // Keys are directories; files and symlinks are not.
+                    if !entry.file_type()?.is_dir() {
+                        continue;
+                    }
+                    let Ok(n) = entry.file_name().into_string() else {
+                        continue;
+                    };
+                    let key_dir = n == FOLDER_DIR
+                        || (is_key_segment(&n) && skip.as_deref() != Some(n.as_str()));
+                    if key_dir {
+                        if is_file(&dir.join(&n).join(META_FILE))? {
+                            return Ok(true);
+                        }
+                        if n != FOLDER_DIR {
+                            names.push(n);
+                        }
+                    }
+                }
+            }
             Err(e) if is_not_found(&e) => return Ok(false),
             Err(e) => return Err(e),
-        };
-        if children.folder && is_file(&dir.join(FOLDER_DIR).join(META_FILE))? {
-            return Ok(true);
         }
-        for n in &children.names {
-            if is_file(&dir.join(n).join(META_FILE))? {
-                return Ok(true);
-            }
-        }
-        for n in &children.names {
+        for n in &names {
             if self.has_object_below(&dir.join(n), None)? {
                 return Ok(true);
             }
@@ -249,28 +298,18 @@ impl Walker<'_> {
     }
 }
 
-fn read_children(dir: &Path, skip: Option<Uuid>) -> io::Result<Children> {
-    let skip = skip.map(|u| u.to_string());
-    let mut c = Children {
-        names: Vec::new(),
-        folder: false,
-    };
-    for entry in fs::read_dir(dir)? {
-        let entry = entry?;
-        // Keys are directories; files (metadata, parts, temp files) and symlinks are not.
-        if !entry.file_type()?.is_dir() {
-            continue;
-        }
-        let Ok(name) = entry.file_name().into_string() else {
-            continue;
-        };
-        if name == FOLDER_DIR {
-            c.folder = true;
-        } else if is_key_segment(&name) && skip.as_deref() != Some(name.as_str()) {
-            c.names.push(name);
+/// The first index in `0..n` where `before` is false (`before` is true, then false).
+fn partition_point(n: usize, mut before: impl FnMut(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if before(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
         }
     }
-    Ok(c)
+    lo
 }
 
 /// Reads the metadata in `obj_dir` for a listing: `None` if there is none (not an object) or it
@@ -448,5 +487,119 @@ mod tests {
             names,
             ["a", "a-c", "a-c/x", "a/", "a/b", "d", "d/e/f", "g/", "h", "i/j/"]
         );
+    }
+
+    /// Pages of a large directory kept sorted between walks are those of reading it each time,
+    /// for every prefix, marker and delimiter, and a key added between pages is seen.
+    #[tokio::test]
+    async fn pages_of_a_kept_listing_agree_with_reading_it() {
+        use super::super::dir_cache::{MIN_ENTRIES, SETTLE};
+        let t = if Path::new("/dev/shm").is_dir() {
+            tempfile::tempdir_in("/dev/shm").unwrap()
+        } else {
+            tempfile::tempdir().unwrap()
+        };
+        let d = LocalDrive::open(t.path()).await.unwrap();
+        d.make_volume("b").await.unwrap();
+        let mut keys: Vec<String> = (0..MIN_ENTRIES + 500).map(|i| format!("k{i:04}")).collect();
+        keys.extend(
+            [
+                "k0100/a",
+                "k0100/b/c",
+                "k0200-x",
+                "k0300/",
+                "k0300/z",
+                "k0400.y/q",
+                "l",
+                "j/",
+            ]
+            .map(String::from),
+        );
+        // A large common prefix: found to hold an object through its kept listing.
+        keys.extend((0..MIN_ENTRIES).map(|i| format!("big/o{i:04}")));
+        for key in &keys {
+            d.rename_data(Uuid::new_v4(), "b", key, &meta(key))
+                .await
+                .unwrap();
+        }
+        let bucket = d.root().join("b");
+        // Every page of every walk: (prefix, marker, delimited), pages of 100.
+        let cases: Vec<(&str, Option<&str>, bool)> = vec![
+            ("", None, false),
+            ("", None, true),
+            ("k", None, true),
+            ("k01", None, true),
+            ("k01", None, false),
+            ("k0100", None, true),
+            ("k0100/", None, false),
+            ("k03", Some("k0300"), false),
+            ("k03", Some("k0300/"), true),
+            ("", Some("k0200"), true),
+            ("k04", Some("k0400.y/"), false),
+            ("k1", Some("k1499"), false),
+            ("k9", None, false),
+            ("", Some("k2"), false),
+        ];
+        let walk_all = |leaf_opt: bool| -> (Vec<Vec<String>>, usize) {
+            let mut dirs = 0;
+            let mut out = Vec::new();
+            for (prefix, marker, delimited) in &cases {
+                let mut names = Vec::new();
+                let mut marker = marker.map(String::from);
+                loop {
+                    let o = WalkOptions {
+                        prefix: (*prefix).into(),
+                        marker: marker.clone(),
+                        delimited: *delimited,
+                        limit: 100,
+                    };
+                    let (page, n) = walk(&bucket, &o, leaf_opt).unwrap();
+                    dirs += n;
+                    names.extend(page.iter().map(|e| e.name().to_owned()));
+                    match page.last() {
+                        Some(e) if page.len() == 100 => marker = Some(e.name().to_owned()),
+                        _ => break,
+                    }
+                }
+                out.push(names);
+            }
+            (out, dirs)
+        };
+        // Just written: the bucket directory is read for every page.
+        let (read, read_dirs) = walk_all(d.leaf_opt);
+        let mut all = keys.clone();
+        all.sort();
+        assert_eq!(read[0], all);
+        assert_eq!(read[12], Vec::<String>::new());
+        let common: Vec<&String> = read[1].iter().filter(|n| n.ends_with('/')).collect();
+        assert_eq!(common, ["big/", "j/", "k0100/", "k0300/", "k0400.y/"]);
+        assert_eq!(read[2].len(), MIN_ENTRIES + 500 + 4, "{:?}", &read[2][..5]);
+
+        tokio::time::sleep(SETTLE + std::time::Duration::from_millis(100)).await;
+        let (kept, kept_dirs) = walk_all(d.leaf_opt);
+        assert_eq!(kept, read);
+        assert!(kept_dirs < read_dirs, "{kept_dirs} < {read_dirs}");
+
+        // A key added (and one removed) between two pages of a walk is seen by the next.
+        let o = |marker: &str| WalkOptions {
+            prefix: "".into(),
+            marker: Some(marker.into()),
+            delimited: true,
+            limit: 3,
+        };
+        let names = |o: &WalkOptions| -> Vec<String> {
+            walk(&bucket, o, d.leaf_opt)
+                .unwrap()
+                .0
+                .iter()
+                .map(|e| e.name().to_owned())
+                .collect()
+        };
+        assert_eq!(names(&o("k0500")), ["k0501", "k0502", "k0503"]);
+        d.rename_data(Uuid::new_v4(), "b", "k0501a", &meta("k0501a"))
+            .await
+            .unwrap();
+        d.delete_object("b", "k0502").await.unwrap();
+        assert_eq!(names(&o("k0500")), ["k0501", "k0501a", "k0503"]);
     }
 }
