@@ -48,6 +48,36 @@ const LARGE_DIR_BYTES: u64 = 16 << 10;
 /// of four drives (about 30 MB a drive).
 pub const DEFAULT_BUDGET: usize = 256 << 20;
 
+/// An entry of a directory that may hold keys.
+pub(super) enum KeyDir {
+    /// `.quarry.dir`, where the folder-marker object may be.
+    Folder,
+    /// A child directory whose name may be a key segment.
+    Key(String),
+}
+
+/// The entries of `dir` that may hold keys, in directory order. Keys are directories: files
+/// (metadata, parts, temp files), symlinks and names no key can have are left out.
+pub(super) fn key_dirs(dir: &Path) -> io::Result<impl Iterator<Item = io::Result<KeyDir>>> {
+    Ok(fs::read_dir(dir)?.filter_map(|entry| {
+        let entry = match entry {
+            Ok(e) => e,
+            Err(e) => return Some(Err(e)),
+        };
+        match entry.file_type() {
+            Ok(t) if t.is_dir() => {}
+            Ok(_) => return None,
+            Err(e) => return Some(Err(e)),
+        }
+        let name = entry.file_name().into_string().ok()?;
+        if name == FOLDER_DIR {
+            Some(Ok(KeyDir::Folder))
+        } else {
+            is_key_segment(&name).then_some(Ok(KeyDir::Key(name)))
+        }
+    }))
+}
+
 /// A directory's entries that matter to a walk, in walk order.
 #[derive(Debug)]
 pub(super) struct Sorted {
@@ -68,23 +98,16 @@ impl Sorted {
         let mut names = String::new();
         let mut offs = vec![0u32];
         let mut folder = false;
-        for entry in fs::read_dir(dir)? {
-            let entry = entry?;
-            // Keys are directories; files (metadata, parts, temp files) and symlinks are not.
-            if !entry.file_type()?.is_dir() {
-                continue;
-            }
-            let Ok(name) = entry.file_name().into_string() else {
-                continue;
-            };
-            if name == FOLDER_DIR {
-                folder = true;
-            } else if is_key_segment(&name) {
-                names.push_str(&name);
-                let end = u32::try_from(names.len()).map_err(|_| {
-                    io::Error::other(format!("{}: too many entries to list", dir.display()))
-                })?;
-                offs.push(end);
+        for entry in key_dirs(dir)? {
+            match entry? {
+                KeyDir::Folder => folder = true,
+                KeyDir::Key(name) => {
+                    names.push_str(&name);
+                    let end = u32::try_from(names.len()).map_err(|_| {
+                        io::Error::other(format!("{}: too many entries to list", dir.display()))
+                    })?;
+                    offs.push(end);
+                }
             }
         }
         let n = offs.len() - 1;

@@ -31,11 +31,11 @@ use std::path::Path;
 use tracing::warn;
 use uuid::Uuid;
 
-use super::dir_cache::DirCache;
+use super::dir_cache::{key_dirs, DirCache, KeyDir};
 use super::{is_not_found, read_meta_header};
 use crate::drive::{WalkEntry, WalkOptions};
 use crate::meta::ObjectMeta;
-use crate::path::{is_key_segment, prefix_dir_rel_path, FOLDER_DIR, META_FILE};
+use crate::path::{prefix_dir_rel_path, FOLDER_DIR, META_FILE};
 
 /// Walks the bucket at `bucket_dir` (which exists). Also returns how many directories were
 /// read, which tests use to check that listing reads only what it must.
@@ -265,24 +265,20 @@ impl Walker<'_> {
             }
             Ok(None) => {
                 self.dirs_read += 1;
-                for entry in fs::read_dir(dir)? {
-                    let entry = entry?;
-                    // Keys are directories; files and symlinks are not.
-                    if !entry.file_type()?.is_dir() {
-                        continue;
-                    }
-                    let Ok(n) = entry.file_name().into_string() else {
-                        continue;
-                    };
-                    let key_dir = n == FOLDER_DIR
-                        || (is_key_segment(&n) && skip.as_deref() != Some(n.as_str()));
-                    if key_dir {
-                        if is_file(&dir.join(&n).join(META_FILE))? {
-                            return Ok(true);
+                for entry in key_dirs(dir)? {
+                    match entry? {
+                        KeyDir::Folder => {
+                            if is_file(&dir.join(FOLDER_DIR).join(META_FILE))? {
+                                return Ok(true);
+                            }
                         }
-                        if n != FOLDER_DIR {
+                        KeyDir::Key(n) if skip.as_deref() != Some(n.as_str()) => {
+                            if is_file(&dir.join(&n).join(META_FILE))? {
+                                return Ok(true);
+                            }
                             names.push(n);
                         }
+                        KeyDir::Key(_) => {}
                     }
                 }
             }
@@ -368,16 +364,22 @@ mod tests {
         }
     }
 
-    /// Listing reads only the directories that can hold keys under the prefix and after the
-    /// marker.
-    #[tokio::test]
-    async fn reads_only_what_it_must() {
+    /// A drive in a temporary directory, on tmpfs where there is one.
+    async fn drive() -> (tempfile::TempDir, LocalDrive) {
         let t = if Path::new("/dev/shm").is_dir() {
             tempfile::tempdir_in("/dev/shm").unwrap()
         } else {
             tempfile::tempdir().unwrap()
         };
         let d = LocalDrive::open(t.path()).await.unwrap();
+        (t, d)
+    }
+
+    /// Listing reads only the directories that can hold keys under the prefix and after the
+    /// marker.
+    #[tokio::test]
+    async fn reads_only_what_it_must() {
+        let (_t, d) = drive().await;
         d.make_volume("b").await.unwrap();
         for x in 0..20 {
             for k in 0..5 {
@@ -426,12 +428,7 @@ mod tests {
     /// Both ways of walking agree on a tree with every kind of directory in it.
     #[tokio::test]
     async fn leaf_shortcut_agrees_with_reading_everything() {
-        let t = if Path::new("/dev/shm").is_dir() {
-            tempfile::tempdir_in("/dev/shm").unwrap()
-        } else {
-            tempfile::tempdir().unwrap()
-        };
-        let d = LocalDrive::open(t.path()).await.unwrap();
+        let (_t, d) = drive().await;
         if !d.leaf_opt {
             return; // the shortcut cannot be exercised on this filesystem
         }
@@ -494,12 +491,7 @@ mod tests {
     #[tokio::test]
     async fn pages_of_a_kept_listing_agree_with_reading_it() {
         use super::super::dir_cache::{MIN_ENTRIES, SETTLE};
-        let t = if Path::new("/dev/shm").is_dir() {
-            tempfile::tempdir_in("/dev/shm").unwrap()
-        } else {
-            tempfile::tempdir().unwrap()
-        };
-        let d = LocalDrive::open(t.path()).await.unwrap();
+        let (_t, d) = drive().await;
         d.make_volume("b").await.unwrap();
         let mut keys: Vec<String> = (0..MIN_ENTRIES + 500).map(|i| format!("k{i:04}")).collect();
         keys.extend(
