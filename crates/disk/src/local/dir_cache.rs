@@ -165,6 +165,9 @@ struct Stamp {
     ino: u64,
     mtime: (i64, i64),
     ctime: (i64, i64),
+    /// The directory's size: a hint of how many entries it has. Every change to the entries
+    /// that changes it changes the times too.
+    size: u64,
 }
 
 impl Stamp {
@@ -174,6 +177,7 @@ impl Stamp {
             ino: md.ino(),
             mtime: (md.mtime(), md.mtime_nsec()),
             ctime: (md.ctime(), md.ctime_nsec()),
+            size: md.size(),
         }
     }
 
@@ -282,41 +286,44 @@ impl DirCache {
     /// The sorted listing of `dir`, kept or read now; and whether it was read from disk.
     pub fn listing(&self, dir: &Path) -> io::Result<(Arc<Sorted>, bool)> {
         let before_read = SystemTime::now();
-        let md = fs::metadata(dir)?;
-        self.listing_of(dir, &md, before_read)
-    }
-
-    /// The sorted listing of `dir` when it is kept, or when the directory is large enough by
-    /// its size to be kept once read (then it is read and sorted now); `None` for a small
-    /// directory, which a caller that needs only some of its entries reads as it likes.
-    pub fn listing_if_large(&self, dir: &Path) -> io::Result<Option<(Arc<Sorted>, bool)>> {
-        let before_read = SystemTime::now();
-        let md = fs::metadata(dir)?;
-        if md.len() < LARGE_DIR_BYTES {
-            return Ok(None);
-        }
-        self.listing_of(dir, &md, before_read).map(Some)
-    }
-
-    fn listing_of(
-        &self,
-        dir: &Path,
-        md: &fs::Metadata,
-        before_read: SystemTime,
-    ) -> io::Result<(Arc<Sorted>, bool)> {
-        let stamp = Stamp::of(md);
+        let stamp = Stamp::of(&fs::metadata(dir)?);
         if let Some(sorted) = self.kept(dir, stamp) {
-            self.hits.fetch_add(1, Ordering::Relaxed);
             return Ok((sorted, false));
         }
+        self.read(dir, stamp, stamp.settled(before_read))
+            .map(|s| (s, true))
+    }
+
+    /// The sorted listing of `dir` when it is kept, or when it can be kept and its size says it
+    /// is large (then it is read and sorted now, and kept if it has [`MIN_ENTRIES`]); `None`
+    /// otherwise, for a caller that needs only some of the entries to read them as it likes
+    /// (sorting a directory that will not be kept costs more than reading it).
+    pub fn listing_if_large(&self, dir: &Path) -> io::Result<Option<(Arc<Sorted>, bool)>> {
+        let before_read = SystemTime::now();
+        let stamp = Stamp::of(&fs::metadata(dir)?);
+        if let Some(sorted) = self.kept(dir, stamp) {
+            return Ok(Some((sorted, false)));
+        }
+        if stamp.size < LARGE_DIR_BYTES
+            || !stamp.settled(before_read)
+            || self.budget.load(Ordering::Relaxed) == 0
+        {
+            return Ok(None);
+        }
+        self.read(dir, stamp, true).map(|s| Some((s, true)))
+    }
+
+    /// Reads and sorts `dir`, whose stamp before the read is `stamp`; keeps a large listing when
+    /// `settled`.
+    fn read(&self, dir: &Path, stamp: Stamp, settled: bool) -> io::Result<Arc<Sorted>> {
         let sorted = Arc::new(Sorted::read(dir)?);
         if sorted.children() >= MIN_ENTRIES {
             self.misses.fetch_add(1, Ordering::Relaxed);
-            if stamp.settled(before_read) {
+            if settled {
                 self.keep(dir, stamp, sorted.clone());
             }
         }
-        Ok((sorted, true))
+        Ok(sorted)
     }
 
     fn set_budget(&self, bytes: usize) {
@@ -334,6 +341,7 @@ impl DirCache {
             return None; // replaced at the next read
         }
         slot.used = tick;
+        self.hits.fetch_add(1, Ordering::Relaxed);
         Some(slot.sorted.clone())
     }
 
@@ -455,6 +463,27 @@ mod tests {
         assert_eq!(s.children(), MIN_ENTRIES + 5);
         fs::remove_dir_all(&again).unwrap();
         assert!(c.listing(&again).is_err());
+    }
+
+    #[test]
+    fn a_probe_reads_only_what_it_can_keep() {
+        let t = tmp();
+        let c = DirCache::new(DEFAULT_BUDGET);
+        let small = filled(t.path(), "s", 10);
+        let large = filled(t.path(), "l", MIN_ENTRIES);
+        assert!(c.listing_if_large(&large).unwrap().is_none(), "not settled");
+        std::thread::sleep(SETTLE + Duration::from_millis(100));
+        assert!(c.listing_if_large(&small).unwrap().is_none());
+        let (s, read) = c.listing_if_large(&large).unwrap().unwrap();
+        assert!(read);
+        assert_eq!(s.children(), MIN_ENTRIES);
+        assert!(!c.listing_if_large(&large).unwrap().unwrap().1, "kept");
+        c.set_budget(0);
+        assert!(
+            c.listing_if_large(&large).unwrap().is_none(),
+            "nothing can be kept"
+        );
+        assert!(c.listing_if_large(&t.path().join("gone")).is_err());
     }
 
     #[test]
