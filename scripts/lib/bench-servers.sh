@@ -15,10 +15,11 @@ wait_ready() { # HOST:PORT
     return 1
 }
 
-# start_single PORT: one node on 127.0.0.1:PORT, four drives under $DATA/single (emptied first),
-# its log in $DATA/single.log; the caller's environment (exported) reaches the server.
+# start_single PORT: one node on 127.0.0.1:PORT, four drives under $DATA/single (emptied first
+# unless KEEP_DATA=1), its log in $DATA/single.log; the caller's environment (exported) reaches
+# the server.
 start_single() {
-    rm -rf "$DATA/single"
+    [ "${KEEP_DATA:-0}" = 1 ] || rm -rf "$DATA/single"
     QUARRY_CONSOLE_ADDRESS=off "$BIN_DIR/quarry" server --address "127.0.0.1:$1" "$DATA"/single/d{1..4} \
         >"$DATA/single.log" 2>&1 &
     pids+=($!)
@@ -26,11 +27,11 @@ start_single() {
 }
 
 # start_cluster BASE_PORT: four nodes on 127.0.0.1:BASE_PORT+1..+4, four drives each under
-# $DATA/cluster/nodeN (emptied first), erasure sets of 4 (each across the four nodes); logs in
-# $DATA/nodeN.log. Sets `hosts` to the nodes' HOST:PORT.
+# $DATA/cluster/nodeN (emptied first unless KEEP_DATA=1), erasure sets of 4 (each across the four
+# nodes); logs in $DATA/nodeN.log. Sets `hosts` to the nodes' HOST:PORT.
 start_cluster() {
     local base=$1 n args=()
-    rm -rf "$DATA/cluster"
+    [ "${KEEP_DATA:-0}" = 1 ] || rm -rf "$DATA/cluster"
     for n in 1 2 3 4; do args+=("http://127.0.0.1:$((base + n))$DATA/cluster/node$n/d{1...4}"); done
     for n in 1 2 3 4; do
         QUARRY_CONSOLE_ADDRESS=off \
