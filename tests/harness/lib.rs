@@ -225,6 +225,27 @@ impl TestServer {
         Self::launch(nodes, per_node, Some(set_size), CredentialMode::Fixed).await
     }
 
+    /// Starts a cluster as [`TestServer::start_cluster`] with environment variables set for
+    /// every node from the start ([`TestServer::set_env`]).
+    pub async fn start_cluster_with_env(
+        nodes: usize,
+        per_node: usize,
+        set_size: usize,
+        env: &[(&str, &str)],
+    ) -> TestServer {
+        let mut s = Self::prepare(
+            nodes,
+            per_node,
+            Some(set_size),
+            CredentialMode::Fixed,
+            false,
+        );
+        for (k, v) in env {
+            s.set_env(k, v);
+        }
+        s.launch_prepared().await
+    }
+
     /// Starts a single node serving HTTPS with a certificate of a test CA of its own
     /// ([`TestServer::tls`]).
     pub async fn start_https(drives: usize) -> TestServer {

@@ -644,6 +644,8 @@ async fn a_node_without_rdma_refuses_tokens_with_not_implemented() {
 }
 
 const CLIENT_BUCKET: &str = "rdma-clients";
+/// The nodes' `QUARRY_RDMA_CLIENT_IDLE` in the client test.
+const CLIENT_IDLE: &str = "45s";
 
 /// The client process that [`vm_cluster_serves_s3_over_rdma_to_clients`] starts and kills
 /// mid-transfer (`QUARRY_RDMA_CHILD=get|put`): GETs of `o-8m` into one registered buffer, or
@@ -740,7 +742,11 @@ async fn vm_cluster_serves_s3_over_rdma_to_clients() {
         return;
     }
     let t0 = Instant::now();
-    let mut s = TestServer::start_cluster(4, 1, 4).await;
+    // Client connections unused for 45 s are closed: how the node finds a client that died
+    // between two transfers (the kills below may land just after one).
+    let mut s =
+        TestServer::start_cluster_with_env(4, 1, 4, &[("QUARRY_RDMA_CLIENT_IDLE", CLIENT_IDLE)])
+            .await;
     s.create_bucket(CLIENT_BUCKET).await;
     let http = client(&s, 0);
     let sizes = [
@@ -948,27 +954,40 @@ async fn vm_cluster_serves_s3_over_rdma_to_clients() {
         .expect("after the refusals");
     eprintln!("refusals done: {:?}", t0.elapsed());
 
-    // Clients killed mid-GET and mid-PUT: the node notices, drops their connections, and
-    // nothing partial is visible; this client goes on.
+    // Clients killed mid-GET and mid-PUT: the node notices (the transfer cut off fails, or
+    // the connection of a client that died just after one goes idle), drops their
+    // connections, and nothing partial is visible; this client goes on meanwhile.
     let errors_before = node1(&scrape_node(&s, 1).await, "quarry_s3_rdma_errors_total");
     let conns_before = node1(&scrape_node(&s, 1).await, "quarry_s3_rdma_connections");
     let get_log = kill_client_mid_transfer(&s, "get").await;
+    rc.get_into(&mut buf, CLIENT_BUCKET, "o-1m1", None)
+        .await
+        .expect("this client between the kills");
     let put_log = kill_client_mid_transfer(&s, "put").await;
     eprintln!("killed clients:\n{get_log}\n{put_log}");
     let cleaned = {
         let mut ok = false;
-        for _ in 0..120 {
+        let t = Instant::now();
+        // The idle bound, the reaper's 10 s tick, and time to spare under TCG.
+        while t.elapsed() < Duration::from_secs(150) {
             let m = scrape_node(&s, 1).await;
-            if node1(&m, "quarry_s3_rdma_connections") <= conns_before
-                && node1(&m, "quarry_s3_rdma_errors_total") >= errors_before + 2.0
-            {
+            if node1(&m, "quarry_s3_rdma_connections") <= conns_before {
                 ok = true;
                 break;
             }
+            let got = rc
+                .get_into(&mut buf, CLIENT_BUCKET, "o-1m1", None)
+                .await
+                .expect("this client while the killed ones are cleaned up");
+            assert_eq!(got.len, bodies["o-1m1"].len() as u64);
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         ok
     };
+    eprintln!(
+        "killed clients cleaned up: {cleaned}; transfers failed meanwhile: {}",
+        node1(&scrape_node(&s, 1).await, "quarry_s3_rdma_errors_total") - errors_before
+    );
     if !cleaned {
         let m = scrape_node(&s, 1).await;
         panic!(

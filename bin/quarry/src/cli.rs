@@ -319,6 +319,20 @@ pub struct ServerArgs {
           default_value_t = quarry_net::rdma::DEFAULT_MAX_CONNECTIONS,
           value_parser = quarry_net::rdma::parse_max_connections)]
     pub rdma_max_connections: usize,
+
+    /// How long an S3-over-RDMA client's connection may go unused before the node closes it
+    /// (a client that died between transfers is noticed no other way): a duration such as 10m.
+    #[arg(long, env = "QUARRY_RDMA_CLIENT_IDLE", value_name = "DURATION", default_value = "10m",
+          value_parser = parse_rdma_client_idle)]
+    pub rdma_client_idle: Duration,
+}
+
+/// `QUARRY_RDMA_CLIENT_IDLE`: a duration as [`parse_duration`], above zero.
+pub fn parse_rdma_client_idle(s: &str) -> Result<Duration, String> {
+    parse_duration(s)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| format!("QUARRY_RDMA_CLIENT_IDLE={s:?}: a duration above zero, such as 10m"))
 }
 
 /// A duration as [`parse_duration`], or `0` / `off` for none (zero).
@@ -499,6 +513,7 @@ pub struct FileConfig {
     pub rdma_qp_per_peer: Option<usize>,
     pub rdma_pool_bytes: Option<FileSize>,
     pub rdma_max_connections: Option<usize>,
+    pub rdma_client_idle: Option<String>,
     pub cluster_secret: Option<String>,
     pub cluster_secret_file: Option<String>,
     pub certs_dir: Option<String>,
@@ -629,6 +644,10 @@ impl ServerArgs {
         {
             self.rdma_max_connections = r::parse_max_connections(&v.to_string())
                 .unwrap_or_else(|e| usage_error(format!("config: rdma_max_connections: {e}")));
+        }
+        if let Some(v) = f.rdma_client_idle.filter(|_| unset("rdma_client_idle")) {
+            self.rdma_client_idle = parse_rdma_client_idle(&v)
+                .unwrap_or_else(|e| usage_error(format!("config: rdma_client_idle: {e}")));
         }
         if let Some(v) = f.certs_dir.filter(|_| unset("certs_dir")) {
             self.certs_dir = Some(PathBuf::from(v));
@@ -802,6 +821,7 @@ impl ServerArgs {
                 qp_per_peer: self.rdma_qp_per_peer,
                 pool_bytes: self.rdma_pool_bytes,
                 max_connections: self.rdma_max_connections,
+                client_idle: self.rdma_client_idle,
             },
             cluster_secret: match (self.cluster_secret, self.cluster_secret_file) {
                 (Some(v), _) => Some(SecretSource::Value(v)),
@@ -1053,6 +1073,8 @@ mod tests {
             "64MiB",
             "--rdma-max-connections",
             "1000",
+            "--rdma-client-idle",
+            "90s",
         ]);
         assert_eq!(
             s.rdma,
@@ -1063,6 +1085,7 @@ mod tests {
                 qp_per_peer: 8,
                 pool_bytes: 64 << 20,
                 max_connections: 1000,
+                client_idle: Duration::from_secs(90),
             }
         );
         for bad in [
@@ -1072,6 +1095,7 @@ mod tests {
             &["server", "--rdma-pool-bytes", "1MiB"],
             &["server", "--rdma-max-connections", "1001"],
             &["server", "--rdma-gid-index", "x"],
+            &["server", "--rdma-client-idle", "0"],
         ] {
             let e = Cli::command()
                 .try_get_matches_from(std::iter::once("quarry").chain(bad.iter().copied()))
@@ -1084,7 +1108,7 @@ mod tests {
         let f = dir.path().join("q.toml");
         std::fs::write(
             &f,
-            "version = 1\nrdma_pool_bytes = \"32MiB\"\nrdma_qp_per_peer = 4\nrdma_gid_index = 1\nrdma_max_connections = 9\n",
+            "version = 1\nrdma_pool_bytes = \"32MiB\"\nrdma_qp_per_peer = 4\nrdma_gid_index = 1\nrdma_max_connections = 9\nrdma_client_idle = \"1h\"\n",
         )
         .unwrap();
         let path = f.to_str().unwrap();
@@ -1094,9 +1118,10 @@ mod tests {
                 s.rdma.pool_bytes,
                 s.rdma.qp_per_peer,
                 s.rdma.gid_index,
-                s.rdma.max_connections
+                s.rdma.max_connections,
+                s.rdma.client_idle
             ),
-            (32 << 20, 4, Some(1), 9)
+            (32 << 20, 4, Some(1), 9, Duration::from_secs(3600))
         );
         std::fs::write(&f, "version = 1\nrdma_pool_bytes = 33554432\n").unwrap();
         let s = settings_of(&["server", "--config", path, "--rdma-qp-per-peer", "3"]);

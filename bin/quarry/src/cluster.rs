@@ -585,7 +585,10 @@ mod verbs {
             dev.clone(),
             requester_pool.clone(),
             staging,
-            ClientPlaneConfig::default(),
+            ClientPlaneConfig {
+                idle: rdma.client_idle,
+                ..ClientPlaneConfig::default()
+            },
         );
         let config = config.clone();
         // Its own control connections (no cycle through the client that holds the plane).

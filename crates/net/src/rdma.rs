@@ -92,6 +92,9 @@ pub struct RdmaSettings {
     pub pool_bytes: u64,
     /// `QUARRY_RDMA_MAX_CONNECTIONS` (1-1000): connections accepted from peers at once.
     pub max_connections: usize,
+    /// `QUARRY_RDMA_CLIENT_IDLE`: how long an S3-over-RDMA client's connection may go unused
+    /// before it is closed (a client that died between transfers is found no other way).
+    pub client_idle: std::time::Duration,
 }
 
 impl Default for RdmaSettings {
@@ -103,6 +106,7 @@ impl Default for RdmaSettings {
             qp_per_peer: DEFAULT_QP_PER_PEER,
             pool_bytes: DEFAULT_POOL_BYTES,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            client_idle: DEFAULT_CLIENT_IDLE,
         }
     }
 }
@@ -118,6 +122,9 @@ impl RdmaSettings {
         self.pool_bytes / 4
     }
 }
+
+/// The default of [`RdmaSettings::client_idle`].
+pub const DEFAULT_CLIENT_IDLE: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// `QUARRY_RDMA_GID_INDEX`: a GID table index (0-255 on every device seen; at most 65535).
 pub fn parse_gid_index(s: &str) -> Result<u32, String> {
