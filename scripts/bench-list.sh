@@ -16,7 +16,8 @@
 # million keys on four drives are 4 M directories, about 16 GB of directory blocks on ext4, and
 # tmpfs counts each hard link as an inode), KEYS (single node, default "100000 1000000"),
 # CLUSTER_KEYS (default 1000000; 0 skips the cluster), PAGES (per walker, default 40),
-# COLD_PAGES (default 10; 0 skips the cold runs), PORT (default 9400).
+# READ_PAGES (per walker with --list-cache-bytes 0, where a page of a million keys costs seconds;
+# default PAGES/4), COLD_PAGES (default 10; 0 skips the cold runs), PORT (default 9400).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN_DIR=${BIN_DIR:-target/release}
@@ -24,6 +25,7 @@ DATA=${DATA:-./data/bench-list}
 KEYS=${KEYS:-"100000 1000000"}
 CLUSTER_KEYS=${CLUSTER_KEYS:-1000000}
 PAGES=${PAGES:-40}
+READ_PAGES=${READ_PAGES:-$(((PAGES + 3) / 4))}
 COLD_PAGES=${COLD_PAGES:-10}
 PORT=${PORT:-9400}
 export QUARRY_ROOT_USER=benchadmin QUARRY_ROOT_PASSWORD=bench-secret-key-123
@@ -125,15 +127,21 @@ measure() { # LABEL N W PAGES COLD HOST...
 # Both cache settings, 1 and 8 walkers, and cold, against the running servers (restarted by
 # START for each setting).
 run_all() { # NAME N START HOST...
-    local name=$1 n=$2 start=$3 setting
+    local name=$1 n=$2 start=$3 setting pages
     shift 3
     for setting in kept read; do
         stop_all
-        if [ "$setting" = read ]; then export QUARRY_LIST_CACHE_BYTES=0; else unset QUARRY_LIST_CACHE_BYTES; fi
+        if [ "$setting" = read ]; then
+            export QUARRY_LIST_CACHE_BYTES=0
+            pages=$READ_PAGES
+        else
+            unset QUARRY_LIST_CACHE_BYTES
+            pages=$PAGES
+        fi
         KEEP_DATA=1 $start
         measure "warm-up" "$n" 1 3 0 "$@" >/dev/null
-        measure "$name $n keys, $setting, 1 walker" "$n" 1 "$PAGES" 0 "$@"
-        measure "$name $n keys, $setting, 8 walkers" "$n" 8 "$PAGES" 0 "$@"
+        measure "$name $n keys, $setting, 1 walker" "$n" 1 "$pages" 0 "$@"
+        measure "$name $n keys, $setting, 8 walkers" "$n" 8 "$pages" 0 "$@"
         if [ "$COLD_PAGES" -gt 0 ] && [ -w /proc/sys/vm/drop_caches ]; then
             measure "$name $n keys, $setting, 1 walker, caches dropped" "$n" 1 "$COLD_PAGES" 1 "$@"
         fi
