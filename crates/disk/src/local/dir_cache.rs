@@ -147,7 +147,27 @@ impl Sorted {
     /// Candidate `i` in walk order: the child's index, its name, and whether it is the range
     /// below the child (`n/`) rather than the object (`n`).
     pub fn get(&self, i: usize) -> (usize, &str, bool) {
-        let c = self.order[i];
+        self.candidate(self.order[i])
+    }
+
+    /// The first position in walk order where `before` (given as [`Sorted::get`] gives) is
+    /// false; `before` must be true, then false, along the walk order.
+    pub fn partition_point(&self, mut before: impl FnMut(&str, bool) -> bool) -> usize {
+        self.order.partition_point(|&c| {
+            let (_, name, dir) = self.candidate(c);
+            before(name, dir)
+        })
+    }
+
+    /// The entries as [`key_dirs`] gives them: the folder marker first, then the children.
+    pub fn key_dirs(self: Arc<Self>) -> impl Iterator<Item = io::Result<KeyDir>> {
+        let folder = self.folder.then_some(Ok(KeyDir::Folder));
+        folder
+            .into_iter()
+            .chain((0..self.children()).map(move |i| Ok(KeyDir::Key(self.name(i).to_owned()))))
+    }
+
+    fn candidate(&self, c: u32) -> (usize, &str, bool) {
         let idx = (c >> 1) as usize;
         (idx, self.name(idx), c & 1 == 1)
     }

@@ -162,8 +162,7 @@ impl Walker<'_> {
         };
         // Straight to the first candidate at or after the marker and the prefix: a page of a
         // large directory costs its page, not the directory.
-        let first = partition_point(children.len(), |i| {
-            let (_, name, dir) = children.get(i);
+        let first = children.partition_point(|name, dir| {
             candidate_key(&mut key, name, dir);
             self.entirely_before(&key, dir)
         });
@@ -245,45 +244,40 @@ impl Walker<'_> {
     /// page over large common prefixes reads each of them once, not once per page; a small one
     /// is read only up to its first object (a prefix's first entry nearly always is one).
     fn has_object_below(&mut self, dir: &Path, skip: Option<Uuid>) -> io::Result<bool> {
+        let entries: Box<dyn Iterator<Item = io::Result<KeyDir>>> =
+            match DirCache::global().listing_if_large(dir) {
+                Ok(Some((children, read))) => {
+                    self.dirs_read += usize::from(read);
+                    Box::new(children.key_dirs())
+                }
+                Ok(None) => {
+                    self.dirs_read += 1;
+                    match key_dirs(dir) {
+                        Ok(e) => Box::new(e),
+                        Err(e) if is_not_found(&e) => return Ok(false),
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(e) if is_not_found(&e) => return Ok(false),
+                Err(e) => return Err(e),
+            };
         let skip = skip.map(|u| u.to_string());
         let mut names = Vec::new();
-        match DirCache::global().listing_if_large(dir) {
-            Ok(Some((children, read))) => {
-                self.dirs_read += usize::from(read);
-                if children.folder && is_file(&dir.join(FOLDER_DIR).join(META_FILE))? {
-                    return Ok(true);
-                }
-                for i in 0..children.children() {
-                    let n = children.name(i);
-                    if skip.as_deref() != Some(n) {
-                        if is_file(&dir.join(n).join(META_FILE))? {
-                            return Ok(true);
-                        }
-                        names.push(n.to_owned());
+        for entry in entries {
+            match entry? {
+                KeyDir::Folder => {
+                    if is_file(&dir.join(FOLDER_DIR).join(META_FILE))? {
+                        return Ok(true);
                     }
                 }
-            }
-            Ok(None) => {
-                self.dirs_read += 1;
-                for entry in key_dirs(dir)? {
-                    match entry? {
-                        KeyDir::Folder => {
-                            if is_file(&dir.join(FOLDER_DIR).join(META_FILE))? {
-                                return Ok(true);
-                            }
-                        }
-                        KeyDir::Key(n) if skip.as_deref() != Some(n.as_str()) => {
-                            if is_file(&dir.join(&n).join(META_FILE))? {
-                                return Ok(true);
-                            }
-                            names.push(n);
-                        }
-                        KeyDir::Key(_) => {}
+                KeyDir::Key(n) if skip.as_deref() != Some(n.as_str()) => {
+                    if is_file(&dir.join(&n).join(META_FILE))? {
+                        return Ok(true);
                     }
+                    names.push(n);
                 }
+                KeyDir::Key(_) => {}
             }
-            Err(e) if is_not_found(&e) => return Ok(false),
-            Err(e) => return Err(e),
         }
         for n in &names {
             if self.has_object_below(&dir.join(n), None)? {
@@ -292,20 +286,6 @@ impl Walker<'_> {
         }
         Ok(false)
     }
-}
-
-/// The first index in `0..n` where `before` is false (`before` is true, then false).
-fn partition_point(n: usize, mut before: impl FnMut(usize) -> bool) -> usize {
-    let (mut lo, mut hi) = (0, n);
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        if before(mid) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    lo
 }
 
 /// Reads the metadata in `obj_dir` for a listing: `None` if there is none (not an object) or it
