@@ -872,10 +872,7 @@ fn render_client_rdma(out: &mut String, f: &crate::rdma::ClientRdmaFigures) {
         ("quarry_s3_rdma_copied_bytes_total", "counter", "GET bytes copied into a registered staging buffer before their write (not in registered memory already).", f.copied_bytes),
         ("quarry_s3_rdma_errors_total", "counter", "Client RDMA transfers that failed (queue pair errors, timeouts, clients gone).", f.errors_total),
     ];
-    for (name, kind, help, value) in series {
-        header(out, name, kind, help);
-        let _ = writeln!(out, "{name} {value}");
-    }
+    render_series(out, &series);
 }
 
 /// The kept sorted listings of large directories (`quarry_disk`'s list cache).
@@ -906,6 +903,11 @@ fn render_list_cache(out: &mut String, f: &quarry_object::ListCacheFigures) {
             f.bytes,
         ),
     ];
+    render_series(out, &series);
+}
+
+/// Unlabelled series, each with its header: `(name, type, help, value)`.
+fn render_series(out: &mut String, series: &[(&str, &str, &str, u64)]) {
     for (name, kind, help, value) in series {
         header(out, name, kind, help);
         let _ = writeln!(out, "{name} {value}");
