@@ -222,6 +222,32 @@ pub trait Drive: Send + Sync + fmt::Debug + 'static {
         Ok(buf)
     }
 
+    /// Reads one bitrot frame of a shard (`[blake3 (FRAME_HASH_LEN B) | chunk]`: `buf.len()`
+    /// bytes at `offset`, which are exactly one frame) into `buf`, as
+    /// [`Drive::read_shard_into`] does. The chunk is not checked against its hash here: the
+    /// caller checks it before using a byte, and must. A drive across the network may
+    /// authenticate only the hash on the way (the check binds the chunk to it), so when
+    /// [`Drive::frame_reads_check_hash_only`] says so, a frame that fails the check may have been
+    /// changed on the way rather than be damaged on the drive: [`Drive::read_shard_into`], which
+    /// authenticates every byte, tells them apart. The default is `read_shard_into`.
+    async fn read_frame_into(
+        &self,
+        bucket: &str,
+        key: &str,
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        buf: PooledBuf,
+    ) -> Result<PooledBuf> {
+        self.read_shard_into(bucket, key, data_dir, part, offset, buf)
+            .await
+    }
+
+    /// Whether [`Drive::read_frame_into`] authenticates only a frame's hash on its way (see there).
+    fn frame_reads_check_hash_only(&self) -> bool {
+        false
+    }
+
     /// The length of `<bucket>/<key>/<data_dir>/part.<part>`, without reading it: a cheap check
     /// that a shard the read path did not need is still there and whole.
     async fn stat_shard(&self, bucket: &str, key: &str, data_dir: Uuid, part: u32) -> Result<u64>;

@@ -34,6 +34,10 @@ pub mod multipart;
 pub mod path;
 
 pub use drive::{DiskInfo, Drive, DriveError, ShardWriter, VolInfo, WalkEntry, WalkOptions};
+
+/// The bitrot hash (blake3-256) in front of each chunk of a shard file: a frame is
+/// `[hash (FRAME_HASH_LEN B) | chunk]` (quarry-erasure's `bitrot`, which frames and checks them).
+pub const FRAME_HASH_LEN: usize = 32;
 pub use format::FormatV1;
 pub use journal::{version_name, MetaJournal};
 pub use local::{

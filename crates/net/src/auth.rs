@@ -41,9 +41,10 @@ use uuid::Uuid;
 use crate::wire::{Opener, Sealer};
 
 pub const HS_MAGIC: [u8; 4] = *b"QHSK";
-/// The internode protocol version this node speaks: 1 until the one internode codec, 2 since
-/// (every message's byte order and string framing changed).
-pub const HS_VERSION: u8 = 2;
+/// The internode protocol version this node speaks: 1 until the one internode codec, 2 with it
+/// (every message's byte order and string framing changed), 3 since frame answers (a shard
+/// read's bulk frame whose tag covers the bitrot frame's hash only: [`crate::data`]).
+pub const HS_VERSION: u8 = 3;
 /// Bytes before a handshake message's body.
 pub const HS_HEADER_LEN: usize = 8;
 /// Largest body of any handshake message (a hello with a 255-byte node id).

@@ -7,12 +7,23 @@
 //! offset size
 //!      0    4  magic "QBLK"
 //!      4    1  version (1)
-//!      5    3  reserved, zero
+//!      5    1  flags: bit 0 FRAME (the tag covers only the payload's first 32 bytes), others zero
+//!      6    2  reserved, zero
 //!      8    8  transfer id (u64 BE): which request this payload answers
 //!     16    4  payload length (u32 BE)
 //!     20    n  payload
-//!   20+n   32  tag = keyed BLAKE3(direction key, sequence (u64 BE) || header || payload)
+//!   20+n   32  tag = keyed BLAKE3(direction key, sequence (u64 BE) || header || covered)
 //! ```
+//!
+//! `covered` is the whole payload, except in a **frame answer** (flag FRAME): a shard read of
+//! exactly one bitrot frame `[blake3 (32 B) | chunk]`, where it is the frame's hash alone. The
+//! chunk is then bound to the authenticated hash by the bitrot check that every reader of shard
+//! bytes makes anyway (blake3's second-preimage resistance), so the frame's bytes are hashed once
+//! on the receiver instead of three times (the sender's tag, the receiver's tag, the bitrot
+//! check). What that moves: bytes altered on the way now fail the bitrot check rather than the
+//! tag, so a frame that fails it is read again with a whole-payload tag before its copy is called
+//! damaged (`quarry_object`'s shard reader). The flag is in the header, which the tag covers, and
+//! the receiver refuses an answer whose flag is not the one it asked for.
 //!
 //! The receiver checks the header (magic, version, transfer id, and the length against what it expects
 //! and against the buffer) before reading a payload byte, then reads the payload with `read_exact`
@@ -35,6 +46,10 @@ pub const BULK_MAGIC: [u8; 4] = *b"QBLK";
 pub const BULK_VERSION: u8 = 1;
 pub const BULK_HEADER_LEN: usize = 20;
 pub const BULK_TAG_LEN: usize = 32;
+/// Header flag: the tag covers only the payload's first [`FRAME_HASH_LEN`] bytes (a frame answer).
+pub const BULK_FLAG_FRAME: u8 = 0x01;
+/// The bitrot hash in front of a frame's chunk: what a frame answer's tag covers.
+pub use quarry_disk::FRAME_HASH_LEN;
 
 /// Every way a bulk transfer can fail.
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +68,10 @@ pub enum DataError {
     TooLarge { len: usize, capacity: usize },
     #[error("bulk payload authentication failed (bad tag)")]
     BadTag,
+    #[error("bulk frame answer of {len} bytes is shorter than the {FRAME_HASH_LEN}-byte hash its tag covers")]
+    FrameTooShort { len: usize },
+    #[error("bulk frame {} a frame answer, the receiver asked for {}", if *.got { "is" } else { "is not" }, if *.expected { "one" } else { "a whole-payload tag" })]
+    WrongCover { expected: bool, got: bool },
     #[error("bulk transfer i/o: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -62,6 +81,8 @@ pub enum DataError {
 pub struct BulkHeader {
     pub transfer_id: u64,
     pub len: u32,
+    /// A frame answer: the tag covers the payload's first [`FRAME_HASH_LEN`] bytes only.
+    pub frame: bool,
 }
 
 impl BulkHeader {
@@ -69,6 +90,9 @@ impl BulkHeader {
         let mut out = [0u8; BULK_HEADER_LEN];
         out[0..4].copy_from_slice(&BULK_MAGIC);
         out[4] = BULK_VERSION;
+        if self.frame {
+            out[5] = BULK_FLAG_FRAME;
+        }
         out[8..16].copy_from_slice(&self.transfer_id.to_be_bytes());
         out[16..20].copy_from_slice(&self.len.to_be_bytes());
         out
@@ -83,7 +107,7 @@ impl BulkHeader {
         if b[4] != BULK_VERSION {
             return Err(DataError::UnsupportedVersion(b[4]));
         }
-        if b[5..8] != [0, 0, 0] {
+        if b[5] & !BULK_FLAG_FRAME != 0 || b[6..8] != [0, 0] {
             return Err(DataError::Reserved);
         }
         let mut id = [0u8; 8];
@@ -93,6 +117,7 @@ impl BulkHeader {
         Ok(BulkHeader {
             transfer_id: u64::from_be_bytes(id),
             len: u32::from_be_bytes(len),
+            frame: b[5] & BULK_FLAG_FRAME != 0,
         })
     }
 }
@@ -102,11 +127,18 @@ pub fn bulk_key(session_key: &[u8; 32]) -> [u8; 32] {
     blake3::derive_key("quarry-net/1 bulk frames", session_key)
 }
 
-fn tag(key: &[u8; 32], seq: u64, header: &[u8], payload: &[u8]) -> blake3::Hash {
+/// The tag of a frame with `header` and `payload`: over the whole payload, or over its first
+/// [`FRAME_HASH_LEN`] bytes for a frame answer (which the caller made sure it has).
+fn tag(key: &[u8; 32], seq: u64, header: &BulkHeader, payload: &[u8]) -> blake3::Hash {
+    let covered = if header.frame {
+        &payload[..FRAME_HASH_LEN]
+    } else {
+        payload
+    };
     let mut h = blake3::Hasher::new_keyed(key);
     h.update(&seq.to_be_bytes());
-    h.update(header);
-    h.update(payload);
+    h.update(&header.encode());
+    h.update(covered);
     h.finalize()
 }
 
@@ -129,14 +161,32 @@ impl BulkSender {
         transfer_id: u64,
         payload: &[u8],
     ) -> Result<([u8; BULK_HEADER_LEN], [u8; BULK_TAG_LEN]), DataError> {
+        self.seal_as(transfer_id, payload, false)
+    }
+
+    /// [`BulkSender::seal`] for a frame answer (`frame`): the payload is one bitrot frame and the
+    /// tag covers its hash only. The receiver must have asked for a frame answer.
+    pub fn seal_as(
+        &mut self,
+        transfer_id: u64,
+        payload: &[u8],
+        frame: bool,
+    ) -> Result<([u8; BULK_HEADER_LEN], [u8; BULK_TAG_LEN]), DataError> {
         let len = u32::try_from(payload.len()).map_err(|_| DataError::TooLarge {
             len: payload.len(),
             capacity: u32::MAX as usize,
         })?;
-        let header = BulkHeader { transfer_id, len }.encode();
+        if frame && payload.len() < FRAME_HASH_LEN {
+            return Err(DataError::FrameTooShort { len: payload.len() });
+        }
+        let header = BulkHeader {
+            transfer_id,
+            len,
+            frame,
+        };
         let t = tag(&self.key, self.seq, &header, payload);
         self.seq += 1;
-        Ok((header, *t.as_bytes()))
+        Ok((header.encode(), *t.as_bytes()))
     }
 
     /// Writes `payload` (e.g. a filled [`PooledBuf`]) as one bulk frame, without copying it.
@@ -177,9 +227,29 @@ impl BulkReceiver {
         expected_len: usize,
         buf: &mut PooledBuf,
     ) -> Result<(), DataError> {
+        self.recv_as(r, transfer_id, expected_len, buf, false).await
+    }
+
+    /// [`BulkReceiver::recv_into`] of a frame answer (`frame`, asked for by the request): the
+    /// tag authenticates only the frame's hash, so the bytes are good only once the caller has
+    /// checked the chunk against it. A frame that is not the kind asked for is refused.
+    pub async fn recv_as<R: AsyncRead + Unpin>(
+        &mut self,
+        r: &mut R,
+        transfer_id: u64,
+        expected_len: usize,
+        buf: &mut PooledBuf,
+        frame: bool,
+    ) -> Result<(), DataError> {
         let mut hb = [0u8; BULK_HEADER_LEN];
         r.read_exact(&mut hb).await?;
         let header = BulkHeader::decode(&hb)?;
+        if header.frame != frame {
+            return Err(DataError::WrongCover {
+                expected: frame,
+                got: header.frame,
+            });
+        }
         if header.transfer_id != transfer_id {
             return Err(DataError::WrongTransfer {
                 expected: transfer_id,
@@ -193,6 +263,9 @@ impl BulkReceiver {
                 got: len,
             });
         }
+        if frame && len < FRAME_HASH_LEN {
+            return Err(DataError::FrameTooShort { len });
+        }
         if len > buf.capacity() {
             return Err(DataError::TooLarge {
                 len,
@@ -204,7 +277,7 @@ impl BulkReceiver {
         buf.set_len(len);
         let mut tb = [0u8; BULK_TAG_LEN];
         r.read_exact(&mut tb).await?;
-        let expected = tag(&self.key, self.seq, &hb, &buf[..]);
+        let expected = tag(&self.key, self.seq, &header, &buf[..]);
         self.seq += 1;
         // blake3::Hash compares in constant time.
         if expected != blake3::Hash::from(tb) {
@@ -260,6 +333,12 @@ impl BulkReceiver {
         let mut hb = [0u8; BULK_HEADER_LEN];
         r.read_exact(&mut hb).await?;
         let header = BulkHeader::decode(&hb)?;
+        if header.frame {
+            return Err(DataError::WrongCover {
+                expected: false,
+                got: true,
+            });
+        }
         if header.transfer_id != transfer_id {
             return Err(DataError::WrongTransfer {
                 expected: transfer_id,
@@ -296,7 +375,7 @@ impl BulkReceiver {
         r.read_exact(body).await?;
         let mut tb = [0u8; BULK_TAG_LEN];
         r.read_exact(&mut tb).await?;
-        let expected = tag(&self.key, self.seq, &hb, body);
+        let expected = tag(&self.key, self.seq, &header, body);
         self.seq += 1;
         if expected != blake3::Hash::from(tb) {
             return Err(DataError::BadTag);
@@ -401,6 +480,84 @@ mod tests {
         assert_eq!(pool.stats().in_use, 0);
     }
 
+    /// Writes a frame answer sealed over `sealed` but carrying `sent` (an on-path change).
+    async fn send_frame(w: &mut TcpStream, tx: &mut BulkSender, sealed: &[u8], sent: &[u8]) {
+        let (header, t) = tx.seal_as(1, sealed, true).unwrap();
+        w.write_all(&header).await.unwrap();
+        w.write_all(sent).await.unwrap();
+        w.write_all(&t).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_frame_answer_authenticates_its_hash_and_is_the_kind_asked_for() {
+        let pool = BufPool::new(BufPoolConfig::new(4096, 2)).unwrap();
+        let frame = pattern(FRAME_HASH_LEN + 1000, 5);
+
+        // Asked for and sent as a frame answer: accepted as sent.
+        let (mut a, mut b) = pair().await;
+        send_frame(&mut a, &mut BulkSender::new(KEY), &frame, &frame).await;
+        let mut buf = pool.get().await;
+        BulkReceiver::new(KEY)
+            .recv_as(&mut b, 1, frame.len(), &mut buf, true)
+            .await
+            .unwrap();
+        assert_eq!(&buf[..], &frame[..]);
+
+        // The hash changed on the way: the tag refuses it.
+        let mut changed = frame.clone();
+        changed[3] ^= 1;
+        let (mut a, mut b) = pair().await;
+        send_frame(&mut a, &mut BulkSender::new(KEY), &frame, &changed).await;
+        assert!(matches!(
+            BulkReceiver::new(KEY)
+                .recv_as(&mut b, 1, frame.len(), &mut buf, true)
+                .await,
+            Err(DataError::BadTag)
+        ));
+
+        // The chunk changed on the way passes the tag, by design: the chunk is bound to the
+        // hash by the bitrot check of the caller, which this change fails.
+        let mut changed = frame.clone();
+        changed[FRAME_HASH_LEN + 10] ^= 1;
+        let (mut a, mut b) = pair().await;
+        send_frame(&mut a, &mut BulkSender::new(KEY), &frame, &changed).await;
+        BulkReceiver::new(KEY)
+            .recv_as(&mut b, 1, frame.len(), &mut buf, true)
+            .await
+            .unwrap();
+        assert_eq!(&buf[..], &changed[..]);
+
+        // A whole-payload frame where a frame answer was asked for, and the other way round.
+        let (mut a, mut b) = pair().await;
+        BulkSender::new(KEY).send(&mut a, 1, &frame).await.unwrap();
+        assert!(matches!(
+            BulkReceiver::new(KEY)
+                .recv_as(&mut b, 1, frame.len(), &mut buf, true)
+                .await,
+            Err(DataError::WrongCover {
+                expected: true,
+                got: false
+            })
+        ));
+        let (mut a, mut b) = pair().await;
+        send_frame(&mut a, &mut BulkSender::new(KEY), &frame, &frame).await;
+        assert!(matches!(
+            BulkReceiver::new(KEY)
+                .recv(&mut b, &pool, 1, frame.len())
+                .await,
+            Err(DataError::WrongCover {
+                expected: false,
+                got: true
+            })
+        ));
+
+        // A frame answer shorter than a hash is never sealed.
+        assert!(matches!(
+            BulkSender::new(KEY).seal_as(1, &frame[..FRAME_HASH_LEN - 1], true),
+            Err(DataError::FrameTooShort { len: 31 })
+        ));
+    }
+
     #[tokio::test]
     async fn garbage_header_is_refused() {
         let pool = BufPool::new(BufPoolConfig::new(4096, 1)).unwrap();
@@ -426,9 +583,16 @@ mod tests {
         let h = BulkHeader {
             transfer_id: 42,
             len: 1234,
+            frame: false,
         };
         let b = h.encode();
         assert_eq!(BulkHeader::decode(&b).unwrap(), h);
+        let f = BulkHeader { frame: true, ..h };
+        assert_eq!(f.encode()[5], BULK_FLAG_FRAME);
+        assert_eq!(BulkHeader::decode(&f.encode()).unwrap(), f);
+        let mut x = b;
+        x[5] = 2;
+        assert!(matches!(BulkHeader::decode(&x), Err(DataError::Reserved)));
         let mut x = b;
         x[4] = 9;
         assert!(matches!(

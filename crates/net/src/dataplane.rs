@@ -27,7 +27,9 @@
 //!   payload: the length) followed by a bulk frame ([`crate::data`]: header, payload, keyed-BLAKE3
 //!   tag with a key derived from the session). The client checks the header (request id, length
 //!   against what it asked for and against the buffer) before it reads a payload byte into the
-//!   pooled buffer, then the tag; an error answer is an ordinary error frame.
+//!   pooled buffer, then the tag; an error answer is an ordinary error frame. A GET's read of one
+//!   bitrot frame ([`DataPlane::read_frame_into`]) also carries [`wire::FLAG_BULK_FRAME`] and is
+//!   answered as a frame answer, whose tag covers the frame's hash only ([`crate::data`]).
 //!
 //! Dedicated connections rather than bulk answers multiplexed on the control connections: on a
 //! multiplexed connection the reader must read ahead to find frame boundaries, so the start of a
@@ -469,6 +471,22 @@ pub trait DataPlane: Send + Sync + fmt::Debug {
         dst: Vec<PooledBuf>,
     ) -> Result<ShardData, DataPlaneError>;
 
+    /// Reads `range`, exactly one bitrot frame `[hash | chunk]` of the shard, into `dst` (a buffer
+    /// that holds it). The chunk is **not** checked against the hash, and a backend may
+    /// authenticate only the hash on the way (the TCP backend's frame answers, [`crate::data`]):
+    /// the caller must check the chunk before it uses a byte, and a frame that fails the check may
+    /// have been changed on the way; [`DataPlane::read_shard_into`] authenticates every byte. The
+    /// default is `read_shard_into`.
+    async fn read_frame_into(
+        &self,
+        peer: &str,
+        drive: u16,
+        range: &ShardRange<'_>,
+        dst: PooledBuf,
+    ) -> Result<ShardData, DataPlaneError> {
+        self.read_shard_into(peer, drive, range, vec![dst]).await
+    }
+
     /// Appends `data` as append number `seq` of shard writer `writer`, opened on drive `drive` of
     /// `peer` over the control RPC. Appends may be in flight at once and arrive in any order; the
     /// peer writes them in `seq` order (within its window).
@@ -648,6 +666,7 @@ impl TcpDataPlane {
         drive: u16,
         range: &ShardRange<'_>,
         dst: Option<Vec<PooledBuf>>,
+        frame: bool,
     ) -> Result<ShardData, DataPlaneError> {
         let mut dst = match dst {
             Some(d) => d,
@@ -664,6 +683,9 @@ impl TcpDataPlane {
                 range,
                 pieces: &pieces,
                 dst: &mut dst,
+                // A frame answer's tag covers the hash at the front of the frame: only a frame
+                // read in one piece has it.
+                frame: frame && pieces.len() == 1,
             },
         )
         .await?;
@@ -698,7 +720,8 @@ impl TcpDataPlane {
                     range,
                     pieces,
                     dst,
-                } => conn.read(peer, *drive, range, pieces, dst).await,
+                    frame,
+                } => conn.read(peer, *drive, range, pieces, dst, *frame).await,
                 Op::Append {
                     drive,
                     writer,
@@ -835,11 +858,16 @@ impl TcpDataPlane {
         drive: u16,
         range: &ShardRange<'_>,
         dst: Option<Vec<PooledBuf>>,
+        frame: bool,
     ) -> Result<ShardData, DataPlaneError> {
         self.counters.transfers.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
         let after = self.config.transfer_timeout;
-        let result = match tokio::time::timeout(after, self.transfer(peer, drive, range, dst)).await
+        let result = match tokio::time::timeout(
+            after,
+            self.transfer(peer, drive, range, dst, frame),
+        )
+        .await
         {
             Ok(r) => r,
             Err(_) => {
@@ -898,7 +926,7 @@ impl DataPlane for TcpDataPlane {
         drive: u16,
         range: &ShardRange<'_>,
     ) -> Result<ShardData, DataPlaneError> {
-        self.timed(peer, drive, range, None).await
+        self.timed(peer, drive, range, None, false).await
     }
 
     async fn read_shard_into(
@@ -908,7 +936,19 @@ impl DataPlane for TcpDataPlane {
         range: &ShardRange<'_>,
         dst: Vec<PooledBuf>,
     ) -> Result<ShardData, DataPlaneError> {
-        self.timed(peer, drive, range, Some(dst)).await
+        self.timed(peer, drive, range, Some(dst), false).await
+    }
+
+    /// A frame answer ([`crate::data`]): the peer tags only the frame's hash, and the frame's
+    /// bytes are hashed once, by the caller's bitrot check.
+    async fn read_frame_into(
+        &self,
+        peer: &str,
+        drive: u16,
+        range: &ShardRange<'_>,
+        dst: PooledBuf,
+    ) -> Result<ShardData, DataPlaneError> {
+        self.timed(peer, drive, range, Some(vec![dst]), true).await
     }
 
     async fn append_shard(
@@ -981,6 +1021,8 @@ enum Op<'a> {
         range: &'a ShardRange<'a>,
         pieces: &'a [(u64, usize)],
         dst: &'a mut [PooledBuf],
+        /// Answered as a frame answer (one piece, one bitrot frame).
+        frame: bool,
     },
     Append {
         drive: u16,
@@ -1043,13 +1085,14 @@ impl DataConn {
         range: &ShardRange<'_>,
         pieces: &[(u64, usize)],
         dst: &mut [PooledBuf],
+        frame: bool,
     ) -> Result<(), ConnFailure> {
         self.received_any = false;
         // A bounded window of requests at a time: the peer stops reading a connection while its
         // requests in flight are at their bound, and its answers wait for us to read them, so an
         // unbounded burst of requests could fill both directions' socket buffers at once.
         for (p, d) in pieces.chunks(PIPELINE).zip(dst.chunks_mut(PIPELINE)) {
-            self.read_batch(peer, drive, range, p, d).await?;
+            self.read_batch(peer, drive, range, p, d, frame).await?;
         }
         Ok(())
     }
@@ -1061,6 +1104,7 @@ impl DataConn {
         range: &ShardRange<'_>,
         pieces: &[(u64, usize)],
         dst: &mut [PooledBuf],
+        frame: bool,
     ) -> Result<(), ConnFailure> {
         let lost = |source| {
             ConnFailure::broken(DataPlaneError::ConnectionLost {
@@ -1087,27 +1131,33 @@ impl DataConn {
                 len: len as u64,
             };
             let (method, payload) = drive_proto::encode_request(drive, &req);
-            let frame = Frame {
+            let request = Frame {
                 kind: FrameKind::Request,
-                flags: wire::FLAG_BULK,
+                flags: if frame {
+                    wire::FLAG_BULK | wire::FLAG_BULK_FRAME
+                } else {
+                    wire::FLAG_BULK
+                },
                 request_id: first + i as u64,
                 method,
                 payload,
             };
-            self.sealer.seal_into(&frame, &mut out).map_err(|source| {
-                ConnFailure::broken(DataPlaneError::Wire {
-                    peer: peer.to_owned(),
-                    source,
-                })
-            })?;
+            self.sealer
+                .seal_into(&request, &mut out)
+                .map_err(|source| {
+                    ConnFailure::broken(DataPlaneError::Wire {
+                        peer: peer.to_owned(),
+                        source,
+                    })
+                })?;
         }
         self.stream.write_all(&out).await.map_err(lost)?;
 
         let mut done = vec![false; pieces.len()];
         let mut first_error: Option<DataPlaneError> = None;
         for _ in 0..pieces.len() {
-            let frame = self.read_control(peer).await?;
-            let i = frame
+            let answer = self.read_control(peer).await?;
+            let i = answer
                 .request_id
                 .checked_sub(first)
                 .map(|i| i as usize)
@@ -1115,26 +1165,27 @@ impl DataConn {
                 .ok_or_else(|| {
                     protocol(format!(
                         "answer to request {} which is not outstanding",
-                        frame.request_id
+                        answer.request_id
                     ))
                 })?;
             done[i] = true;
-            match frame.kind {
+            match answer.kind {
                 FrameKind::Error => {
-                    let (code, message) = wire::decode_error(&frame.payload).map_err(|source| {
-                        ConnFailure::broken(DataPlaneError::Wire {
-                            peer: peer.to_owned(),
-                            source,
-                        })
-                    })?;
+                    let (code, message) =
+                        wire::decode_error(&answer.payload).map_err(|source| {
+                            ConnFailure::broken(DataPlaneError::Wire {
+                                peer: peer.to_owned(),
+                                source,
+                            })
+                        })?;
                     first_error.get_or_insert(DataPlaneError::Remote {
                         peer: peer.to_owned(),
                         code,
                         message,
                     });
                 }
-                FrameKind::Response if frame.flags & wire::FLAG_BULK != 0 => {
-                    let announced = wire::decode_bulk_len(&frame.payload)
+                FrameKind::Response if answer.flags & wire::FLAG_BULK != 0 => {
+                    let announced = wire::decode_bulk_len(&answer.payload)
                         .ok_or_else(|| protocol("bulk answer header is not 8 bytes".into()))?;
                     let want = pieces[i].1;
                     if announced != want as u64 {
@@ -1143,7 +1194,13 @@ impl DataConn {
                         )));
                     }
                     self.bulk
-                        .recv_into(&mut self.stream, frame.request_id, want, &mut dst[i])
+                        .recv_as(
+                            &mut self.stream,
+                            answer.request_id,
+                            want,
+                            &mut dst[i],
+                            frame,
+                        )
                         .await
                         .map_err(|e| match e {
                             DataError::Io(source) => lost(source),
@@ -1156,7 +1213,7 @@ impl DataConn {
                 other => {
                     return Err(protocol(format!(
                         "unexpected {other:?} frame (flags {:#06x}) on a data connection",
-                        frame.flags
+                        answer.flags
                     )))
                 }
             }

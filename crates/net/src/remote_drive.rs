@@ -500,6 +500,40 @@ impl Drive for RemoteDrive {
             .map(ShardData::into_buf)
     }
 
+    /// Over the TCP data plane a frame answer: the holder tags only the frame's hash, and the
+    /// caller's bitrot check is the one pass over the frame's bytes.
+    async fn read_frame_into(
+        &self,
+        bucket: &str,
+        key: &str,
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        dst: PooledBuf,
+    ) -> Result<PooledBuf> {
+        let len = dst.len();
+        let range = ShardRange {
+            bucket,
+            key,
+            data_dir,
+            part,
+            offset,
+            len,
+        };
+        let got = self
+            .inner
+            .data
+            .read_frame_into(&self.inner.peer, self.inner.drive, &range, dst)
+            .await;
+        self.inner
+            .shard_result(got, offset, len)
+            .map(ShardData::into_buf)
+    }
+
+    fn frame_reads_check_hash_only(&self) -> bool {
+        true
+    }
+
     async fn stat_shard(&self, bucket: &str, key: &str, data_dir: Uuid, part: u32) -> Result<u64> {
         let req = Request::StatShard {
             bucket: bucket.to_owned(),

@@ -7,7 +7,8 @@
 //!      0    4  magic "QRPC"
 //!      4    1  protocol version (1)
 //!      5    1  frame kind (FrameKind)
-//!      6    2  flags (u16 BE; [`FLAG_BULK`] and [`FLAG_BULK_BODY`], any other set bit is refused)
+//!      6    2  flags (u16 BE; [`FLAG_BULK`], [`FLAG_BULK_FRAME`] and [`FLAG_BULK_BODY`], any
+//!                other set bit is refused)
 //!      8    8  request id (u64 BE; a response carries the id of its request)
 //!     16    2  method (u16 BE; the request's method, echoed in its response)
 //!     18    4  payload length (u32 BE; checked against the configured maximum before anything is read)
@@ -44,7 +45,11 @@ pub const FLAG_BULK: u16 = 0x0100;
 /// straight into a pooled buffer (the data plane's shard appends).
 pub const FLAG_BULK_BODY: u16 = 0x0200;
 /// Flag bits defined by this version: any other bit is an error, never ignored.
-pub const KNOWN_FLAGS: u16 = FLAG_BULK | FLAG_BULK_BODY;
+/// With [`FLAG_BULK`], on a request: "the answer is one bitrot frame `[hash | chunk]`: tag only
+/// its hash" (a frame answer, [`crate::data`]); the caller checks the chunk against the hash. On
+/// the response header: the bulk frame that follows is such an answer.
+pub const FLAG_BULK_FRAME: u16 = 0x0400;
+pub const KNOWN_FLAGS: u16 = FLAG_BULK | FLAG_BULK_BODY | FLAG_BULK_FRAME;
 /// Default bound on one frame's payload: the control plane carries metadata, not shard data.
 pub const DEFAULT_MAX_PAYLOAD: u32 = 4 << 20;
 /// Longest error message carried by an error frame; longer messages are cut at a char boundary.

@@ -477,6 +477,7 @@ async fn a_peer_that_drops_mid_transfer_is_a_typed_error_not_a_hang() {
         let h = BulkHeader {
             transfer_id: req.request_id,
             len: 1000,
+            frame: false,
         };
         s.write_all(&h.encode()).await.unwrap();
         s.write_all(&[7u8; 400]).await.unwrap();
@@ -564,6 +565,87 @@ async fn forged_or_lying_answers_are_refused() {
         t(dp.read_shard(&addr, 0, &range(3))).await,
         Err(DataPlaneError::Bulk {
             source: quarry_net::data::DataError::WrongTransfer { .. },
+            ..
+        })
+    ));
+    assert_eq!(dp.pool().stats().in_use, 0);
+}
+
+#[tokio::test]
+async fn a_frame_read_is_answered_with_its_hash_tagged_and_lands_in_place() {
+    // Through a real holder: the frame's bytes, in the caller's buffer.
+    let node = Node::new(3000).await;
+    let dp = plane(plane_config());
+    let dst = dp.pool().get().await;
+    let addr = dst.addr();
+    let mut dst = dst;
+    dst.set_len(1000);
+    let got = t(dp.read_frame_into(&node.addr, 0, &node.range(100, 1000), dst))
+        .await
+        .unwrap();
+    assert_eq!(got.buffers()[0].addr(), addr);
+    assert!(got.into_bytes()[..] == node.data[100..1100]);
+    // A drive error comes back as for any read, and the connection stays.
+    let mut dst = dp.pool().get().await;
+    dst.set_len(10);
+    assert!(matches!(
+        t(dp.read_frame_into(&node.addr, 0, &node.range(2995, 10), dst)).await,
+        Err(DataPlaneError::Remote { .. })
+    ));
+    assert_eq!(dp.idle_connections(&node.addr), 1);
+    // A frame shorter than a hash is refused by the holder (its tag would cover nothing).
+    let mut dst = dp.pool().get().await;
+    dst.set_len(31);
+    assert!(matches!(
+        t(dp.read_frame_into(&node.addr, 0, &node.range(0, 31), dst)).await,
+        Err(DataPlaneError::Remote { .. })
+    ));
+
+    let frame = pattern(1000, 3);
+    let fake = |sealed: Vec<u8>, sent: Vec<u8>, as_frame: bool| {
+        fake_peer(move |mut s, mut sealer, mut bulk, req| {
+            let (sealed, sent) = (sealed.clone(), sent.clone());
+            async move {
+                // Asked for as a frame answer.
+                assert_eq!(req.flags, wire::FLAG_BULK | wire::FLAG_BULK_FRAME);
+                send_head(&mut s, &mut sealer, &req, sent.len() as u64).await;
+                let (header, tag) = bulk.seal_as(req.request_id, &sealed, as_frame).unwrap();
+                s.write_all(&header).await.unwrap();
+                s.write_all(&sent).await.unwrap();
+                s.write_all(&tag).await.unwrap();
+                tokio::time::sleep(Duration::from_secs(5)).await;
+            }
+        })
+    };
+    let read = |dp: Arc<TcpDataPlane>, addr: String| async move {
+        let mut dst = dp.pool().get().await;
+        dst.set_len(1000);
+        t(dp.read_frame_into(&addr, 0, &range(1000), dst))
+            .await
+            .map(|d| d.into_bytes())
+    };
+    // A chunk changed on the way passes the tag (the caller's bitrot check is what refuses it).
+    let mut changed = frame.clone();
+    changed[500] ^= 1;
+    let addr = fake(frame.clone(), changed.clone(), true).await;
+    assert_eq!(read(dp.clone(), addr).await.unwrap()[..], changed[..]);
+    // The hash changed on the way: the tag refuses it.
+    let mut changed = frame.clone();
+    changed[0] ^= 1;
+    let addr = fake(frame.clone(), changed, true).await;
+    assert!(matches!(
+        read(dp.clone(), addr).await,
+        Err(DataPlaneError::Bulk {
+            source: quarry_net::data::DataError::BadTag,
+            ..
+        })
+    ));
+    // An answer of the other kind than asked for is refused.
+    let addr = fake(frame.clone(), frame.clone(), false).await;
+    assert!(matches!(
+        read(dp.clone(), addr).await,
+        Err(DataPlaneError::Bulk {
+            source: quarry_net::data::DataError::WrongCover { .. },
             ..
         })
     ));

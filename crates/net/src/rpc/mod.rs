@@ -241,10 +241,12 @@ async fn read_frame<R: AsyncRead + Unpin>(
 pub(crate) enum Outgoing {
     Frame(Frame),
     /// A response header frame (flag [`wire::FLAG_BULK`]) immediately followed by a bulk frame
-    /// carrying `payload`, with the header's request id as transfer id.
+    /// carrying `payload`, with the header's request id as transfer id; a frame answer (its tag
+    /// over the frame's hash only) when `frame`.
     Bulk {
         head: Frame,
         payload: Bytes,
+        frame: bool,
     },
 }
 
@@ -276,9 +278,13 @@ async fn write_out<W: AsyncWrite + Unpin>(
 ) -> std::io::Result<()> {
     match out {
         Outgoing::Frame(frame) => write_sealed(w, sealer, frame).await,
-        Outgoing::Bulk { head, payload } => {
+        Outgoing::Bulk {
+            head,
+            payload,
+            frame,
+        } => {
             let (header, tag) = bulk
-                .seal(head.request_id, payload)
+                .seal_as(head.request_id, payload, *frame)
                 .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
             write_sealed(w, sealer, head).await?;
             w.write_all(&header).await?;

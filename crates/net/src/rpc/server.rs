@@ -29,7 +29,7 @@ use super::{
 };
 use crate::auth::{self, Identity, Session};
 use crate::transport::{self, InternodeStream};
-use crate::wire::{self, Frame, FrameKind, FLAG_BULK, FLAG_BULK_BODY};
+use crate::wire::{self, Frame, FrameKind, FLAG_BULK, FLAG_BULK_BODY, FLAG_BULK_FRAME};
 use quarry_buf::{BufPool, BufPoolConfig};
 
 /// Counters of a server.
@@ -387,7 +387,8 @@ async fn serve<H: Handler>(
                 };
                 let handler = handler.clone();
                 let tx = tx.clone();
-                let bulk = frame.flags & FLAG_BULK != 0;
+                let bulk =
+                    (frame.flags & FLAG_BULK != 0).then_some(frame.flags & FLAG_BULK_FRAME != 0);
                 tasks.spawn(async move {
                     let reply = answer(
                         &*handler,
@@ -423,26 +424,44 @@ async fn serve<H: Handler>(
     // Dropping `tasks` cancels handlers still running and the writer.
 }
 
-/// Runs the handler on one request. A request flagged [`FLAG_BULK`] is answered, on success, with a
-/// response header (flag set, payload: the answer's length) and the answer as a bulk frame, so the
-/// client can read it straight into a pooled buffer; failures are error frames either way.
+/// Runs the handler on one request. A request flagged [`FLAG_BULK`] (`bulk` is `Some`) is answered,
+/// on success, with a response header (flag set, payload: the answer's length) and the answer as a
+/// bulk frame, so the client can read it straight into a pooled buffer; a frame answer (tag over
+/// the frame's hash only) when it is also flagged [`FLAG_BULK_FRAME`] (`Some(true)`). Failures are
+/// error frames either way.
 async fn answer<H: Handler>(
     handler: &H,
     id: u64,
     method: u16,
     payload: Bytes,
     max_frame: u32,
-    bulk: bool,
+    bulk: Option<bool>,
 ) -> Outgoing {
+    let frame_answer = bulk == Some(true);
+    let bulk = bulk.is_some();
     // A panicking handler must not leave its caller waiting for the timeout.
     let result = AssertUnwindSafe(handler.handle(method, payload))
         .catch_unwind()
         .await;
     let frame = match result {
+        Ok(Ok(body)) if frame_answer && body.len() < crate::data::FRAME_HASH_LEN => Frame::error(
+            id,
+            method,
+            codes::BAD_REQUEST,
+            &format!(
+                "a frame answer of {} bytes is shorter than the {}-byte hash its tag covers",
+                body.len(),
+                crate::data::FRAME_HASH_LEN
+            ),
+        ),
         Ok(Ok(body)) if bulk && body.len() as u64 <= u32::MAX as u64 => {
             let head = Frame {
                 kind: FrameKind::Response,
-                flags: FLAG_BULK,
+                flags: if frame_answer {
+                    FLAG_BULK | FLAG_BULK_FRAME
+                } else {
+                    FLAG_BULK
+                },
                 request_id: id,
                 method,
                 payload: wire::encode_bulk_len(body.len() as u64),
@@ -450,6 +469,7 @@ async fn answer<H: Handler>(
             return Outgoing::Bulk {
                 head,
                 payload: body,
+                frame: frame_answer,
             };
         }
         Ok(Ok(body)) if !bulk && body.len() as u64 <= max_frame as u64 => {

@@ -605,6 +605,24 @@ impl DataPlane for FaultyDataPlane {
             .await
     }
 
+    /// Named as `read_shard_into` is, so a seed draws the same fates as before frame reads.
+    async fn read_frame_into(
+        &self,
+        peer: &str,
+        drive: u16,
+        range: &ShardRange<'_>,
+        dst: PooledBuf,
+    ) -> Result<ShardData, DataPlaneError> {
+        let d = self.decide(
+            peer,
+            drive,
+            Kind::Read,
+            &read_call("read_into", drive, range),
+        );
+        self.apply(peer, d, self.inner.read_frame_into(peer, drive, range, dst))
+            .await
+    }
+
     async fn append_shard(
         &self,
         peer: &str,
