@@ -13,11 +13,15 @@ use quarry_crypt::{Decryptor, PackageRange};
 use quarry_disk::{DriveError, ObjectMeta, PartInfo};
 use quarry_erasure::{bitrot, Erasure};
 use tracing::warn;
+use uuid::Uuid;
 
 use crate::api::{GetObjectReader, HttpRange, KeyOpener, ObjectStream};
 use crate::error::{Error, Result};
 use crate::set::{object_info, ErasureSet};
 use crate::stats::SetCounters;
+
+// A frame's hash as the drives and the data plane know it is the bitrot hash.
+const _: () = assert!(quarry_disk::FRAME_HASH_LEN == bitrot::HASH_LEN);
 
 /// Blocks read ahead of the one being sent.
 const READ_AHEAD: usize = 2;
@@ -206,42 +210,25 @@ impl ShardReader {
                     self.note_damage();
                     return Err(ChunkFault::Damaged);
                 };
-                let mut dst = dst
-                    .filter(|d| d.capacity() >= framed_len)
-                    .unwrap_or_else(|| PooledBuf::heap(framed_len));
-                dst.set_len(framed_len);
-                // Addresses only (compared, never dereferenced).
-                let given = dst.as_ptr() as usize..dst.as_ptr() as usize + dst.len();
+                let framed = self
+                    .read_frame(pos, part.number, data_dir, offset, framed_len, dst, false)
+                    .await?;
+                if let Ok(chunk) = bitrot::verify(&framed) {
+                    // The chunk is a slice of the buffer it was read into: no copy.
+                    return Ok(framed.slice_ref(chunk));
+                }
                 let drive = &self.set.drives[pos];
-                match drive
-                    .read_shard_into(&self.bucket, &self.key, data_dir, part.number, offset, dst)
-                    .await
-                {
-                    Ok(b) if b.len() == framed_len => {
-                        // The chunk should be the buffer it was read into. Bytes that come back
-                        // anywhere else were moved there by a copy (a data plane that gathered
-                        // pieces, a drive that cannot read in place): counted.
-                        let got = b.addr();
-                        if !(given.start <= got && got + b.len() <= given.end) {
-                            SetCounters::add(&self.set.counters.get_copied_bytes, b.len() as u64);
-                        }
-                        b.into_bytes()
-                    }
-                    Ok(b) => {
-                        warn!(drive = drive.endpoint(), bucket = %self.bucket, key = %self.key, got = b.len(), want = framed_len, "shard read returned the wrong length");
-                        self.note_damage();
-                        return Err(ChunkFault::Damaged);
-                    }
-                    Err(e) => {
-                        if !matches!(e, DriveError::FileNotFound | DriveError::Truncated { .. }) {
-                            warn!(drive = drive.endpoint(), bucket = %self.bucket, key = %self.key, error = %e, "shard read failed");
-                        }
-                        self.note_damage();
-                        return Err(match e {
-                            DriveError::Unusable(_) => ChunkFault::Unreachable(e.to_string()),
-                            _ => ChunkFault::Damaged,
-                        });
-                    }
+                if !drive.frame_reads_check_hash_only() {
+                    framed
+                } else {
+                    // Only the frame's hash was authenticated on its way: the chunk may have been
+                    // changed there rather than on the drive. Read it again with every byte
+                    // authenticated: a damaged copy fails the check below all the same.
+                    warn!(drive = drive.endpoint(), bucket = %self.bucket, key = %self.key, block, shard,
+                        "a shard frame failed its bitrot check after a read that authenticated only its hash; reading it again");
+                    SetCounters::add(&self.set.counters.frame_rereads, 1);
+                    self.read_frame(pos, part.number, data_dir, offset, framed_len, None, true)
+                        .await?
                 }
             }
         };
@@ -252,6 +239,66 @@ impl ShardReader {
                 warn!(drive = self.set.drives[pos].endpoint(), bucket = %self.bucket, key = %self.key, block, shard, error = %e, "bitrot detected");
                 self.note_damage();
                 Err(ChunkFault::Damaged)
+            }
+        }
+    }
+
+    /// Reads the frame (`framed_len` bytes at `offset`) of shard file `part` in `data_dir` on
+    /// drive `pos` into `dst` (a buffer of its own when `None` or too small), unchecked: with
+    /// [`quarry_disk::Drive::read_frame_into`], or with `read_shard_into` (every byte authenticated
+    /// on the way) when `whole`.
+    #[allow(clippy::too_many_arguments)]
+    async fn read_frame(
+        &self,
+        pos: usize,
+        part: u32,
+        data_dir: Uuid,
+        offset: u64,
+        framed_len: usize,
+        dst: Option<PooledBuf>,
+        whole: bool,
+    ) -> std::result::Result<Bytes, ChunkFault> {
+        let mut dst = dst
+            .filter(|d| d.capacity() >= framed_len)
+            .unwrap_or_else(|| PooledBuf::heap(framed_len));
+        dst.set_len(framed_len);
+        // Addresses only (compared, never dereferenced).
+        let given = dst.as_ptr() as usize..dst.as_ptr() as usize + dst.len();
+        let drive = &self.set.drives[pos];
+        let read = if whole {
+            drive
+                .read_shard_into(&self.bucket, &self.key, data_dir, part, offset, dst)
+                .await
+        } else {
+            drive
+                .read_frame_into(&self.bucket, &self.key, data_dir, part, offset, dst)
+                .await
+        };
+        match read {
+            Ok(b) if b.len() == framed_len => {
+                // The chunk should be the buffer it was read into. Bytes that come back anywhere
+                // else were moved there by a copy (a data plane that gathered pieces, a drive
+                // that cannot read in place): counted.
+                let got = b.addr();
+                if !(given.start <= got && got + b.len() <= given.end) {
+                    SetCounters::add(&self.set.counters.get_copied_bytes, b.len() as u64);
+                }
+                Ok(b.into_bytes())
+            }
+            Ok(b) => {
+                warn!(drive = drive.endpoint(), bucket = %self.bucket, key = %self.key, got = b.len(), want = framed_len, "shard read returned the wrong length");
+                self.note_damage();
+                Err(ChunkFault::Damaged)
+            }
+            Err(e) => {
+                if !matches!(e, DriveError::FileNotFound | DriveError::Truncated { .. }) {
+                    warn!(drive = drive.endpoint(), bucket = %self.bucket, key = %self.key, error = %e, "shard read failed");
+                }
+                self.note_damage();
+                Err(match e {
+                    DriveError::Unusable(_) => ChunkFault::Unreachable(e.to_string()),
+                    _ => ChunkFault::Damaged,
+                })
             }
         }
     }

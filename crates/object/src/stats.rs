@@ -15,6 +15,8 @@ pub(crate) struct SetCounters {
     pub get_copied_bytes: AtomicU64,
     /// Bytes of data chunks the GET path rebuilt from parity (degraded reads).
     pub get_decoded_bytes: AtomicU64,
+    /// See [`LayerStats::frame_rereads_total`].
+    pub frame_rereads: AtomicU64,
     /// Heals put on the retry list (each failed attempt counts once).
     pub heal_retried: AtomicU64,
     /// Heals dropped because the retry list was full.
@@ -39,6 +41,7 @@ impl SetCounters {
         stats.healed_objects_total += Self::get(&self.healed_objects);
         stats.heal_failed_total += Self::get(&self.heal_failed);
         stats.get_copied_bytes_total += Self::get(&self.get_copied_bytes);
+        stats.frame_rereads_total += Self::get(&self.frame_rereads);
         stats.get_decoded_bytes_total += Self::get(&self.get_decoded_bytes);
         stats.heal_retried_total += Self::get(&self.heal_retried);
         stats.heal_retry_dropped_total += Self::get(&self.heal_retry_dropped);
@@ -155,6 +158,10 @@ pub struct LayerStats {
     pub get_copied_bytes_total: u64,
     /// Bytes of data chunks rebuilt from parity by degraded GETs.
     pub get_decoded_bytes_total: u64,
+    /// Shard frames read again with every byte authenticated because they failed their bitrot
+    /// check after a read that authenticated only their hash on the way (a remote drive's):
+    /// bytes changed on the network, or a damaged copy (then the second read fails too).
+    pub frame_rereads_total: u64,
     /// Heals waiting on the retry list (their drives were offline), now.
     pub heal_retry_len: u64,
     /// Failed heal attempts put on the retry list.

@@ -267,6 +267,38 @@ async fn a_drive_that_cannot_be_read_is_a_failure_not_a_heal() {
     assert_eq!(get(&layer, "big").await, big);
 }
 
+/// A frame read that authenticates only the frame's hash on its way (a remote drive's, over
+/// TCP) and then fails its bitrot check may have been changed on the network: it is read again
+/// with every byte authenticated, and only a copy that fails that too is damaged and healed.
+#[tokio::test]
+async fn a_frame_changed_on_the_way_is_read_again_not_healed() {
+    let dir = temp_dir();
+    let (layer, drives) = faulty_server(&dir).await;
+    let big = pattern(3 * BLOCK + 123, 7);
+    put(&layer, "big", &big).await;
+    let victim = PathBuf::from(drives[3].endpoint());
+    let part = part_path(&victim, "big");
+    let original = std::fs::read(&part).unwrap();
+
+    drives[3].set_frames_changed_on_the_way(true);
+    let r = layer.heal_object(BUCKET, "big").await.unwrap();
+    assert!(r.healed.is_empty() && r.failed.is_empty(), "{r:?}");
+    // Each of the object's four blocks has one frame on the drive, each read twice.
+    assert_eq!(layer.stats().await.frame_rereads_total, 4);
+    assert_eq!(part_path(&victim, "big"), part);
+    assert_eq!(std::fs::read(&part).unwrap(), original);
+    assert_eq!(get(&layer, "big").await, big);
+
+    // Control: the copy on the drive is damaged as well, so the whole read fails too: healed.
+    let mut damaged = original.clone();
+    damaged[100] ^= 1;
+    std::fs::write(&part, &damaged).unwrap();
+    let r = layer.heal_object(BUCKET, "big").await.unwrap();
+    assert_eq!(r.healed, vec![drives[3].endpoint().to_string()], "{r:?}");
+    assert_eq!(std::fs::read(part_path(&victim, "big")).unwrap(), original);
+    assert_eq!(get(&layer, "big").await, big);
+}
+
 #[tokio::test]
 async fn the_scanner_heals_lost_and_corrupt_shards_at_its_rate() {
     const N: usize = 8;

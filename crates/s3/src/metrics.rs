@@ -408,7 +408,7 @@ impl Metrics {
             );
         }
         let jobs = &layer.heal_jobs;
-        let gauges: [(&str, &str, &str, u64); 23] = [
+        let gauges: [(&str, &str, &str, u64); 24] = [
             (
                 "quarry_heal_queue_length",
                 "gauge",
@@ -546,6 +546,12 @@ impl Metrics {
                 "counter",
                 "Bytes of data chunks degraded GETs rebuilt from parity (decoded in place, not copied).",
                 layer.get_decoded_bytes_total,
+            ),
+            (
+                "quarry_shard_frame_rereads_total",
+                "counter",
+                "Shard frames from another node read again, every byte authenticated, after failing their bitrot check (bytes changed on the network, or a damaged copy).",
+                layer.frame_rereads_total,
             ),
         ];
         for (name, kind, help, value) in gauges {
@@ -982,6 +988,7 @@ mod tests {
             heal_queue_len: 3,
             healed_objects_total: 7,
             get_copied_bytes_total: 4096,
+            frame_rereads_total: 2,
             data_peers: vec![quarry_object::PeerSnapshot {
                 backend: "verbs",
                 peer: "10.0.0.2:9000".into(),
@@ -1055,6 +1062,7 @@ mod tests {
             "quarry_drive_heal_objects_failed{drive=\"/d2\"} 1",
             "quarry_healed_objects_total 7",
             "quarry_get_copied_bytes_total 4096",
+            "quarry_shard_frame_rereads_total 2",
             "quarry_dataplane_peer_transfers_total{backend=\"verbs\",peer=\"10.0.0.2:9000\",op=\"read\"} 3",
             "quarry_dataplane_peer_bytes_total{backend=\"verbs\",peer=\"10.0.0.2:9000\",direction=\"sent\"} 1048576",
             "quarry_dataplane_peer_errors_total{backend=\"verbs\",peer=\"10.0.0.2:9000\",kind=\"verbs\"} 1",

@@ -207,6 +207,9 @@ struct State {
     reads_elsewhere: AtomicBool,
     /// Shard reads fail as through a broken connection to the drive's node.
     shard_reads_unreachable: AtomicBool,
+    /// Frame reads authenticate only the frame's hash, as a remote drive's do, and a chunk byte
+    /// of each changes on the way (not on the drive: `read_shard_into` reads it whole).
+    frames_changed_on_the_way: AtomicBool,
     stats: Arc<FaultStats>,
 }
 
@@ -334,6 +337,7 @@ impl FaultyDrive {
                 offline_until: AtomicU64::new(0),
                 reads_elsewhere: AtomicBool::new(false),
                 shard_reads_unreachable: AtomicBool::new(false),
+                frames_changed_on_the_way: AtomicBool::new(false),
                 stats,
             }),
         }
@@ -365,6 +369,15 @@ impl FaultyDrive {
     pub fn set_shard_reads_unreachable(&self, on: bool) {
         self.state
             .shard_reads_unreachable
+            .store(on, Ordering::Relaxed);
+    }
+
+    /// With `true`, a frame read is one that authenticates only its hash on the way, as a
+    /// remote drive's over TCP, and the first byte of its chunk arrives changed, as if on the
+    /// network; whole reads (`read_shard_into`) are right (no fault otherwise, and not counted).
+    pub fn set_frames_changed_on_the_way(&self, on: bool) {
+        self.state
+            .frames_changed_on_the_way
             .store(on, Ordering::Relaxed);
     }
 
@@ -660,6 +673,28 @@ impl Drive for FaultyDrive {
             .await?;
         self.flip_in_place(&d, &mut b);
         Ok(b)
+    }
+
+    async fn read_frame_into(
+        &self,
+        bucket: &str,
+        key: &str,
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        buf: PooledBuf,
+    ) -> Result<PooledBuf, DriveError> {
+        let mut b = self
+            .read_shard_into(bucket, key, data_dir, part, offset, buf)
+            .await?;
+        if self.frame_reads_check_hash_only() && b.len() > quarry_disk::FRAME_HASH_LEN {
+            b[quarry_disk::FRAME_HASH_LEN] ^= 0x80;
+        }
+        Ok(b)
+    }
+
+    fn frame_reads_check_hash_only(&self) -> bool {
+        self.state.frames_changed_on_the_way.load(Ordering::Relaxed)
     }
 
     async fn stat_shard(
