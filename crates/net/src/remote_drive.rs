@@ -287,6 +287,32 @@ impl Inner {
     }
 }
 
+impl RemoteDrive {
+    /// `range` into `dst` over the data plane: every byte tagged, or as a frame answer (`frame`).
+    async fn read_into(
+        &self,
+        range: &ShardRange<'_>,
+        dst: PooledBuf,
+        frame: bool,
+    ) -> Result<PooledBuf> {
+        let (peer, drive) = (&self.inner.peer, self.inner.drive);
+        let got = if frame {
+            self.inner
+                .data
+                .read_frame_into(peer, drive, range, dst)
+                .await
+        } else {
+            self.inner
+                .data
+                .read_shard_into(peer, drive, range, vec![dst])
+                .await
+        };
+        self.inner
+            .shard_result(got, range.offset, range.len)
+            .map(ShardData::into_buf)
+    }
+}
+
 #[async_trait]
 impl Drive for RemoteDrive {
     fn endpoint(&self) -> &str {
@@ -481,23 +507,15 @@ impl Drive for RemoteDrive {
         offset: u64,
         dst: PooledBuf,
     ) -> Result<PooledBuf> {
-        let len = dst.len();
         let range = ShardRange {
             bucket,
             key,
             data_dir,
             part,
             offset,
-            len,
+            len: dst.len(),
         };
-        let got = self
-            .inner
-            .data
-            .read_shard_into(&self.inner.peer, self.inner.drive, &range, vec![dst])
-            .await;
-        self.inner
-            .shard_result(got, offset, len)
-            .map(ShardData::into_buf)
+        self.read_into(&range, dst, false).await
     }
 
     /// Over the TCP data plane a frame answer: the holder tags only the frame's hash, and the
@@ -511,23 +529,15 @@ impl Drive for RemoteDrive {
         offset: u64,
         dst: PooledBuf,
     ) -> Result<PooledBuf> {
-        let len = dst.len();
         let range = ShardRange {
             bucket,
             key,
             data_dir,
             part,
             offset,
-            len,
+            len: dst.len(),
         };
-        let got = self
-            .inner
-            .data
-            .read_frame_into(&self.inner.peer, self.inner.drive, &range, dst)
-            .await;
-        self.inner
-            .shard_result(got, offset, len)
-            .map(ShardData::into_buf)
+        self.read_into(&range, dst, true).await
     }
 
     fn frame_reads_check_hash_only(&self) -> bool {
