@@ -1024,7 +1024,11 @@ const META_HEAD: usize = 4096;
 /// first [`META_HEAD`] bytes unless the header is longer. I/O errors (including a missing
 /// file) are the outer error, decoding errors the inner one.
 fn read_meta_header(path: &Path, buf: &mut Vec<u8>) -> io::Result<Result<ObjectMeta>> {
-    let mut f = File::open(path)?;
+    read_meta_header_from(File::open(path)?, buf)
+}
+
+/// [`read_meta_header`] of a metadata file already open.
+fn read_meta_header_from(mut f: File, buf: &mut Vec<u8>) -> io::Result<Result<ObjectMeta>> {
     buf.clear();
     buf.resize(META_HEAD, 0);
     let n = loop {
