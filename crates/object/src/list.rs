@@ -9,7 +9,7 @@ use quarry_disk::{DriveError, ObjectMeta, WalkEntry, WalkOptions};
 
 use crate::api::{ListOptions, ListResult};
 use crate::error::{Error, Result};
-use crate::quorum::{on_all, pick_meta, MetaQuorum};
+use crate::quorum::{on_all, pick_version};
 use crate::set::{object_info, ErasureSet};
 
 /// One listed name: an object or a common prefix.
@@ -81,19 +81,23 @@ impl ErasureSet {
                 .filter(|e| e.len() >= limit)
                 .filter_map(|e| e.last().map(|l| l.name().to_string()))
                 .min();
+            let answered = ok.len();
+            // The drives' entries are moved into the merge, not cloned.
             let mut merged: BTreeMap<String, (usize, Vec<ObjectMeta>)> = BTreeMap::new();
-            for entries in &ok {
-                for e in entries.iter() {
+            for entries in answers.into_iter().filter_map(|a| a.ok()) {
+                for e in entries {
                     if let Some(b) = &bound {
                         if e.name() > b.as_str() {
                             break;
                         }
                     }
-                    let slot = merged.entry(e.name().to_string()).or_default();
+                    let (name, meta) = match e {
+                        WalkEntry::Object { key, meta } => (key, Some(meta)),
+                        WalkEntry::Prefix(p) => (p, None),
+                    };
+                    let slot = merged.entry(name).or_default();
                     slot.0 += 1;
-                    if let WalkEntry::Object { meta, .. } = e {
-                        slot.1.push(meta.clone());
-                    }
+                    slot.1.extend(meta);
                 }
             }
             let mut last_name = None;
@@ -106,11 +110,15 @@ impl ErasureSet {
                     }
                     continue;
                 }
-                let mut answers: Vec<std::result::Result<ObjectMeta, DriveError>> =
+                let mut copies: Vec<std::result::Result<ObjectMeta, DriveError>> =
                     metas.into_iter().map(Ok).collect();
-                answers.resize_with(ok.len(), || Err(DriveError::FileNotFound));
-                let picked = pick_meta(&answers, self.set_write_quorum());
-                if let MetaQuorum::Found { meta, .. } = picked.filter_deleted(with_deleted) {
+                copies.resize_with(answered, || Err(DriveError::FileNotFound));
+                // Listed only when a read quorum agrees on its latest version (what pick_meta
+                // would find), taken out of the copies rather than cloned.
+                let picked = pick_version(&copies)
+                    .and_then(|(i, _)| copies.swap_remove(i).ok())
+                    .filter(|meta| with_deleted || !meta.delete_marker);
+                if let Some(meta) = picked {
                     match delimiter.as_deref().filter(|_| !delimited) {
                         Some(d) => {
                             let rest = &name[opts.prefix.len()..];

@@ -65,15 +65,40 @@ pub enum MetaQuorum {
     },
 }
 
-impl MetaQuorum {
-    /// `NotFound` in place of a found delete marker, unless `keep` (a listing of names shows a
-    /// key whose latest version is a delete marker only when it lists versions).
-    pub fn filter_deleted(self, keep: bool) -> MetaQuorum {
-        match self {
-            MetaQuorum::Found { meta, .. } if meta.delete_marker && !keep => MetaQuorum::NotFound,
-            other => other,
+/// The version of an object that a read quorum of `answers` agrees on, the newest among those
+/// with quorum: the index of one copy of it and how many drives hold it. `None`: no version has
+/// a read quorum. [`pick_meta`] says what that means; a listing, which shows only found
+/// versions, takes the copy without cloning any.
+pub fn pick_version(answers: &[Result<ObjectMeta, DriveError>]) -> Option<(usize, usize)> {
+    // Versions seen: the index of a copy of each, with how many drives hold it.
+    let mut groups: Vec<(usize, &ObjectMeta, usize)> = Vec::new();
+    for (i, m) in answers
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| Some((i, a.as_ref().ok()?)))
+    {
+        match groups.iter_mut().find(|(_, rep, _)| same_version(rep, m)) {
+            Some(g) => g.2 += 1,
+            None => groups.push((i, m, 1)),
         }
     }
+    let has_quorum = |m: &ObjectMeta, count: usize| {
+        count >= read_quorum(m.erasure.data as usize, m.erasure.parity as usize)
+    };
+    let (i, meta, count) = groups
+        .iter()
+        .filter(|(_, m, count)| has_quorum(m, *count))
+        .max_by_key(|(_, m, count)| (m.mod_time_ns, meta_updated_ns(&m.headers), *count))?;
+    // Version order: no other version with a read quorum is newer than the one picked.
+    debug_assert!(
+        groups.iter().all(|(_, m, c)| {
+            !has_quorum(m, *c)
+                || (m.mod_time_ns, meta_updated_ns(&m.headers), *c)
+                    <= (meta.mod_time_ns, meta_updated_ns(&meta.headers), *count)
+        }),
+        "a newer version with quorum was passed over"
+    );
+    Some((*i, *count))
 }
 
 /// Picks the version of an object that a read quorum of drives agrees on. Among versions with
@@ -81,44 +106,22 @@ impl MetaQuorum {
 /// many drives say it is absent that no write quorum can hold it (else an acknowledged object
 /// whose holders failed to answer would be reported missing).
 pub fn pick_meta(answers: &[Result<ObjectMeta, DriveError>], write_quorum: usize) -> MetaQuorum {
-    // Versions seen, each with how many drives hold it.
-    let mut groups: Vec<(&ObjectMeta, usize)> = Vec::new();
-    for m in answers.iter().filter_map(|a| a.as_ref().ok()) {
-        match groups.iter_mut().find(|(rep, _)| same_version(rep, m)) {
-            Some(g) => g.1 += 1,
-            None => groups.push((m, 1)),
-        }
-    }
-    let best = groups
-        .iter()
-        .filter(|(m, count)| {
-            *count >= read_quorum(m.erasure.data as usize, m.erasure.parity as usize)
-        })
-        .max_by_key(|(m, count)| (m.mod_time_ns, meta_updated_ns(&m.headers), *count));
-    if let Some((meta, count)) = best {
-        // Version order: no other version with a read quorum is newer than the one picked.
-        debug_assert!(
-            groups.iter().all(|(m, c)| {
-                *c < read_quorum(m.erasure.data as usize, m.erasure.parity as usize)
-                    || (m.mod_time_ns, meta_updated_ns(&m.headers), *c)
-                        <= (meta.mod_time_ns, meta_updated_ns(&meta.headers), *count)
-            }),
-            "a newer version with quorum was passed over"
-        );
-        let meta = (*meta).clone();
+    let picked =
+        pick_version(answers).and_then(|(i, count)| Some((answers[i].as_ref().ok()?, count)));
+    if let Some((meta, count)) = picked {
         let metas = answers
             .iter()
             .map(|a| match a {
-                Ok(m) if same_version(m, &meta) => Some(m.clone()),
+                Ok(m) if same_version(m, meta) => Some(m.clone()),
                 _ => None,
             })
             .collect::<Vec<_>>();
         debug_assert!(
-            metas.iter().flatten().count() >= *count && metas.len() == answers.len(),
+            metas.iter().flatten().count() >= count && metas.len() == answers.len(),
             "the copies kept are the {count} that agree, one slot per drive"
         );
         return MetaQuorum::Found {
-            meta: Box::new(meta),
+            meta: Box::new(meta.clone()),
             metas,
         };
     }
@@ -131,7 +134,12 @@ pub fn pick_meta(answers: &[Result<ObjectMeta, DriveError>], write_quorum: usize
             )
         })
         .count();
-    let best_count = groups.iter().map(|g| g.1).max().unwrap_or(0);
+    let copies: Vec<&ObjectMeta> = answers.iter().filter_map(|a| a.as_ref().ok()).collect();
+    let best_count = copies
+        .iter()
+        .map(|m| copies.iter().filter(|c| same_version(m, c)).count())
+        .max()
+        .unwrap_or(0);
     if not_found + write_quorum > answers.len() {
         // Too few drives remain to hold a write quorum of any version, and none has a read
         // quorum: at most a minority holds a copy (a write that never reached quorum), so the
