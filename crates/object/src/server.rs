@@ -955,16 +955,10 @@ impl ObjectLayer for ErasureServer {
         if self.sets.len() == 1 {
             return self.only_set().list_objects(bucket, opts).await;
         }
-        let max_keys = opts.max_keys;
-        let pages = futures::future::join_all(
-            self.sets
-                .iter()
-                .map(|s| s.list_objects(bucket, opts.clone())),
-        )
+        crate::merge::list_across(self.sets.len(), &opts, |i, o| {
+            self.sets[i].list_objects(bucket, o)
+        })
         .await
-        .into_iter()
-        .collect::<Result<Vec<_>>>()?;
-        Ok(crate::merge::merge_list_pages(pages, max_keys))
     }
 
     async fn new_multipart_upload(
