@@ -663,12 +663,16 @@ async fn a_drive_emptied_while_its_node_runs_is_formatted_and_healed_without_a_r
         drive.join(".quarry.sys/format.json").exists().then_some(())
     })
     .await;
+    // The heal of the new drive: its "finished" line comes after the format's (a heal that ran
+    // when the node restarted may have logged one before, and the new heal's checkpoint may not
+    // be written yet when the drive is first seen formatted).
     let done = wait_for(180, "the end of the drive heal", || {
-        let log = s.node_log_tail(3, 400);
+        let log = s.node_log_tail(3, 4000);
         let line = log
             .lines()
-            .rev()
-            .find(|l| l.contains("drive heal finished"))?
+            .skip_while(|l| !l.contains("formatted a drive replaced while the server runs"))
+            .filter(|l| l.contains("drive heal finished"))
+            .last()?
             .to_owned();
         (!drive.join(".quarry.sys/healing.json").exists()).then_some(line)
     })
