@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# ListObjectsV2 page latency in a large flat prefix: pages of 1000 keys after a random key, with
-# the drives' sorted listings kept (the default) beside --list-cache-bytes 0 (each page reads
-# and sorts the prefix's directory on every drive), on a single node (4 drives, 2+2) and a
+# ListObjectsV2 page latency in a large flat prefix: the whole prefix walked in order twice, then
+# pages of 1000 keys after a random key, with the drives' sorted listings and objects' metadata
+# kept (the default) beside --list-cache-bytes 0 (each page reads and sorts the prefix's
+# directory and reads every key's metadata file on every drive), on a single node (4 drives, 2+2) and a
 # 4-node loopback cluster (4 x 4 drives, sets of 4), with 1 and 8 walkers at once, warm and (as
 # root) with the kernel's caches dropped before every page. Release binary: `cargo build
 # --release -p quarry` first.
@@ -81,12 +82,16 @@ for g, bdirs in enumerate(groups):
 PY
 }
 
-# One walker: PAGES pages after random keys, each checked (1000 keys, the first the one after
-# the marker), their times appended to OUT.
+# One walker: PAGES pages after random keys (with SEQ=1: in order, page i after key 1000 i),
+# each checked (1000 keys, the first the one after the marker), their times appended to OUT.
 walker() { # HOST N PAGES OUT COLD
     local host=$1 n=$2 pages=$3 out=$4 cold=$5 i r m t first page="$4.$BASHPID"
     for ((i = 0; i < pages; i++)); do
-        r=$(((RANDOM * 32768 + RANDOM) % (n - 1001)))
+        if [ "${SEQ:-0}" = 1 ]; then
+            r=$((i * 1000))
+        else
+            r=$(((RANDOM * 32768 + RANDOM) % (n - 1001)))
+        fi
         m=$(printf 'k%08d' "$r")
         if [ "$cold" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
         t=$(s3 GET "$host" "/$BUCKET?list-type=2&max-keys=1000&prefix=flat%2F&start-after=flat%2F$m" \
@@ -140,6 +145,10 @@ run_all() { # NAME N START HOST...
         fi
         KEEP_DATA=1 $start
         measure "warm-up" "$n" 1 3 0 "$@" >/dev/null
+        # The whole prefix in order, twice: the second walk finds what the first read kept
+        # (objects' metadata; the directory's listing is kept after the first page).
+        SEQ=1 measure "$name $n keys, $setting, 1 walker, whole walk" "$n" 1 $(((n - 1001) / 1000)) 0 "$@"
+        SEQ=1 measure "$name $n keys, $setting, 1 walker, whole walk again" "$n" 1 $(((n - 1001) / 1000)) 0 "$@"
         measure "$name $n keys, $setting, 1 walker" "$n" 1 "$pages" 0 "$@"
         measure "$name $n keys, $setting, 8 walkers" "$n" 8 "$pages" 0 "$@"
         if [ "$COLD_PAGES" -gt 0 ] && [ -w /proc/sys/vm/drop_caches ]; then
