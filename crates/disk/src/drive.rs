@@ -92,13 +92,15 @@ pub struct WalkOptions {
 }
 
 /// One entry of a walk, in key order.
-// Most entries are objects: boxing the metadata would add an allocation to each.
-#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone, PartialEq)]
 pub enum WalkEntry {
     /// An object and its metadata, without the inline shard data (`meta.inline` is `None`:
-    /// listings do not need it); `read_meta` returns it whole.
-    Object { key: String, meta: ObjectMeta },
+    /// listings do not need it); `read_meta` returns it whole. Shared: a local drive keeps
+    /// what it read for the next walk (`meta_cache`) and hands out the same copy.
+    Object {
+        key: String,
+        meta: std::sync::Arc<ObjectMeta>,
+    },
     /// A common prefix, ending in '/'. Only produced when `WalkOptions::delimited` is set.
     Prefix(String),
 }

@@ -5,15 +5,13 @@
 
 mod bucket_config;
 mod dir_cache;
+mod meta_cache;
 mod multipart;
 mod orphans;
 mod walk;
 
 pub use bucket_config::{validate_config_name, MAX_BUCKET_CONFIG, SYSTEM_CONFIG};
-pub use dir_cache::{
-    figures as list_cache_figures, set_budget as set_list_cache_budget, ListCacheFigures,
-    DEFAULT_BUDGET as DEFAULT_LIST_CACHE_BUDGET,
-};
+pub use dir_cache::{ListCacheFigures, DEFAULT_BUDGET as DEFAULT_LIST_CACHE_BUDGET};
 pub use orphans::{
     SweepReport, SweepSchedule, DEFAULT_ORPHAN_MIN_AGE, DEFAULT_ORPHAN_SWEEP_INTERVAL,
     ORPHAN_MIN_AGE_ENV,
@@ -920,6 +918,26 @@ fn fsync_dir(dir: &Path) -> io::Result<()> {
 
 /// Replaces `dir/name` with `bytes` atomically and durably: a temp file in the same directory,
 /// fsync, rename over `name`, fsync the directory.
+/// Sets the bound, in bytes, of each of the process's two listing caches: large directories'
+/// sorted listings, and objects' metadata (0 keeps nothing). Over it, what was used longest ago
+/// is dropped.
+pub fn set_list_cache_budget(bytes: usize) {
+    dir_cache::set_budget(bytes);
+    meta_cache::set_budget(bytes);
+}
+
+/// What the listing caches did since start, and what they hold.
+pub fn list_cache_figures() -> ListCacheFigures {
+    let (meta_hits, meta_misses, metas, meta_bytes) = meta_cache::figures();
+    ListCacheFigures {
+        meta_hits,
+        meta_misses,
+        metas,
+        meta_bytes,
+        ..dir_cache::figures()
+    }
+}
+
 fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
     let tmp = dir.join(format!("{TMP_FILE_PREFIX}{}", Uuid::new_v4()));
     let r = (|| {

@@ -640,11 +640,11 @@ async fn large_headers_and_inline_data() {
         [
             WalkEntry::Object {
                 key: "big".into(),
-                meta: no_inline
+                meta: no_inline.into()
             },
             WalkEntry::Object {
                 key: "big2".into(),
-                meta: m2.clone()
+                meta: m2.clone().into()
             }
         ]
     );

@@ -83,7 +83,7 @@ impl ErasureSet {
                 .min();
             let answered = ok.len();
             // The drives' entries are moved into the merge, not cloned.
-            let mut merged: BTreeMap<String, (usize, Vec<ObjectMeta>)> = BTreeMap::new();
+            let mut merged: BTreeMap<String, (usize, Vec<Arc<ObjectMeta>>)> = BTreeMap::new();
             for entries in answers.into_iter().filter_map(|a| a.ok()) {
                 for e in entries {
                     if let Some(b) = &bound {
@@ -110,7 +110,7 @@ impl ErasureSet {
                     }
                     continue;
                 }
-                let mut copies: Vec<std::result::Result<ObjectMeta, DriveError>> =
+                let mut copies: Vec<std::result::Result<Arc<ObjectMeta>, DriveError>> =
                     metas.into_iter().map(Ok).collect();
                 copies.resize_with(answered, || Err(DriveError::FileNotFound));
                 // Listed only when a read quorum agrees on its latest version (what pick_meta

@@ -69,13 +69,15 @@ pub enum MetaQuorum {
 /// with quorum: the index of one copy of it and how many drives hold it. `None`: no version has
 /// a read quorum. [`pick_meta`] says what that means; a listing, which shows only found
 /// versions, takes the copy without cloning any.
-pub fn pick_version(answers: &[Result<ObjectMeta, DriveError>]) -> Option<(usize, usize)> {
+pub fn pick_version<M: std::borrow::Borrow<ObjectMeta>>(
+    answers: &[Result<M, DriveError>],
+) -> Option<(usize, usize)> {
     // Versions seen: the index of a copy of each, with how many drives hold it.
     let mut groups: Vec<(usize, &ObjectMeta, usize)> = Vec::new();
     for (i, m) in answers
         .iter()
         .enumerate()
-        .filter_map(|(i, a)| Some((i, a.as_ref().ok()?)))
+        .filter_map(|(i, a)| Some((i, a.as_ref().ok()?.borrow())))
     {
         match groups.iter_mut().find(|(_, rep, _)| same_version(rep, m)) {
             Some(g) => g.2 += 1,

@@ -881,7 +881,8 @@ fn render_client_rdma(out: &mut String, f: &crate::rdma::ClientRdmaFigures) {
     render_series(out, &series);
 }
 
-/// The kept sorted listings of large directories (`quarry_disk`'s list cache).
+/// The kept sorted listings of large directories and objects' metadata (`quarry_disk`'s list
+/// caches).
 fn render_list_cache(out: &mut String, f: &quarry_object::ListCacheFigures) {
     let series = [
         (
@@ -907,6 +908,30 @@ fn render_list_cache(out: &mut String, f: &quarry_object::ListCacheFigures) {
             "gauge",
             "Bytes of the kept listings.",
             f.bytes,
+        ),
+        (
+            "quarry_list_meta_cache_hits_total",
+            "counter",
+            "Objects whose metadata a listing found kept (their directory unchanged).",
+            f.meta_hits,
+        ),
+        (
+            "quarry_list_meta_cache_misses_total",
+            "counter",
+            "Objects whose metadata a listing read from its file (not kept, or changed since).",
+            f.meta_misses,
+        ),
+        (
+            "quarry_list_meta_cache_entries",
+            "gauge",
+            "Objects' metadata kept for listings.",
+            f.metas,
+        ),
+        (
+            "quarry_list_meta_cache_bytes",
+            "gauge",
+            "Bytes of the kept metadata (an estimate of their heap).",
+            f.meta_bytes,
         ),
     ];
     render_series(out, &series);

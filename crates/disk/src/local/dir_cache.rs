@@ -81,7 +81,7 @@ pub(super) fn key_dirs(dir: &Path) -> io::Result<impl Iterator<Item = io::Result
 /// A directory's entries that matter to a walk, in walk order.
 #[derive(Debug)]
 pub(super) struct Sorted {
-    /// The child directories that may be key segments, concatenated.
+    /// The child directories that may be key segments, concatenated in name order.
     names: String,
     /// `names[offs[i]..offs[i + 1]]` is child `i`.
     offs: Vec<u32>,
@@ -95,21 +95,27 @@ pub(super) struct Sorted {
 impl Sorted {
     /// Reads `dir` and sorts it.
     pub fn read(dir: &Path) -> io::Result<Sorted> {
-        let mut names = String::new();
-        let mut offs = vec![0u32];
+        let mut children = Vec::new();
         let mut folder = false;
         for entry in key_dirs(dir)? {
             match entry? {
                 KeyDir::Folder => folder = true,
-                KeyDir::Key(name) => {
-                    names.push_str(&name);
-                    let end = u32::try_from(names.len()).map_err(|_| {
-                        io::Error::other(format!("{}: too many entries to list", dir.display()))
-                    })?;
-                    offs.push(end);
-                }
+                KeyDir::Key(name) => children.push(name),
             }
         }
+        // Children are numbered in name order, close to the walk order: a walk then reads the
+        // names one after another in memory, not scattered in the directory's hash order.
+        children.sort_unstable();
+        let mut names = String::new();
+        let mut offs = vec![0u32];
+        for name in &children {
+            names.push_str(name);
+            let end = u32::try_from(names.len()).map_err(|_| {
+                io::Error::other(format!("{}: too many entries to list", dir.display()))
+            })?;
+            offs.push(end);
+        }
+        drop(children);
         let n = offs.len() - 1;
         let name = |i: usize| &names[offs[i] as usize..offs[i + 1] as usize];
         let mut order: Vec<u32> = (0..2 * n as u32).collect();
@@ -134,7 +140,7 @@ impl Sorted {
         self.offs.len() - 1
     }
 
-    /// Child `i`'s name (in directory order).
+    /// Child `i`'s name (in name order).
     pub fn name(&self, i: usize) -> &str {
         &self.names[self.offs[i] as usize..self.offs[i + 1] as usize]
     }
@@ -180,7 +186,7 @@ impl Sorted {
 /// What identifies a directory's contents for as long as nothing is created, removed or renamed
 /// in it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Stamp {
+pub(super) struct Stamp {
     dev: u64,
     ino: u64,
     mtime: (i64, i64),
@@ -201,9 +207,26 @@ impl Stamp {
         }
     }
 
+    /// The stamp of a directory as `statx` gives it (asked for at least its inode, times and
+    /// size).
+    pub(super) fn of_statx(st: &rustix::fs::Statx) -> Stamp {
+        Stamp {
+            dev: rustix::fs::makedev(st.stx_dev_major, st.stx_dev_minor),
+            ino: st.stx_ino,
+            mtime: (st.stx_mtime.tv_sec, i64::from(st.stx_mtime.tv_nsec)),
+            ctime: (st.stx_ctime.tv_sec, i64::from(st.stx_ctime.tv_nsec)),
+            size: st.stx_size,
+        }
+    }
+
+    /// The directory's identity while it exists: its device and inode.
+    pub(super) fn id(&self) -> (u64, u64) {
+        (self.dev, self.ino)
+    }
+
     /// Whether the ctime (which every change to the directory sets) is at least [`SETTLE`]
     /// before `before_read`.
-    fn settled(&self, before_read: SystemTime) -> bool {
+    pub(super) fn settled(&self, before_read: SystemTime) -> bool {
         let Ok(now) = before_read.duration_since(SystemTime::UNIX_EPOCH) else {
             return false;
         };
@@ -275,6 +298,14 @@ pub struct ListCacheFigures {
     pub listings: u64,
     /// Their bytes.
     pub bytes: u64,
+    /// Walks' reads of an object that found its metadata kept.
+    pub meta_hits: u64,
+    /// Reads of an object's metadata from its file: not kept, or changed since.
+    pub meta_misses: u64,
+    /// Objects' metadata kept now.
+    pub metas: u64,
+    /// Their bytes (an estimate of their heap).
+    pub meta_bytes: u64,
 }
 
 /// The kept listings' figures.
@@ -286,6 +317,7 @@ pub fn figures() -> ListCacheFigures {
         misses: c.misses.load(Ordering::Relaxed),
         listings: st.slots.len() as u64,
         bytes: st.bytes as u64,
+        ..ListCacheFigures::default()
     }
 }
 

@@ -450,7 +450,7 @@ impl Codec for WalkEntry {
             WalkEntry::Object { key, meta } => {
                 b.put_u8(1);
                 b.put_value(key);
-                b.put_value(meta);
+                b.put_value(&**meta);
             }
         }
     }
@@ -460,7 +460,7 @@ impl Codec for WalkEntry {
             0 => Ok(WalkEntry::Prefix(b.get_value()?)),
             1 => Ok(WalkEntry::Object {
                 key: b.get_value()?,
-                meta: b.get_value()?,
+                meta: std::sync::Arc::new(b.get_value()?),
             }),
             tag => Err(CodecError::Unknown {
                 what: "walk entry tag",

@@ -286,7 +286,7 @@ fn all_responses() -> Vec<Response> {
             WalkEntry::Prefix("a/".into()),
             WalkEntry::Object {
                 key: "b".into(),
-                meta: meta(None),
+                meta: meta(None).into(),
             },
         ]),
         Response::Upload(upload()),

@@ -1,0 +1,407 @@
+//! Object metadata read by listings, kept between walks.
+//!
+//! A page of a listing reads every key's metadata on every drive: an `openat`, a `read` and a
+//! `close` per key and drive, beside the `statx` of the key's directory the walk makes anyway
+//! (its link count says whether keys lie below it). With the kernel's caches warm, those calls
+//! were most of a page's time. Here the metadata a walk read is kept with the [`Stamp`] of the
+//! object's directory (device, inode, mtime, ctime, size, as for kept directory listings), and a
+//! later walk that finds the directory with the same stamp takes it instead of reading the file.
+//!
+//! Why an unchanged stamp means unchanged metadata: `quarry.meta` is only ever replaced whole,
+//! written to a temporary file in the object's directory and renamed over the old one, or
+//! removed. Each of those creates, renames or removes an entry of the directory, which sets its
+//! mtime and ctime, whoever does it; the ctime cannot be set back (`utimes` sets it to now), and
+//! a directory removed and made again has a new ctime even where its inode number is reused.
+//! Timestamps are coarse (a clock tick), so a change right after the read could leave them as
+//! they were: metadata is only kept when the directory's ctime is at least [`SETTLE`] older than
+//! the moment before the stat, and a later change then sets a ctime that differs. An object
+//! written in the last two seconds is read every time.
+//!
+//! Bounded: at most the budget's bytes (an estimate of what each kept metadata holds), in
+//! [`SHARDS`] shards. A full shard drops the entries no walk used for [`IDLE`] (at most once
+//! per half of it) and otherwise keeps nothing new. A walk over more keys than fit, repeated,
+//! keeps finding the part that was kept, where least-recently-used order would push out every
+//! entry before its next use; entries of objects deleted since, never used again, go within a
+//! minute of the shard filling.
+//!
+//! [`SETTLE`]: super::dir_cache::SETTLE
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::mem::size_of;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::dir_cache::{Stamp, DEFAULT_BUDGET};
+use crate::meta::{ObjectMeta, PartInfo};
+
+/// Shards of the cache, each under its own lock: the walks of a set's drives run at once.
+const SHARDS: usize = 16;
+
+/// Entries unused this long are dropped when their shard is full; until then a full shard keeps
+/// what it has and keeps nothing new.
+const IDLE: Duration = Duration::from_secs(60);
+
+/// Metadata estimated larger than this (an object of thousands of parts) is read every time.
+const MAX_ENTRY_BYTES: usize = 64 << 10;
+
+struct Kept {
+    stamp: Stamp,
+    /// `None`: the directory holds no object (only keys below it).
+    meta: Option<Arc<ObjectMeta>>,
+    bytes: usize,
+    /// The [`MetaCache::tick`] of its last use.
+    used: u64,
+}
+
+/// Hashes a directory's `(device, inode)` to its inode number in the low bits, where the table
+/// finds its slot, and a mix of both in the top bits, which it compares first. Keys written one
+/// after another have inode numbers one after another, and a walk visits them so: their slots
+/// are then neighbours in memory, and a page's lookups do not each miss the CPU's caches (a
+/// scattered table cost a sixth of a warm page).
+#[derive(Default)]
+struct InoHasher {
+    dev: u64,
+    ino: u64,
+}
+
+impl Hasher for InoHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.write_u64(u64::from(*b));
+        }
+    }
+
+    fn write_u64(&mut self, x: u64) {
+        self.dev = self.ino;
+        self.ino = x;
+    }
+
+    fn finish(&self) -> u64 {
+        let mix = (self.ino ^ self.dev.rotate_left(17)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        (self.ino & ((1 << 57) - 1)) | (mix & (0x7f << 57))
+    }
+}
+
+#[derive(Default)]
+struct Shard {
+    entries: HashMap<(u64, u64), Kept, BuildHasherDefault<InoHasher>>,
+    bytes: usize,
+    /// The tick of the last sweep of idle entries.
+    swept: u64,
+}
+
+impl Shard {
+    fn remove(&mut self, id: &(u64, u64)) -> Option<Kept> {
+        let k = self.entries.remove(id)?;
+        self.bytes -= k.bytes;
+        Some(k)
+    }
+
+    /// Keeps `k` if there is room, after dropping the idle entries if there is none and they
+    /// were not dropped this tick.
+    fn insert(&mut self, k: Kept, budget: usize) {
+        let id = k.stamp.id();
+        self.remove(&id);
+        if self.bytes + k.bytes > budget && self.swept < k.used {
+            self.swept = k.used;
+            self.drop_unused_before(k.used.saturating_sub(1));
+        }
+        if self.bytes + k.bytes <= budget {
+            self.bytes += k.bytes;
+            self.entries.insert(id, k);
+        }
+    }
+
+    /// Drops the entries last used before tick `t`.
+    fn drop_unused_before(&mut self, t: u64) {
+        let mut freed = 0;
+        self.entries.retain(|_, k| {
+            let keep = k.used >= t;
+            if !keep {
+                freed += k.bytes;
+            }
+            keep
+        });
+        self.bytes -= freed;
+    }
+
+    /// Drops entries until at most `target` bytes are kept, the least recently used first.
+    fn shrink(&mut self, target: usize) {
+        let mut ticks: Vec<u64> = self.entries.values().map(|k| k.used).collect();
+        ticks.sort_unstable();
+        ticks.dedup();
+        for t in ticks {
+            if self.bytes <= target {
+                break;
+            }
+            self.drop_unused_before(t + 1);
+        }
+    }
+}
+
+/// The process's kept metadata.
+pub(super) struct MetaCache {
+    shards: Vec<Mutex<Shard>>,
+    /// When the ticks began; a tick is half the idle time.
+    start: Instant,
+    idle: Duration,
+    /// Bytes for all shards together.
+    budget: AtomicUsize,
+    hits: AtomicU64,
+    misses: AtomicU64,
+}
+
+static CACHE: OnceLock<MetaCache> = OnceLock::new();
+
+impl MetaCache {
+    pub fn global() -> &'static MetaCache {
+        CACHE.get_or_init(|| MetaCache::new(DEFAULT_BUDGET))
+    }
+
+    fn new(budget: usize) -> MetaCache {
+        MetaCache::with_idle(budget, IDLE)
+    }
+
+    fn with_idle(budget: usize, idle: Duration) -> MetaCache {
+        MetaCache {
+            shards: (0..SHARDS).map(|_| Mutex::default()).collect(),
+            start: Instant::now(),
+            idle,
+            budget: AtomicUsize::new(budget),
+            hits: AtomicU64::new(0),
+            misses: AtomicU64::new(0),
+        }
+    }
+
+    /// The shard of a directory: runs of 64 inode numbers share one, so that neighbours stay
+    /// neighbours (see [`InoHasher`]), and the runs are spread over the shards by a hash
+    /// (filesystems hand out inode numbers unevenly).
+    fn shard(&self, id: (u64, u64)) -> MutexGuard<'_, Shard> {
+        let h = ((id.1 >> 6) ^ id.0.rotate_left(29)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        let i = (h >> 60) as usize % SHARDS;
+        self.shards[i].lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Time in halves of the idle time since the cache began, from 1.
+    fn tick(&self) -> u64 {
+        let half = (self.idle / 2).as_nanos().max(1);
+        (self.start.elapsed().as_nanos() / half) as u64 + 1
+    }
+
+    fn shard_budget(&self) -> usize {
+        self.budget.load(Ordering::Relaxed) / SHARDS
+    }
+
+    /// What is kept for the object directory whose stamp is now `stamp`, if it was read with
+    /// that stamp: `Some(None)` when it held no object.
+    pub fn kept(&self, stamp: &Stamp) -> Option<Option<Arc<ObjectMeta>>> {
+        let id = stamp.id();
+        let mut shard = self.shard(id);
+        let found = match shard.entries.get_mut(&id) {
+            Some(k) if k.stamp == *stamp => {
+                k.used = self.tick();
+                Some(k.meta.clone())
+            }
+            Some(_) => {
+                shard.remove(&id); // changed since: read again, and kept again if settled
+                None
+            }
+            None => None,
+        };
+        drop(shard);
+        let counter = if found.is_some() {
+            &self.hits
+        } else {
+            &self.misses
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+        found
+    }
+
+    /// Keeps what was read from the object directory whose stamp before the read was `stamp`.
+    /// The caller keeps only what it read after the directory had settled.
+    pub fn keep(&self, stamp: Stamp, meta: Option<&Arc<ObjectMeta>>) {
+        let bytes = estimate(meta.map(|m| &**m));
+        let budget = self.shard_budget();
+        if bytes > MAX_ENTRY_BYTES || bytes > budget {
+            return;
+        }
+        let k = Kept {
+            stamp,
+            meta: meta.cloned(),
+            bytes,
+            used: self.tick(),
+        };
+        self.shard(stamp.id()).insert(k, budget);
+    }
+
+    fn set_budget(&self, bytes: usize) {
+        self.budget.store(bytes, Ordering::Relaxed);
+        for s in &self.shards {
+            let mut s = s.lock().unwrap_or_else(|e| e.into_inner());
+            s.shrink(bytes / SHARDS);
+        }
+    }
+
+    /// Entries and their bytes kept now.
+    fn held(&self) -> (u64, u64) {
+        self.shards.iter().fold((0, 0), |(n, b), s| {
+            let s = s.lock().unwrap_or_else(|e| e.into_inner());
+            (n + s.entries.len() as u64, b + s.bytes as u64)
+        })
+    }
+}
+
+/// What a kept entry holds, in bytes: its slot, and the metadata with the heap of its strings,
+/// maps and parts.
+fn estimate(meta: Option<&ObjectMeta>) -> usize {
+    const SLOT: usize = size_of::<Kept>() + size_of::<(u64, u64)>() + 16;
+    // A B-tree node holds up to 11 entries and is allocated whole.
+    const MAP_NODE: usize = 8 + 4 + 11 * 2 * size_of::<String>();
+    let Some(m) = meta else {
+        return SLOT;
+    };
+    let map = |m: &BTreeMap<String, String>| {
+        m.len().div_ceil(11) * MAP_NODE + m.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+    };
+    SLOT + 16
+        + size_of::<ObjectMeta>()
+        + m.etag.len()
+        + map(&m.headers)
+        + map(&m.user_meta)
+        + map(&m.checksums)
+        + m.erasure.codec.len()
+        + m.erasure.bitrot.len()
+        + m.erasure.distribution.len()
+        + m.parts
+            .iter()
+            .map(|p| size_of::<PartInfo>() + p.etag.len())
+            .sum::<usize>()
+}
+
+/// Sets the bound of the process's kept metadata, in bytes (0 keeps none).
+pub fn set_budget(bytes: usize) {
+    MetaCache::global().set_budget(bytes);
+}
+
+/// Uses of kept metadata and reads of it since start, and the entries and bytes kept now.
+pub fn figures() -> (u64, u64, u64, u64) {
+    let c = MetaCache::global();
+    let (entries, bytes) = c.held();
+    (
+        c.hits.load(Ordering::Relaxed),
+        c.misses.load(Ordering::Relaxed),
+        entries,
+        bytes,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+    use std::path::Path;
+    use std::time::{Duration, SystemTime};
+
+    use rustix::fs::{AtFlags, StatxFlags, CWD};
+
+    fn stamp(p: &Path) -> Stamp {
+        let st =
+            rustix::fs::statx(CWD, p, AtFlags::SYMLINK_NOFOLLOW, StatxFlags::BASIC_STATS).unwrap();
+        Stamp::of_statx(&st)
+    }
+
+    use super::super::walk::tests::meta;
+
+    #[test]
+    fn kept_only_while_the_directory_is_unchanged() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("k");
+        fs::create_dir(&dir).unwrap();
+        fs::write(dir.join("quarry.meta"), b"1").unwrap();
+        let c = MetaCache::new(DEFAULT_BUDGET);
+        let s = stamp(&dir);
+        assert!(c.kept(&s).is_none());
+        c.keep(s, Some(&Arc::new(meta("one"))));
+        assert_eq!(c.kept(&s).unwrap().unwrap().etag, "one");
+
+        // Replaced the way a drive replaces it: a temporary file renamed over it.
+        std::thread::sleep(Duration::from_millis(20));
+        fs::write(dir.join("tmp"), b"2").unwrap();
+        fs::rename(dir.join("tmp"), dir.join("quarry.meta")).unwrap();
+        let s2 = stamp(&dir);
+        assert_ne!(s, s2);
+        assert!(c.kept(&s2).is_none(), "a replaced metadata is read again");
+        c.keep(s2, None);
+        assert_eq!(c.kept(&s2), Some(None), "no object is kept too");
+
+        // Removed and made again: another directory.
+        fs::remove_dir_all(&dir).unwrap();
+        fs::create_dir(&dir).unwrap();
+        assert!(c.kept(&stamp(&dir)).is_none());
+        assert_eq!(c.hits.load(Ordering::Relaxed), 2);
+        assert_eq!(c.misses.load(Ordering::Relaxed), 3);
+        let settled = stamp(&dir).settled(SystemTime::now());
+        assert!(
+            !settled,
+            "just made: not settled, the walk does not keep it"
+        );
+    }
+
+    #[test]
+    fn the_budget_bounds_what_is_kept() {
+        let one = estimate(Some(&Arc::new(meta("e"))));
+        let budget = SHARDS * 10 * one; // about 10 entries a shard
+        let c = MetaCache::with_idle(budget, Duration::from_secs(2));
+        let t = tempfile::tempdir().unwrap();
+        let dirs = |p: &str, n: usize| -> Vec<Stamp> {
+            (0..n)
+                .map(|i| {
+                    let d = t.path().join(format!("{p}{i}"));
+                    fs::create_dir(&d).unwrap();
+                    stamp(&d)
+                })
+                .collect()
+        };
+        let stamps = dirs("k", 2000);
+        // A walk over more keys than fit, repeated: what the first kept, the next ones find.
+        let walk = || {
+            stamps
+                .iter()
+                .filter(|s| {
+                    let hit = c.kept(s).is_some();
+                    if !hit {
+                        c.keep(**s, Some(&Arc::new(meta("e"))));
+                    }
+                    hit
+                })
+                .count()
+        };
+        assert_eq!(walk(), 0);
+        let (n, bytes) = c.held();
+        assert!(bytes <= budget as u64, "{bytes}");
+        assert!(n >= (SHARDS * 10 / 2) as u64, "{n}");
+        assert_eq!(walk() as u64, n, "the part kept is found again");
+        assert_eq!(walk() as u64, n);
+
+        // Unused for the idle time: dropped to make room.
+        std::thread::sleep(Duration::from_millis(2200));
+        let new = dirs("n", 2000);
+        for s in &new {
+            c.keep(*s, Some(&Arc::new(meta("e"))));
+        }
+        let kept_new = new.iter().filter(|s| c.kept(s).is_some()).count();
+        assert!(kept_new as u64 >= n / 2, "{kept_new} of {n}");
+        assert!(c.held().1 <= budget as u64);
+
+        // A smaller budget drops the least recently used first; 0 keeps nothing.
+        c.set_budget(budget / 2);
+        assert!(c.held().1 <= (budget / 2) as u64);
+        c.set_budget(0);
+        assert_eq!(c.held(), (0, 0));
+        c.keep(new[0], Some(&Arc::new(meta("e"))));
+        assert!(c.kept(&new[0]).is_none(), "a budget of 0 keeps nothing");
+    }
+}
