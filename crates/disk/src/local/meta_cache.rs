@@ -254,31 +254,37 @@ impl MetaCache {
     }
 }
 
-/// What a kept entry holds, in bytes: its slot, and the metadata with the heap of its strings,
-/// maps and parts.
+/// What a kept entry holds, in bytes: its slot in the table (twice over: a table grows by
+/// doubling), and the metadata with its strings, maps and parts, each allocation with the
+/// allocator's 16 bytes of overhead. Checked against the process's resident size: 112,000 plain
+/// objects' metadata took 2.1 KB each, where this says 2.0.
 fn estimate(meta: Option<&ObjectMeta>) -> usize {
-    const SLOT: usize = size_of::<Kept>() + size_of::<(u64, u64)>() + 16;
+    const ALLOC: usize = 16;
+    const SLOT: usize = 2 * (size_of::<Kept>() + size_of::<(u64, u64)>() + 8);
     // A B-tree node holds up to 11 entries and is allocated whole.
-    const MAP_NODE: usize = 8 + 4 + 11 * 2 * size_of::<String>();
+    const MAP_NODE: usize = 8 + 4 + 11 * 2 * size_of::<String>() + ALLOC;
     let Some(m) = meta else {
         return SLOT;
     };
+    let string = |s: &str| if s.is_empty() { 0 } else { s.len() + ALLOC };
     let map = |m: &BTreeMap<String, String>| {
-        m.len().div_ceil(11) * MAP_NODE + m.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>()
+        m.len().div_ceil(11) * MAP_NODE
+            + m.iter().map(|(k, v)| string(k) + string(v)).sum::<usize>()
     };
-    SLOT + 16
-        + size_of::<ObjectMeta>()
-        + m.etag.len()
+    SLOT + size_of::<ObjectMeta>()
+        + 16
+        + ALLOC
+        + string(&m.etag)
         + map(&m.headers)
         + map(&m.user_meta)
         + map(&m.checksums)
-        + m.erasure.codec.len()
-        + m.erasure.bitrot.len()
+        + string(&m.erasure.codec)
+        + string(&m.erasure.bitrot)
         + m.erasure.distribution.len()
-        + m.parts
-            .iter()
-            .map(|p| size_of::<PartInfo>() + p.etag.len())
-            .sum::<usize>()
+        + ALLOC
+        + m.parts.len() * size_of::<PartInfo>()
+        + ALLOC
+        + m.parts.iter().map(|p| string(&p.etag)).sum::<usize>()
 }
 
 /// Sets the bound of the process's kept metadata, in bytes (0 keeps none).

@@ -274,7 +274,7 @@ impl Walker<'_> {
             }
             let mut child = seen.get(&idx).copied().unwrap_or_default();
             r = self.visit_candidate(&mut dir_fd, name, &key, is_dir, &mut child);
-            if !is_dir {
+            if !is_dir && (child.data_dir.is_some() || child.nlink.is_some()) {
                 seen.insert(idx, child);
             }
             if !matches!(r, Ok(false)) {
