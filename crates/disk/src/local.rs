@@ -919,8 +919,8 @@ fn fsync_dir(dir: &Path) -> io::Result<()> {
 /// Replaces `dir/name` with `bytes` atomically and durably: a temp file in the same directory,
 /// fsync, rename over `name`, fsync the directory.
 /// Sets the bound, in bytes, of each of the process's two listing caches: large directories'
-/// sorted listings, and objects' metadata (0 keeps nothing). Over it, what was used longest ago
-/// is dropped.
+/// sorted listings (over it, the least recently used are dropped) and objects' metadata (a full
+/// shard drops what no walk used in the last 30-60 s, else keeps nothing new). 0 keeps nothing.
 pub fn set_list_cache_budget(bytes: usize) {
     dir_cache::set_budget(bytes);
     meta_cache::set_budget(bytes);
