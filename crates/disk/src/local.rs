@@ -928,14 +928,9 @@ pub fn set_list_cache_budget(bytes: usize) {
 
 /// What the listing caches did since start, and what they hold.
 pub fn list_cache_figures() -> ListCacheFigures {
-    let (meta_hits, meta_misses, metas, meta_bytes) = meta_cache::figures();
-    ListCacheFigures {
-        meta_hits,
-        meta_misses,
-        metas,
-        meta_bytes,
-        ..dir_cache::figures()
-    }
+    let mut f = dir_cache::figures();
+    meta_cache::add_figures(&mut f);
+    f
 }
 
 fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {

@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
-use super::dir_cache::{Stamp, DEFAULT_BUDGET};
+use super::dir_cache::{ListCacheFigures, Stamp, DEFAULT_BUDGET};
 use crate::meta::{ObjectMeta, PartInfo};
 
 /// Shards of the cache, each under its own lock: the walks of a set's drives run at once.
@@ -292,16 +292,12 @@ pub fn set_budget(bytes: usize) {
     MetaCache::global().set_budget(bytes);
 }
 
-/// Uses of kept metadata and reads of it since start, and the entries and bytes kept now.
-pub fn figures() -> (u64, u64, u64, u64) {
+/// Fills in the kept metadata's figures: uses and reads since start, entries and bytes now.
+pub fn add_figures(f: &mut ListCacheFigures) {
     let c = MetaCache::global();
-    let (entries, bytes) = c.held();
-    (
-        c.hits.load(Ordering::Relaxed),
-        c.misses.load(Ordering::Relaxed),
-        entries,
-        bytes,
-    )
+    (f.metas, f.meta_bytes) = c.held();
+    f.meta_hits = c.hits.load(Ordering::Relaxed);
+    f.meta_misses = c.misses.load(Ordering::Relaxed);
 }
 
 #[cfg(test)]

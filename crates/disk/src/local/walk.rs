@@ -73,6 +73,7 @@ pub(super) fn walk(
         key: String::new(),
         buf: Vec::new(),
         key_meta: String::new(),
+        started: SystemTime::now(),
     };
     if opts.limit == 0 {
         return Ok((w.out, w.reads));
@@ -113,6 +114,9 @@ struct Walker<'a> {
     buf: Vec<u8>,
     /// Scratch space for a metadata file's path in its directory's directory.
     key_meta: String,
+    /// When the walk began: before every `statx` it makes, so what it reads of a directory
+    /// settled before then can be kept (see [`Stamp::settled`]).
+    started: SystemTime,
 }
 
 impl Walker<'_> {
@@ -157,7 +161,6 @@ impl Walker<'_> {
         name: &str,
         seen: &mut Seen,
     ) -> io::Result<Option<Arc<ObjectMeta>>> {
-        let before_stat = SystemTime::now();
         let stamp = match stat_in(dir, name, StatxFlags::BASIC_STATS) {
             Ok(st) if is_dir(&st) => {
                 seen.nlink = Some(st.stx_nlink);
@@ -188,7 +191,7 @@ impl Walker<'_> {
         });
         // Kept: what was found, or that nothing is there; not metadata that cannot be read
         // (logged at every walk, as it should be mended).
-        let keep = !matches!(read, Ok(Err(_))) && stamp.settled(before_stat);
+        let keep = !matches!(read, Ok(Err(_))) && stamp.settled(self.started);
         let meta = meta_or_skip(read, || dir.path.join(name).join(META_FILE))?.map(Arc::new);
         if keep {
             cache.keep(stamp, meta.as_ref());
