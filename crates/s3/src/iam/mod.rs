@@ -93,8 +93,8 @@ pub struct Iam {
     layer: Arc<dyn ObjectLayer>,
     secrets: SecretBox,
     snapshot: RwLock<Arc<Snapshot>>,
-    /// The bytes the snapshot was built from (`None`: nothing stored yet).
-    installed: std::sync::Mutex<Option<Bytes>>,
+    /// What the snapshot was built from.
+    installed: std::sync::Mutex<Installed>,
     loaded: AtomicBool,
     /// One change at a time on this node.
     writer: tokio::sync::Mutex<()>,
@@ -106,6 +106,17 @@ impl std::fmt::Debug for Iam {
             .field("keys", &self.snapshot().keys.len())
             .finish_non_exhaustive()
     }
+}
+
+/// The document the snapshot was built from, and how many times one was installed.
+#[derive(Default)]
+struct Installed {
+    /// `None`: nothing stored yet.
+    bytes: Option<Bytes>,
+    /// Counts installs. A refresh installs what it read only if nothing was installed while it
+    /// read: a change made on this node meanwhile is newer than the document the refresh read,
+    /// which must not replace it.
+    generation: u64,
 }
 
 fn read<T>(l: &RwLock<T>) -> std::sync::RwLockReadGuard<'_, T> {
@@ -120,7 +131,7 @@ impl Iam {
             layer,
             secrets: SecretBox::from_root(root),
             snapshot: RwLock::new(Arc::new(Snapshot::default())),
-            installed: std::sync::Mutex::new(None),
+            installed: std::sync::Mutex::new(Installed::default()),
             loaded: AtomicBool::new(false),
             writer: tokio::sync::Mutex::new(()),
         })
@@ -147,7 +158,12 @@ impl Iam {
 
     /// Reads the stored document and installs it if it changed. A layer without a system
     /// namespace (some test layers) has no IAM: that is not an error.
+    ///
+    /// A change made through this node while the document was being read is kept: the document
+    /// read may predate it (the poller's read racing an `update`), and installing it would undo
+    /// the change here until the next poll.
     pub async fn refresh(&self) -> Result<(), IamError> {
+        let generation = self.installed().generation;
         let stored = match self.layer.get_system_config(CONFIG_NAME).await {
             Ok(v) => v,
             Err(quarry_object::Error::NotImplemented(_)) => {
@@ -156,22 +172,31 @@ impl Iam {
             }
             Err(e) => return Err(IamError::Storage(e.to_string())),
         };
-        let unchanged = *self.installed.lock().unwrap_or_else(|e| e.into_inner()) == stored;
-        if !unchanged || !self.loaded() {
+        let mut installed = self.installed();
+        if installed.generation != generation {
+            return Ok(());
+        }
+        if installed.bytes != stored || !self.loaded() {
             let state = match &stored {
                 None => fresh_state(),
                 Some(bytes) => IamState::decode(bytes).map_err(IamError::Corrupt)?,
             };
-            self.install(state, stored);
+            self.install(&mut installed, state, stored);
         }
         self.loaded.store(true, Ordering::Release);
         Ok(())
     }
 
-    fn install(&self, state: IamState, bytes: Option<Bytes>) {
+    fn installed(&self) -> std::sync::MutexGuard<'_, Installed> {
+        self.installed.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Installs `state`, built from `bytes`; the caller holds `installed`.
+    fn install(&self, installed: &mut Installed, state: IamState, bytes: Option<Bytes>) {
         let snap = Arc::new(Snapshot::build(state, &self.secrets));
         *self.snapshot.write().unwrap_or_else(|e| e.into_inner()) = snap;
-        *self.installed.lock().unwrap_or_else(|e| e.into_inner()) = bytes;
+        installed.bytes = bytes;
+        installed.generation += 1;
     }
 
     /// Applies `change` to the stored state (read fresh from the drives), writes it back to a
@@ -196,7 +221,7 @@ impl Iam {
             .put_system_config(CONFIG_NAME, bytes.clone())
             .await
             .map_err(|e| IamError::Storage(e.to_string()))?;
-        self.install(state, Some(bytes));
+        self.install(&mut self.installed(), state, Some(bytes));
         self.loaded.store(true, Ordering::Release);
         Ok(out)
     }
@@ -250,5 +275,155 @@ impl KeyStore for Iam {
             return None;
         }
         Some(Credentials::new(access_key, entry.secret.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+    use quarry_object::{
+        BucketInfo, ByteStream, Error, GetObjectReader, HttpRange, ListOptions, ListResult,
+        ObjectInfo, PutOptions, Result,
+    };
+    use tokio::sync::oneshot;
+
+    use super::*;
+
+    /// A system namespace in memory whose next read, when held, answers what was stored when
+    /// it began, but only once released: the poller's read overtaken by a change.
+    #[derive(Default)]
+    struct Held {
+        stored: Mutex<Option<Bytes>>,
+        hold: Mutex<Option<oneshot::Receiver<()>>>,
+        /// Told when a held read has read (and now waits).
+        reading: Mutex<Option<oneshot::Sender<()>>>,
+    }
+
+    fn none<T>() -> Result<T> {
+        Err(Error::NotImplemented("test layer"))
+    }
+
+    #[async_trait]
+    impl ObjectLayer for Held {
+        async fn get_system_config(&self, _: &str) -> Result<Option<Bytes>> {
+            let read = self.stored.lock().unwrap().clone();
+            let hold = self.hold.lock().unwrap().take();
+            if let Some(release) = hold {
+                let _ = self.reading.lock().unwrap().take().unwrap().send(());
+                let _ = release.await;
+            }
+            Ok(read)
+        }
+        async fn put_system_config(&self, _: &str, data: Bytes) -> Result<()> {
+            *self.stored.lock().unwrap() = Some(data);
+            Ok(())
+        }
+        async fn make_bucket(&self, _: &str) -> Result<()> {
+            none()
+        }
+        async fn bucket_info(&self, _: &str) -> Result<BucketInfo> {
+            none()
+        }
+        async fn list_buckets(&self) -> Result<Vec<BucketInfo>> {
+            none()
+        }
+        async fn delete_bucket(&self, _: &str) -> Result<()> {
+            none()
+        }
+        async fn put_object(
+            &self,
+            _: &str,
+            _: &str,
+            _: ByteStream,
+            _: PutOptions,
+        ) -> Result<ObjectInfo> {
+            none()
+        }
+        async fn get_object(
+            &self,
+            _: &str,
+            _: &str,
+            _: Option<HttpRange>,
+        ) -> Result<GetObjectReader> {
+            none()
+        }
+        async fn object_info(&self, _: &str, _: &str) -> Result<ObjectInfo> {
+            none()
+        }
+        async fn delete_object(&self, _: &str, _: &str) -> Result<()> {
+            none()
+        }
+        async fn list_objects(&self, _: &str, _: ListOptions) -> Result<ListResult> {
+            none()
+        }
+        async fn get_bucket_config(&self, _: &str, _: &str) -> Result<Option<Bytes>> {
+            none()
+        }
+        async fn put_bucket_config(&self, _: &str, _: &str, _: Bytes) -> Result<()> {
+            none()
+        }
+        async fn delete_bucket_config(&self, _: &str, _: &str) -> Result<()> {
+            none()
+        }
+    }
+
+    async fn add_user(iam: &Iam, name: &str) {
+        let name = name.to_owned();
+        iam.update(|state, _| {
+            let user = state::User {
+                id: "AIDATEST".into(),
+                created: "2026-12-07T00:00:00Z".into(),
+                enabled: true,
+                inline: Default::default(),
+                attached: Default::default(),
+            };
+            state.users.insert(name, user);
+            Ok(())
+        })
+        .await
+        .unwrap()
+    }
+
+    fn users(iam: &Iam) -> Vec<String> {
+        iam.snapshot().state.users.keys().cloned().collect()
+    }
+
+    /// A refresh that read the document before a change made through this node, and installs
+    /// after it, must not undo the change (seen as a user's new group membership refused for up
+    /// to a poll interval on the node that answered the change).
+    #[tokio::test]
+    async fn a_refresh_overtaken_by_a_change_keeps_the_change() {
+        let layer = Arc::new(Held::default());
+        let iam = Iam::new(layer.clone(), &Credentials::new("root", "root-secret"));
+        add_user(&iam, "alice").await;
+        assert_eq!(users(&iam), ["alice"]);
+
+        let (release, held) = oneshot::channel();
+        let (reading_tx, reading) = oneshot::channel();
+        *layer.hold.lock().unwrap() = Some(held);
+        *layer.reading.lock().unwrap() = Some(reading_tx);
+        let poller = {
+            let iam = iam.clone();
+            tokio::spawn(async move { iam.refresh().await })
+        };
+        reading.await.unwrap();
+        add_user(&iam, "bob").await;
+        assert_eq!(users(&iam), ["alice", "bob"]);
+        release.send(()).unwrap();
+        poller.await.unwrap().unwrap();
+        assert_eq!(
+            users(&iam),
+            ["alice", "bob"],
+            "the older document was installed"
+        );
+
+        // Control: a refresh that nothing overtook installs what another node stored.
+        let mut other = IamState::decode(layer.stored.lock().unwrap().as_ref().unwrap()).unwrap();
+        other.users.remove("alice");
+        *layer.stored.lock().unwrap() = Some(Bytes::from(other.encode()));
+        iam.refresh().await.unwrap();
+        assert_eq!(users(&iam), ["bob"]);
     }
 }
