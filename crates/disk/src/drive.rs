@@ -130,6 +130,16 @@ pub trait ShardWriter: Send {
     async fn finish(self: Box<Self>) -> Result<()>;
 }
 
+/// A range of a shard, open for sending ([`Drive::shard_region`]): `head` holds its first bytes,
+/// `len` bytes at `offset` of `file` the rest.
+#[derive(Debug)]
+pub struct ShardRegion {
+    pub head: Bytes,
+    pub file: std::fs::File,
+    pub offset: u64,
+    pub len: usize,
+}
+
 /// One drive. Every method validates its bucket and key before building any path.
 ///
 /// All keys are S3 object keys (UTF-8, at most 1024 bytes); a key ending in '/' (a "folder
@@ -243,6 +253,27 @@ pub trait Drive: Send + Sync + fmt::Debug + 'static {
     ) -> Result<PooledBuf> {
         self.read_shard_into(bucket, key, data_dir, part, offset, buf)
             .await
+    }
+
+    /// `len` bytes at `offset` of a shard, for a holder to send from the page cache without
+    /// copying them (`sendfile`): the first `head` bytes read, the rest left in the open file.
+    /// `Ok(None)` when the drive cannot: its shards are not local files, or the range is not in
+    /// the page cache (sending it would wait on the disk in the sender's event loop); the caller
+    /// then reads the range. Nothing is checked against the frame's hash here, as with
+    /// [`Drive::read_frame_into`]: the reader does that. The default cannot.
+    #[allow(clippy::too_many_arguments)]
+    async fn shard_region(
+        &self,
+        bucket: &str,
+        key: &str,
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        len: usize,
+        head: usize,
+    ) -> Result<Option<ShardRegion>> {
+        let _ = (bucket, key, data_dir, part, offset, len, head);
+        Ok(None)
     }
 
     /// Whether [`Drive::read_frame_into`] authenticates only a frame's hash on its way (see there).

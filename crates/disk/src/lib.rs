@@ -33,7 +33,9 @@ pub mod meta;
 pub mod multipart;
 pub mod path;
 
-pub use drive::{DiskInfo, Drive, DriveError, ShardWriter, VolInfo, WalkEntry, WalkOptions};
+pub use drive::{
+    DiskInfo, Drive, DriveError, ShardRegion, ShardWriter, VolInfo, WalkEntry, WalkOptions,
+};
 
 /// The bitrot hash (blake3-256) in front of each chunk of a shard file: a frame is
 /// `[hash (FRAME_HASH_LEN B) | chunk]` (quarry-erasure's `bitrot`, which frames and checks them).

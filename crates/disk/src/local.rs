@@ -31,7 +31,7 @@ use tracing::{debug, warn};
 use uuid::Uuid;
 
 use crate::drive::{
-    DiskInfo, Drive, DriveError, Result, ShardWriter, VolInfo, WalkEntry, WalkOptions,
+    DiskInfo, Drive, DriveError, Result, ShardRegion, ShardWriter, VolInfo, WalkEntry, WalkOptions,
 };
 use crate::format::FormatV1;
 use crate::journal::{version_name, MetaJournal};
@@ -401,7 +401,20 @@ impl LocalDrive {
         offset: u64,
         buf: &mut [u8],
     ) -> Result<()> {
-        let len = buf.len();
+        let file = self.open_shard_range(bucket, key, data_dir, part, offset, buf.len())?;
+        read_exact_at(&file, buf, offset)
+    }
+
+    /// Opens a part file and checks that it holds `len` bytes at `offset`.
+    fn open_shard_range(
+        &self,
+        bucket: &str,
+        key: &str,
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        len: usize,
+    ) -> Result<File> {
         let (bucket_dir, obj_dir) = self.object_dir(bucket, key)?;
         let path = obj_dir
             .join(data_dir.to_string())
@@ -412,23 +425,42 @@ impl LocalDrive {
             Err(e) => return Err(e.into()),
         };
         let file_len = file.metadata()?.len();
-        let truncated = |file_len| DriveError::Truncated {
-            offset,
-            wanted: len,
-            len: file_len,
-        };
         match offset.checked_add(len as u64) {
-            Some(end) if end <= file_len => {}
-            _ => return Err(truncated(file_len)),
+            Some(end) if end <= file_len => Ok(file),
+            _ => Err(DriveError::Truncated {
+                offset,
+                wanted: len,
+                len: file_len,
+            }),
         }
-        match file.read_exact_at(buf, offset) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => {
-                // Shrunk since we looked at its length.
-                Err(truncated(file.metadata()?.len()))
-            }
-            Err(e) => Err(e.into()),
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn shard_region_sync(
+        &self,
+        bucket: &str,
+        key: &str,
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        len: usize,
+        head: usize,
+    ) -> Result<Option<ShardRegion>> {
+        let head = head.min(len);
+        let file = self.open_shard_range(bucket, key, data_dir, part, offset, len)?;
+        let mut head_bytes = vec![0; head];
+        read_exact_at(&file, &mut head_bytes, offset)?;
+        let rest = offset + head as u64;
+        let rest_len = len - head;
+        if !in_page_cache(&file, rest, rest_len) {
+            return Ok(None);
         }
+        Ok(Some(ShardRegion {
+            head: Bytes::from(head_bytes),
+            file,
+            offset: rest,
+            len: rest_len,
+        }))
     }
 
     fn rename_data_sync(
@@ -549,6 +581,54 @@ impl LocalDrive {
     }
 }
 
+/// `read_exact_at`, a file shorter than the range read being [`DriveError::Truncated`].
+fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> Result<()> {
+    match file.read_exact_at(buf, offset) {
+        Ok(()) => Ok(()),
+        // Shrunk since its length was checked.
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => Err(DriveError::Truncated {
+            offset,
+            wanted: buf.len(),
+            len: file.metadata()?.len(),
+        }),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// The pages [`in_page_cache`] looks at are this far apart.
+const RESIDENCY_PROBE_STRIDE: usize = 256 << 10;
+
+/// Whether `len` bytes at `offset` of `file` are (most likely) in the page cache: one byte of
+/// every [`RESIDENCY_PROBE_STRIDE`] bytes, and the last, is read without waiting for the disk
+/// (`RWF_NOWAIT`, which fails rather than wait). A range written at once is cached or evicted
+/// mostly as a whole, so a sample is enough to keep a `sendfile` of it from waiting on the disk
+/// in the sender's event loop in all but rare cases. tmpfs, which refuses `RWF_NOWAIT`, holds
+/// its files in memory; any other file system that refuses it, or a kernel without it (before
+/// 4.14), says no.
+fn in_page_cache(file: &File, offset: u64, len: usize) -> bool {
+    use rustix::io::{preadv2, Errno, ReadWriteFlags};
+    /// `TMPFS_MAGIC` of `statfs(2)`.
+    const TMPFS_MAGIC: u64 = 0x0102_1994;
+    if len == 0 {
+        return true;
+    }
+    let mut byte = [0u8; 1];
+    let probes = (0..len)
+        .step_by(RESIDENCY_PROBE_STRIDE)
+        .chain(std::iter::once(len - 1));
+    for at in probes {
+        let mut bufs = [io::IoSliceMut::new(&mut byte)];
+        match preadv2(file, &mut bufs, offset + at as u64, ReadWriteFlags::NOWAIT) {
+            Ok(1) => {}
+            Err(Errno::OPNOTSUPP) => {
+                return rustix::fs::fstatfs(file).is_ok_and(|s| s.f_type as u64 == TMPFS_MAGIC)
+            }
+            _ => return false,
+        }
+    }
+    true
+}
+
 #[async_trait]
 impl Drive for LocalDrive {
     fn endpoint(&self) -> &str {
@@ -663,6 +743,21 @@ impl Drive for LocalDrive {
             Ok(buf)
         })
         .await
+    }
+
+    async fn shard_region(
+        &self,
+        bucket: &str,
+        key: &str,
+        data_dir: Uuid,
+        part: u32,
+        offset: u64,
+        len: usize,
+        head: usize,
+    ) -> Result<Option<ShardRegion>> {
+        let (this, bucket, key) = (self.clone(), bucket.to_owned(), key.to_owned());
+        blocking(move || this.shard_region_sync(&bucket, &key, data_dir, part, offset, len, head))
+            .await
     }
 
     async fn stat_shard(&self, bucket: &str, key: &str, data_dir: Uuid, part: u32) -> Result<u64> {

@@ -135,6 +135,11 @@ fn tag(key: &[u8; 32], seq: u64, header: &BulkHeader, payload: &[u8]) -> blake3:
     } else {
         payload
     };
+    tag_of(key, seq, header, covered)
+}
+
+/// The tag over `covered`, the bytes of the payload it covers.
+fn tag_of(key: &[u8; 32], seq: u64, header: &BulkHeader, covered: &[u8]) -> blake3::Hash {
     let mut h = blake3::Hasher::new_keyed(key);
     h.update(&seq.to_be_bytes());
     h.update(&header.encode());
@@ -185,6 +190,31 @@ impl BulkSender {
             frame,
         };
         let t = tag(&self.key, self.seq, &header, payload);
+        self.seq += 1;
+        Ok((header.encode(), *t.as_bytes()))
+    }
+
+    /// [`BulkSender::seal_as`] of a frame answer of `len` bytes, given only its hash (the bytes
+    /// the tag covers): for a sender that does not hold the chunk in memory.
+    pub fn seal_frame(
+        &mut self,
+        transfer_id: u64,
+        hash: &[u8; FRAME_HASH_LEN],
+        len: usize,
+    ) -> Result<([u8; BULK_HEADER_LEN], [u8; BULK_TAG_LEN]), DataError> {
+        let wire_len = u32::try_from(len).map_err(|_| DataError::TooLarge {
+            len,
+            capacity: u32::MAX as usize,
+        })?;
+        if len < FRAME_HASH_LEN {
+            return Err(DataError::FrameTooShort { len });
+        }
+        let header = BulkHeader {
+            transfer_id,
+            len: wire_len,
+            frame: true,
+        };
+        let t = tag_of(&self.key, self.seq, &header, hash);
         self.seq += 1;
         Ok((header.encode(), *t.as_bytes()))
     }

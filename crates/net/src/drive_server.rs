@@ -23,7 +23,7 @@ use uuid::Uuid;
 
 use crate::drive_proto::{self, codes, Dispatch, Method, Request, Response};
 use crate::lock;
-use crate::rpc::{Handler, RpcError};
+use crate::rpc::{Handler, Region, RpcError};
 use quarry_buf::{BufPool, BufPoolConfig, PooledBuf};
 
 /// Limits of a [`DriveServer`].
@@ -66,7 +66,7 @@ impl Default for DriveServerConfig {
 pub struct DriveServer {
     drives: Vec<Arc<dyn Drive>>,
     writers: Mutex<HashMap<Uuid, Arc<OpenWriter>>>,
-    data_reads: tokio::sync::Semaphore,
+    data_reads: Arc<tokio::sync::Semaphore>,
     /// Where data-plane reads land (`None` if the configured shape is invalid).
     pool: Option<BufPool>,
     config: DriveServerConfig,
@@ -170,7 +170,7 @@ impl DriveServer {
         DriveServer {
             drives,
             writers: Mutex::new(HashMap::new()),
-            data_reads: tokio::sync::Semaphore::new(config.max_data_reads.max(1)),
+            data_reads: Arc::new(tokio::sync::Semaphore::new(config.max_data_reads.max(1))),
             pool,
             config,
             #[cfg(feature = "verbs")]
@@ -359,6 +359,70 @@ impl DriveServer {
     /// straight into one ([`Drive::read_shard_into`]) and sent from it; the buffer returns to the
     /// pool once written to the socket, so the pool also bounds the bytes waiting to be sent.
     async fn read_data(&self, drive: u16, req: Request) -> Result<Bytes, RpcError> {
+        let r = self.data_read(drive, req)?;
+        let _permit = self.data_read_permit().await?;
+        // Either way the buffer the drive read into goes to the socket as it is: no copy here.
+        let read = match &self.pool {
+            Some(pool) if r.len <= pool.buf_size() => {
+                let mut buf = pool.get().await;
+                buf.set_len(r.len);
+                r.drive
+                    .read_shard_into(&r.bucket, &r.key, r.data_dir, r.part, r.offset, buf)
+                    .await
+                    .map(PooledBuf::into_bytes)
+            }
+            _ => {
+                r.drive
+                    .read_shard(&r.bucket, &r.key, r.data_dir, r.part, r.offset, r.len)
+                    .await
+            }
+        };
+        read.map_err(|e| drive_error(&e))
+    }
+
+    /// A data-plane frame read answered from the drive's file, if it can be
+    /// ([`Drive::shard_region`]): the frame's hash read, its chunk sent by the RPC server with
+    /// `sendfile`. The read counts against `max_data_reads` until the chunk is sent.
+    async fn read_region(&self, method: u16, payload: Bytes) -> Result<Option<Region>, RpcError> {
+        if Method::from_u16(method).is_none() {
+            return Ok(None);
+        }
+        // Anything else, or a request that does not decode, is [`Handler::handle`]'s to answer.
+        let Ok((drive, req @ Request::ReadShardData { .. })) =
+            drive_proto::decode_request(method, payload)
+        else {
+            return Ok(None);
+        };
+        let r = self.data_read(drive, req)?;
+        if r.len < crate::data::FRAME_HASH_LEN {
+            // Not a frame: refused by the server as any frame answer that short.
+            return Ok(None);
+        }
+        let permit = self.data_read_permit().await?;
+        let region = r
+            .drive
+            .shard_region(
+                &r.bucket,
+                &r.key,
+                r.data_dir,
+                r.part,
+                r.offset,
+                r.len,
+                crate::data::FRAME_HASH_LEN,
+            )
+            .await
+            .map_err(|e| drive_error(&e))?;
+        Ok(region.map(|r| Region {
+            head: r.head,
+            file: r.file,
+            offset: r.offset,
+            len: r.len,
+            permit: Some(permit),
+        }))
+    }
+
+    /// A data-plane read request, checked against this node's limits.
+    fn data_read(&self, drive: u16, req: Request) -> Result<DataRead, RpcError> {
         req.validate().map_err(|e| drive_error(&e))?;
         let Request::ReadShardData {
             bucket,
@@ -387,27 +451,25 @@ impl DriveServer {
                 format!("a read of {len} bytes does not fit this platform"),
             )
         })?;
+        Ok(DataRead {
+            drive: d,
+            bucket,
+            key,
+            data_dir,
+            part,
+            offset,
+            len,
+        })
+    }
+
+    /// One of the `max_data_reads` data-plane reads that may run at once.
+    async fn data_read_permit(&self) -> Result<tokio::sync::OwnedSemaphorePermit, RpcError> {
         // The semaphore is never closed.
-        let _permit = self
-            .data_reads
-            .acquire()
+        self.data_reads
+            .clone()
+            .acquire_owned()
             .await
-            .map_err(|_| remote(codes::BAD_REQUEST, "data-plane reads are shut down"))?;
-        // Either way the buffer the drive read into goes to the socket as it is: no copy here.
-        let read = match &self.pool {
-            Some(pool) if len <= pool.buf_size() => {
-                let mut buf = pool.get().await;
-                buf.set_len(len);
-                d.read_shard_into(&bucket, &key, data_dir, part, offset, buf)
-                    .await
-                    .map(PooledBuf::into_bytes)
-            }
-            _ => {
-                d.read_shard(&bucket, &key, data_dir, part, offset, len)
-                    .await
-            }
-        };
-        read.map_err(|e| drive_error(&e))
+            .map_err(|_| remote(codes::BAD_REQUEST, "data-plane reads are shut down"))
     }
 
     async fn dispatch(&self, drive: u16, req: Request) -> Result<Response, RpcError> {
@@ -531,7 +593,22 @@ impl DriveServer {
     }
 }
 
+/// A checked data-plane read ([`DriveServer::data_read`]).
+struct DataRead {
+    drive: Arc<dyn Drive>,
+    bucket: String,
+    key: String,
+    data_dir: Uuid,
+    part: u32,
+    offset: u64,
+    len: usize,
+}
+
 impl Handler for DriveServer {
+    async fn handle_region(&self, method: u16, payload: Bytes) -> Result<Option<Region>, RpcError> {
+        self.read_region(method, payload).await
+    }
+
     async fn handle(&self, method: u16, payload: Bytes) -> Result<Bytes, RpcError> {
         #[cfg(feature = "verbs")]
         if crate::verbs_dataplane::VerbsResponder::handles(method) {

@@ -59,7 +59,7 @@ pub use drive_server::{DriveServer, DriveServerConfig};
 /// front end can carry them without this crate).
 pub use quarry_buf::{DataPlaneStats, PeerSnapshot, LATENCY_BUCKETS};
 pub use remote_drive::{RemoteDrive, RemoteDriveConfig};
-pub use rpc::{Handler, RpcClient, RpcConfig, RpcError, RpcServer};
+pub use rpc::{Handler, Region, RpcClient, RpcConfig, RpcError, RpcServer};
 pub use transport::{InternodeStream, InternodeTls};
 #[cfg(feature = "verbs")]
 pub use verbs_dataplane::{VerbsConfig, VerbsDataPlane, VerbsDevice, VerbsResponder};

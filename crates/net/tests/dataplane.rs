@@ -652,6 +652,138 @@ async fn a_frame_read_is_answered_with_its_hash_tagged_and_lands_in_place() {
     assert_eq!(dp.pool().stats().in_use, 0);
 }
 
+/// Whether `len` bytes at `offset` of `path` are in the page cache, as the holder probes it: a
+/// read that may not wait for the disk (`RWF_NOWAIT`), of every page.
+fn cached(path: &Path, offset: u64, len: usize) -> bool {
+    let f = std::fs::File::open(path).unwrap();
+    let mut byte = [0u8; 1];
+    (0..len).step_by(4096).chain([len - 1]).all(|at| {
+        let mut bufs = [std::io::IoSliceMut::new(&mut byte)];
+        rustix::io::preadv2(
+            &f,
+            &mut bufs,
+            offset + at as u64,
+            rustix::io::ReadWriteFlags::NOWAIT,
+        ) == Ok(1)
+    })
+}
+
+#[tokio::test]
+async fn a_frame_read_is_sent_from_the_page_cache_or_else_read() {
+    // On a disk-backed file system (the temp dir), where pages can be dropped from the cache.
+    let dir = tempfile::tempdir().unwrap();
+    let local = LocalDrive::open(dir.path().join("d0")).await.unwrap();
+    local.make_volume("b").await.unwrap();
+    let dd = Uuid::new_v4();
+    let data = pattern(3 * BUF, 9);
+    let part = local.root().join("b/k").join(dd.to_string()).join("part.1");
+    std::fs::create_dir_all(part.parent().unwrap()).unwrap();
+    std::fs::write(&part, &data).unwrap();
+    let drives: Vec<Arc<dyn Drive>> = vec![Arc::new(local.clone())];
+    let server = |config: RpcConfig| {
+        let drives = drives.clone();
+        async move {
+            let s = RpcServer::bind(
+                "127.0.0.1:0",
+                identity("server"),
+                config,
+                Arc::new(DriveServer::new(drives)),
+            )
+            .await
+            .unwrap();
+            let addr = s.local_addr().to_string();
+            (s, addr)
+        }
+    };
+    let (srv, addr) = server(rpc_config()).await;
+    let dp = plane(plane_config());
+    let range = |offset: u64, len: usize| ShardRange {
+        bucket: "b",
+        key: "k",
+        data_dir: dd,
+        part: 1,
+        offset,
+        len,
+    };
+    let read = |addr: String, offset: u64, len: usize| {
+        let dp = dp.clone();
+        async move {
+            let mut dst = dp.pool().get().await;
+            dst.set_len(len);
+            // A copy: the pooled buffer goes back to the pool.
+            t(dp.read_frame_into(&addr, 0, &range(offset, len), dst))
+                .await
+                .unwrap()
+                .into_bytes()
+                .to_vec()
+        }
+    };
+
+    // Cached (just written): the chunk is sent from the file, byte exact, into the caller's buffer.
+    assert!(cached(&part, 0, data.len()));
+    for (offset, len) in [(0, BUF), (BUF as u64 + 5, BUF - 5), (17, 32), (100, 33)] {
+        let got = read(addr.clone(), offset, len).await;
+        assert!(
+            got[..] == data[offset as usize..offset as usize + len],
+            "{offset}+{len}"
+        );
+    }
+    let stats = srv.stats();
+    assert_eq!(stats.file_answers, 4);
+    assert_eq!(stats.file_answer_bytes, (BUF + BUF - 5 + 32 + 33) as u64);
+    // Requests the file cannot answer are answered as before: the file is too short.
+    let mut dst = dp.pool().get().await;
+    dst.set_len(100);
+    assert!(matches!(
+        t(dp.read_frame_into(&addr, 0, &range(3 * BUF as u64 - 50, 100), dst)).await,
+        Err(DataPlaneError::Remote { .. })
+    ));
+    assert_eq!(srv.stats().file_answers, 4);
+
+    // Not in the page cache: read (sending it would wait on the disk in the event loop), which
+    // brings it into the cache, so the next read of it is sent from the file again.
+    let f = std::fs::File::open(&part).unwrap();
+    f.sync_all().unwrap();
+    let tail = (2 * BUF) as u64;
+    for _ in 0..50 {
+        rustix::fs::fadvise(
+            &f,
+            tail,
+            std::num::NonZeroU64::new(BUF as u64),
+            rustix::fs::Advice::DontNeed,
+        )
+        .unwrap();
+        if !cached(&part, tail, BUF) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!cached(&part, tail, BUF), "the kernel kept the pages");
+    let got = read(addr.clone(), tail, BUF).await;
+    assert!(got[..] == data[2 * BUF..], "bytes read");
+    assert_eq!(
+        srv.stats().file_answers,
+        4,
+        "sent from a file not in the cache"
+    );
+    assert!(cached(&part, tail, BUF));
+    let got = read(addr.clone(), tail, BUF).await;
+    assert!(got[..] == data[2 * BUF..]);
+    assert_eq!(srv.stats().file_answers, 5);
+
+    // Off in the configuration: read, byte exact.
+    let (srv2, addr2) = server(RpcConfig {
+        sendfile: false,
+        ..rpc_config()
+    })
+    .await;
+    let got = read(addr2, 0, BUF).await;
+    assert!(got[..] == data[..BUF]);
+    assert_eq!(srv2.stats().file_answers, 0);
+    assert_eq!(dp.stats().errors, 1, "only the read past the end failed");
+    assert_eq!(dp.pool().stats().in_use, 0);
+}
+
 #[tokio::test]
 async fn wrong_secret_and_forged_requests_are_refused_by_the_server() {
     let node = Node::new(1000).await;

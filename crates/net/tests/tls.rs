@@ -154,6 +154,21 @@ async fn control_rpc_and_data_plane_run_over_mutual_tls() {
         .unwrap()
         .into_bytes();
     assert!(got[..] == n.data[3..3 + 2 * BUF + 1], "bytes differ");
+    // A frame read: through the TLS stream, never `sendfile` beside it (the bytes would leave
+    // unencrypted).
+    let mut dst = dp.pool().get().await;
+    dst.set_len(1000);
+    let frame = ShardRange {
+        offset: 7,
+        len: 1000,
+        ..range
+    };
+    let got = t(dp.read_frame_into(&n.addr, 0, &frame, dst))
+        .await
+        .unwrap()
+        .into_bytes();
+    assert!(got[..] == n.data[7..1007], "frame bytes differ");
+    assert_eq!(n.server.stats().file_answers, 0);
     // Data plane, PUT direction: appends land on the drive.
     let (tmp, dd) = (Uuid::new_v4(), Uuid::new_v4());
     let body: Vec<u8> = (0..2 * BUF + 9).map(|i| (i % 253) as u8).collect();

@@ -23,7 +23,7 @@ use quarry_disk::{Drive, DriveError, FormatV1, LocalDrive};
 use quarry_net::auth::{AuthError, RejectReason};
 use quarry_net::codec::{self, CodecError};
 use quarry_net::methods::Service;
-use quarry_net::{DriveServer, Handler, RemoteDrive, RpcClient, RpcError};
+use quarry_net::{DriveServer, Handler, Region, RemoteDrive, RpcClient, RpcError};
 use tracing::{info, warn};
 use uuid::Uuid;
 
@@ -103,6 +103,17 @@ impl Handler for NodeService {
                 fingerprint: self.fingerprint,
             })),
             None => Err(RpcError::unknown_method(method)),
+        }
+    }
+
+    async fn handle_region(
+        &self,
+        method: u16,
+        payload: Bytes,
+    ) -> std::result::Result<Option<Region>, RpcError> {
+        match Service::of(method) {
+            Some(Service::Drive) => self.drives.handle_region(method, payload).await,
+            _ => Ok(None),
         }
     }
 }
@@ -490,6 +501,68 @@ mod tests {
                 supported: NODE_INFO_VERSION
             })
         );
+    }
+
+    /// A frame read of a local shard is answered from its file (`sendfile`) through the node's
+    /// service, not only through a bare `DriveServer`: a service that does not pass
+    /// `handle_region` on answers every frame read from memory.
+    #[tokio::test]
+    async fn frame_reads_reach_the_drive_server_as_file_answers() {
+        use quarry_net::drive_proto::{encode_request, Request};
+        let dir = tempfile::tempdir().unwrap();
+        let local = LocalDrive::open(dir.path().join("d1")).await.unwrap();
+        local.make_volume("b").await.unwrap();
+        let dd = Uuid::new_v4();
+        let shard = local.root().join("b/k").join(dd.to_string());
+        std::fs::create_dir_all(&shard).unwrap();
+        std::fs::write(shard.join("part.1"), vec![7u8; 4096]).unwrap();
+        let topology =
+            Topology::from_args(&["http://n{1...2}:9000/srv/d{1...2}".to_owned()], None).unwrap();
+        let service = NodeService::new(
+            Arc::new(DriveServer::new(vec![Arc::new(local) as Arc<dyn Drive>])),
+            Arc::new(LockServer::new(crate::dsync::DEFAULT_MAX_ENTRIES)),
+            &topology,
+            0,
+        );
+        let read = |len| {
+            encode_request(
+                0,
+                &Request::ReadShardData {
+                    bucket: "b".into(),
+                    key: "k".into(),
+                    data_dir: dd,
+                    part: 1,
+                    offset: 0,
+                    len,
+                },
+            )
+        };
+        let (method, payload) = read(4096);
+        let region = service
+            .handle_region(method, payload)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            (region.head.len(), region.offset, region.len),
+            (32, 32, 4064)
+        );
+        // Not a frame (shorter than its hash): left to `handle`, which refuses it.
+        let (method, payload) = read(31);
+        assert!(service
+            .handle_region(method, payload)
+            .await
+            .unwrap()
+            .is_none());
+        // Lock calls are never file answers.
+        let lock_method = (0..=u16::MAX)
+            .find(|m| Service::of(*m) == Some(Service::Lock))
+            .unwrap();
+        assert!(service
+            .handle_region(lock_method, Bytes::new())
+            .await
+            .unwrap()
+            .is_none());
     }
 
     #[test]

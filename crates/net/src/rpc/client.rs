@@ -407,7 +407,7 @@ async fn connect(addr: &str, client: &Shared) -> Result<Conn, RpcError> {
     let (tx, rx) = mpsc::channel(256);
     let w_shared = shared.clone();
     let writer = tokio::spawn(async move {
-        if let Err(e) = write_loop(wr, sealer, bulk, rx).await {
+        if let Err(e) = write_loop(wr, sealer, bulk, rx, None).await {
             w_shared.close(format!("write failed: {e}"));
         }
     });

@@ -14,17 +14,23 @@
 //! buffer before calling the handler. The handler sees neither: it gets a payload and returns
 //! bytes as always. [`RpcClient`] never uses them; the data plane ([`crate::dataplane`]) does, on
 //! its own connections to the same server.
+//!
+//! A frame read ([`wire::FLAG_BULK_FRAME`]) on a plain TCP connection may be answered from a file
+//! instead ([`Handler::handle_region`]): the writer sends the frame's hash from memory and the
+//! chunk with `sendfile`, from the page cache to the socket without copying it through this
+//! process. The bytes on the wire are the same; the tag covers the hash only either way.
 
 mod client;
 mod preauth;
 mod server;
 
+use std::fs::File;
 use std::future::Future;
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
 pub use client::{ClientStats, PeerStatus, RpcClient};
 pub use preauth::{LogThrottle, PreAuth, PreAuthSlot};
@@ -92,6 +98,9 @@ pub struct RpcConfig {
     /// Internode mutual TLS ([`crate::transport`]): with it, a client connects only over TLS and
     /// a server accepts only TLS connections carrying a certificate of the cluster's CA.
     pub tls: Option<InternodeTls>,
+    /// A server answers frame reads on plain TCP connections from files with `sendfile` when its
+    /// handler can ([`Handler::handle_region`]). Off: every answer is read into memory first.
+    pub sendfile: bool,
 }
 
 impl Default for RpcConfig {
@@ -112,6 +121,7 @@ impl Default for RpcConfig {
             bulk_buffers: 64,
             bulk_buf_size: quarry_buf::DEFAULT_BUF_SIZE,
             tls: None,
+            sendfile: true,
         }
     }
 }
@@ -192,6 +202,30 @@ pub trait Handler: Send + Sync + 'static {
         method: u16,
         payload: Bytes,
     ) -> impl Future<Output = Result<Bytes, RpcError>> + Send;
+
+    /// Answers a frame read (a request flagged [`wire::FLAG_BULK_FRAME`], on a connection that
+    /// can send files) with the frame left in a file: [`Region::head`] must be the frame's hash.
+    /// `Ok(None)`: answer it with [`Handler::handle`] instead. The default always says so.
+    fn handle_region(
+        &self,
+        method: u16,
+        payload: Bytes,
+    ) -> impl Future<Output = Result<Option<Region>, RpcError>> + Send {
+        let _ = (method, payload);
+        async { Ok(None) }
+    }
+}
+
+/// A frame answer left in a file ([`Handler::handle_region`]): `head` (the frame's hash) from
+/// memory, then `len` bytes at `offset` of `file`, sent with `sendfile`.
+#[derive(Debug)]
+pub struct Region {
+    pub head: Bytes,
+    pub file: File,
+    pub offset: u64,
+    pub len: usize,
+    /// Held until the region is sent (e.g. a bound on the files open for sending).
+    pub permit: Option<OwnedSemaphorePermit>,
 }
 
 /// Why reading a connection stopped.
@@ -248,22 +282,90 @@ pub(crate) enum Outgoing {
         payload: Bytes,
         frame: bool,
     },
+    /// A frame answer from a file: the response header frame, then the bulk frame with the
+    /// region's head and its bytes sent with `sendfile` (only on a writer given the socket).
+    Region {
+        head: Frame,
+        region: Region,
+    },
+}
+
+/// The socket of a plain TCP connection, for `sendfile` beside the writer's stream: a second
+/// descriptor of the same socket, registered with the runtime on its own.
+pub(crate) type SendfileSocket = tokio::net::TcpStream;
+
+/// A descriptor of `stream`'s socket for [`write_loop`]'s `sendfile`; `None` under TLS (the
+/// bytes must go through the TLS stream) or when it cannot be had (then regions are not used).
+pub(crate) fn sendfile_socket(
+    stream: &crate::transport::InternodeStream,
+) -> Option<SendfileSocket> {
+    use std::os::fd::AsFd;
+    let crate::transport::InternodeStream::Tcp(tcp) = stream else {
+        return None;
+    };
+    let fd = tcp.as_fd().try_clone_to_owned().ok()?;
+    // Already non-blocking: the descriptors share the socket's flags.
+    tokio::net::TcpStream::from_std(std::net::TcpStream::from(fd)).ok()
+}
+
+/// At most this much per `sendfile` call.
+const SENDFILE_MAX: usize = 1 << 20;
+
+/// Sends `len` bytes at `offset` of `file` to `socket` with `sendfile`, waiting for the socket to
+/// take them. The file must be at least that long: what was announced cannot be taken back, so
+/// a file that ends early is an error (the connection is then closed).
+async fn send_file(
+    socket: &SendfileSocket,
+    file: &File,
+    mut offset: u64,
+    len: usize,
+) -> std::io::Result<()> {
+    let end = offset + len as u64;
+    while offset < end {
+        let want = usize::try_from(end - offset).map_or(SENDFILE_MAX, |n| n.min(SENDFILE_MAX));
+        socket.writable().await?;
+        let sent = socket.try_io(tokio::io::Interest::WRITABLE, || {
+            rustix::fs::sendfile(socket, file, Some(&mut offset), want)
+                .map_err(std::io::Error::from)
+        });
+        match sent {
+            Ok(0) => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "a file answer's file ended {} bytes before the region it announced",
+                        end - offset
+                    ),
+                ))
+            }
+            Ok(_) => {}
+            // Not writable after all: readiness cleared, wait again.
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
 }
 
 /// Seals and writes frames from `rx` until it closes or a write fails, batching whatever is queued
 /// into one flush. Bulk payloads are written from their own buffer (a write larger than the
 /// `BufWriter` goes straight to the socket), never copied into a frame.
+///
+/// `socket` is the connection's socket when it is plain TCP ([`sendfile_socket`]): file regions
+/// are sent to it with `sendfile`, after the buffered bytes before them are flushed.
 async fn write_loop<W: AsyncWrite + Unpin>(
     w: W,
     mut sealer: Sealer,
     mut bulk: BulkSender,
     mut rx: mpsc::Receiver<Outgoing>,
+    socket: Option<SendfileSocket>,
 ) -> std::io::Result<()> {
     let mut w = BufWriter::with_capacity(64 << 10, w);
+    let socket = socket.as_ref();
     while let Some(out) = rx.recv().await {
-        write_out(&mut w, &mut sealer, &mut bulk, &out).await?;
+        write_out(&mut w, &mut sealer, &mut bulk, &out, socket).await?;
         while let Ok(out) = rx.try_recv() {
-            write_out(&mut w, &mut sealer, &mut bulk, &out).await?;
+            write_out(&mut w, &mut sealer, &mut bulk, &out, socket).await?;
         }
         w.flush().await?;
     }
@@ -275,8 +377,32 @@ async fn write_out<W: AsyncWrite + Unpin>(
     sealer: &mut Sealer,
     bulk: &mut BulkSender,
     out: &Outgoing,
+    socket: Option<&SendfileSocket>,
 ) -> std::io::Result<()> {
     match out {
+        Outgoing::Region { head, region } => {
+            let Some(socket) = socket else {
+                return Err(std::io::Error::other(
+                    "a file answer on a connection that cannot send files",
+                ));
+            };
+            let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
+            let hash = region.head[..].try_into().map_err(|_| {
+                invalid(format!(
+                    "a file answer's head of {} bytes is not a frame's hash",
+                    region.head.len()
+                ))
+            })?;
+            let (header, tag) = bulk
+                .seal_frame(head.request_id, hash, region.head.len() + region.len)
+                .map_err(|e| invalid(e.to_string()))?;
+            write_sealed(w, sealer, head).await?;
+            w.write_all(&header).await?;
+            w.write_all(&region.head).await?;
+            w.flush().await?;
+            send_file(socket, &region.file, region.offset, region.len).await?;
+            w.write_all(&tag).await
+        }
         Outgoing::Frame(frame) => write_sealed(w, sealer, frame).await,
         Outgoing::Bulk {
             head,

@@ -25,7 +25,8 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio::task::{JoinHandle, JoinSet};
 
 use super::{
-    codes, read_frame, write_loop, Handler, LogThrottle, Outgoing, PreAuth, RpcConfig, RpcError,
+    codes, read_frame, write_loop, Handler, LogThrottle, Outgoing, PreAuth, Region, RpcConfig,
+    RpcError,
 };
 use crate::auth::{self, Identity, Session};
 use crate::transport::{self, InternodeStream};
@@ -46,6 +47,10 @@ pub struct ServerStats {
     /// Connections closed because of an invalid frame.
     pub protocol_errors: u64,
     pub requests: u64,
+    /// Frame reads answered from a file with `sendfile` ([`Handler::handle_region`]), and the
+    /// bytes so answered.
+    pub file_answers: u64,
+    pub file_answer_bytes: u64,
 }
 
 #[derive(Default)]
@@ -56,6 +61,8 @@ struct Counters {
     handshakes_cut: AtomicU64,
     protocol_errors: AtomicU64,
     requests: AtomicU64,
+    file_answers: AtomicU64,
+    file_answer_bytes: AtomicU64,
 }
 
 /// A running control-RPC server. Dropping it (or [`RpcServer::shutdown`]) stops accepting and closes
@@ -154,6 +161,8 @@ impl RpcServer {
             handshakes_cut: c.handshakes_cut.load(Ordering::Relaxed),
             protocol_errors: c.protocol_errors.load(Ordering::Relaxed),
             requests: c.requests.load(Ordering::Relaxed),
+            file_answers: c.file_answers.load(Ordering::Relaxed),
+            file_answer_bytes: c.file_answer_bytes.load(Ordering::Relaxed),
         }
     }
 }
@@ -327,12 +336,18 @@ async fn serve<H: Handler>(
     let mut bulk_rx = session.bulk_receiver();
     let max_body = config.bulk_buf_size.max(config.max_frame as usize);
     let mut opener = session.opener(config.max_frame);
+    let socket = if config.sendfile {
+        super::sendfile_socket(&stream)
+    } else {
+        None
+    };
+    let regions = socket.is_some();
     let (mut rd, wr) = tokio::io::split(stream);
     let (tx, rx) = mpsc::channel::<Outgoing>(256);
     // Handlers and the writer live in this set: they end with the connection.
     let mut tasks = JoinSet::new();
     tasks.spawn(async move {
-        let _ = write_loop(wr, sealer, bulk, rx).await;
+        let _ = write_loop(wr, sealer, bulk, rx, socket).await;
     });
     let in_flight = Arc::new(Semaphore::new(config.max_in_flight_per_connection.max(1)));
     let max_frame = config.max_frame;
@@ -389,6 +404,7 @@ async fn serve<H: Handler>(
                 let tx = tx.clone();
                 let bulk =
                     (frame.flags & FLAG_BULK != 0).then_some(frame.flags & FLAG_BULK_FRAME != 0);
+                let counters = ctx.counters.clone();
                 tasks.spawn(async move {
                     let reply = answer(
                         &*handler,
@@ -397,8 +413,15 @@ async fn serve<H: Handler>(
                         frame.payload,
                         max_frame,
                         bulk,
+                        regions,
                     )
                     .await;
+                    if let Outgoing::Region { region, .. } = &reply {
+                        counters.file_answers.fetch_add(1, Ordering::Relaxed);
+                        counters
+                            .file_answer_bytes
+                            .fetch_add((region.head.len() + region.len) as u64, Ordering::Relaxed);
+                    }
                     let _ = tx.send(reply).await;
                     drop(permit);
                 });
@@ -427,8 +450,9 @@ async fn serve<H: Handler>(
 /// Runs the handler on one request. A request flagged [`FLAG_BULK`] (`bulk` is `Some`) is answered,
 /// on success, with a response header (flag set, payload: the answer's length) and the answer as a
 /// bulk frame, so the client can read it straight into a pooled buffer; a frame answer (tag over
-/// the frame's hash only) when it is also flagged [`FLAG_BULK_FRAME`] (`Some(true)`). Failures are
-/// error frames either way.
+/// the frame's hash only) when it is also flagged [`FLAG_BULK_FRAME`] (`Some(true)`), from a file
+/// when `regions` (the connection can send files) and the handler has one
+/// ([`Handler::handle_region`]). Failures are error frames either way.
 async fn answer<H: Handler>(
     handler: &H,
     id: u64,
@@ -436,13 +460,32 @@ async fn answer<H: Handler>(
     payload: Bytes,
     max_frame: u32,
     bulk: Option<bool>,
+    regions: bool,
 ) -> Outgoing {
     let frame_answer = bulk == Some(true);
     let bulk = bulk.is_some();
-    // A panicking handler must not leave its caller waiting for the timeout.
-    let result = AssertUnwindSafe(handler.handle(method, payload))
-        .catch_unwind()
-        .await;
+    let result = if frame_answer && regions {
+        // A panicking handler must not leave its caller waiting for the timeout.
+        match AssertUnwindSafe(handler.handle_region(method, payload.clone()))
+            .catch_unwind()
+            .await
+        {
+            Ok(Ok(Some(region))) => return region_answer(id, method, region),
+            Ok(Ok(None)) => None,
+            Ok(Err(e)) => Some(Ok(Err(e))),
+            Err(panic) => Some(Err(panic)),
+        }
+    } else {
+        None
+    };
+    let result = match result {
+        Some(r) => r,
+        None => {
+            AssertUnwindSafe(handler.handle(method, payload))
+                .catch_unwind()
+                .await
+        }
+    };
     let frame = match result {
         Ok(Ok(body)) if frame_answer && body.len() < crate::data::FRAME_HASH_LEN => Frame::error(
             id,
@@ -505,4 +548,29 @@ async fn answer<H: Handler>(
         }
     };
     Outgoing::Frame(frame)
+}
+
+/// The answer of a frame read from `region`: its head must be exactly the frame's hash, which
+/// the tag covers, and the whole must fit a bulk frame.
+fn region_answer(id: u64, method: u16, region: Region) -> Outgoing {
+    let len = region.head.len() as u64 + region.len as u64;
+    if region.head.len() != crate::data::FRAME_HASH_LEN || len > u32::MAX as u64 {
+        return Outgoing::Frame(Frame::error(
+            id,
+            method,
+            codes::INTERNAL,
+            &format!(
+                "a file answer of {len} bytes with a head of {} bytes is not a frame",
+                region.head.len()
+            ),
+        ));
+    }
+    let head = Frame {
+        kind: FrameKind::Response,
+        flags: FLAG_BULK | FLAG_BULK_FRAME,
+        request_id: id,
+        method,
+        payload: wire::encode_bulk_len(len),
+    };
+    Outgoing::Region { head, region }
 }
