@@ -222,6 +222,21 @@ async fn ops_health_admin_info_and_metrics_as_nodes_go_down() {
         moved > (1 << 20) as f64,
         "data-plane bytes in /metrics: {moved}"
     );
+    // The GET's remote shards were sent by their holders from the page cache (the object was
+    // just written), not read into a buffer first.
+    let mut sent = 0.0;
+    for i in 0..4 {
+        sent += metric(
+            &s.node_endpoint(i),
+            "quarry_dataplane_holder_sendfile_bytes_total",
+            &[("backend", "tcp")],
+        )
+        .await;
+    }
+    assert!(
+        sent > (256 << 10) as f64,
+        "bytes sent with sendfile: {sent}"
+    );
     let text = admin_text(&s, &e0, "info").await;
     assert!(text.contains("Nodes:       4 of 4 online"), "{text}");
     assert!(

@@ -2,6 +2,27 @@
 //! moved (in total and per peer) through pooled buffers. The data planes (`quarry-net`) count them;
 //! the object layer passes them on and the front end renders them, neither knowing the network.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Peers' frame reads this process's holder side answered from the page cache with `sendfile`
+/// (TCP data plane), and their bytes: process-wide, as the front end renders them.
+static SENDFILE_ANSWERS: AtomicU64 = AtomicU64::new(0);
+static SENDFILE_BYTES: AtomicU64 = AtomicU64::new(0);
+
+/// Counts one frame read answered with `sendfile`, of `bytes` bytes.
+pub fn note_sendfile_answer(bytes: u64) {
+    SENDFILE_ANSWERS.fetch_add(1, Ordering::Relaxed);
+    SENDFILE_BYTES.fetch_add(bytes, Ordering::Relaxed);
+}
+
+/// Frame reads answered with `sendfile` so far, and their bytes.
+pub fn sendfile_answers() -> (u64, u64) {
+    (
+        SENDFILE_ANSWERS.load(Ordering::Relaxed),
+        SENDFILE_BYTES.load(Ordering::Relaxed),
+    )
+}
+
 /// Counters of one data-plane backend.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DataPlaneStats {

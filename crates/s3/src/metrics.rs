@@ -823,6 +823,29 @@ fn render_pools(out: &mut String, layer: &LayerStats) {
             }
         }
     }
+    if !layer.data_planes.is_empty() {
+        let (answers, bytes) = quarry_buf::figures::sendfile_answers();
+        header(
+            out,
+            "quarry_dataplane_holder_sendfile_total",
+            "counter",
+            "Peers' GET frame reads this node's holder side answered from the page cache with sendfile (TCP data plane without TLS; the others are read into a buffer first).",
+        );
+        let _ = writeln!(
+            out,
+            "quarry_dataplane_holder_sendfile_total{{backend=\"tcp\"}} {answers}"
+        );
+        header(
+            out,
+            "quarry_dataplane_holder_sendfile_bytes_total",
+            "counter",
+            "Bytes of the frame reads answered with sendfile.",
+        );
+        let _ = writeln!(
+            out,
+            "quarry_dataplane_holder_sendfile_bytes_total{{backend=\"tcp\"}} {bytes}"
+        );
+    }
     if let Some(h) = &layer.holder {
         header(
             out,

@@ -417,10 +417,12 @@ async fn serve<H: Handler>(
                     )
                     .await;
                     if let Outgoing::Region { region, .. } = &reply {
+                        let bytes = (region.head.len() + region.len) as u64;
                         counters.file_answers.fetch_add(1, Ordering::Relaxed);
                         counters
                             .file_answer_bytes
-                            .fetch_add((region.head.len() + region.len) as u64, Ordering::Relaxed);
+                            .fetch_add(bytes, Ordering::Relaxed);
+                        quarry_buf::figures::note_sendfile_answer(bytes);
                     }
                     let _ = tx.send(reply).await;
                     drop(permit);
