@@ -130,11 +130,11 @@ pub trait ShardWriter: Send {
     async fn finish(self: Box<Self>) -> Result<()>;
 }
 
-/// A range of a shard, open for sending ([`Drive::shard_region`]): `head` holds its first bytes,
-/// `len` bytes at `offset` of `file` the rest.
+/// A bitrot frame of a shard, open for sending ([`Drive::frame_region`]): its hash, read, and its
+/// chunk, `len` bytes at `offset` of `file`.
 #[derive(Debug)]
-pub struct ShardRegion {
-    pub head: Bytes,
+pub struct FrameRegion {
+    pub hash: [u8; crate::FRAME_HASH_LEN],
     pub file: std::fs::File,
     pub offset: u64,
     pub len: usize,
@@ -255,14 +255,14 @@ pub trait Drive: Send + Sync + fmt::Debug + 'static {
             .await
     }
 
-    /// `len` bytes at `offset` of a shard, for a holder to send from the page cache without
-    /// copying them (`sendfile`): the first `head` bytes read, the rest left in the open file.
-    /// `Ok(None)` when the drive cannot: its shards are not local files, or the range is not in
-    /// the page cache (sending it would wait on the disk in the sender's event loop); the caller
-    /// then reads the range. Nothing is checked against the frame's hash here, as with
-    /// [`Drive::read_frame_into`]: the reader does that. The default cannot.
-    #[allow(clippy::too_many_arguments)]
-    async fn shard_region(
+    /// The bitrot frame of `len` bytes at `offset` of a shard (as [`Drive::read_frame_into`]
+    /// reads it), for a holder to send from the page cache without copying it (`sendfile`): its
+    /// hash read, its chunk left in the open file. `Ok(None)` when the drive cannot: its shards
+    /// are not local files, the range is shorter than a hash, or its chunk is not in the page
+    /// cache (sending it would wait on the disk in the sender's event loop); the caller then reads
+    /// the frame. Nothing is checked against the hash here: the reader does that. The default
+    /// cannot.
+    async fn frame_region(
         &self,
         bucket: &str,
         key: &str,
@@ -270,9 +270,8 @@ pub trait Drive: Send + Sync + fmt::Debug + 'static {
         part: u32,
         offset: u64,
         len: usize,
-        head: usize,
-    ) -> Result<Option<ShardRegion>> {
-        let _ = (bucket, key, data_dir, part, offset, len, head);
+    ) -> Result<Option<FrameRegion>> {
+        let _ = (bucket, key, data_dir, part, offset, len);
         Ok(None)
     }
 

@@ -34,7 +34,7 @@ pub mod multipart;
 pub mod path;
 
 pub use drive::{
-    DiskInfo, Drive, DriveError, ShardRegion, ShardWriter, VolInfo, WalkEntry, WalkOptions,
+    DiskInfo, Drive, DriveError, FrameRegion, ShardWriter, VolInfo, WalkEntry, WalkOptions,
 };
 
 /// The bitrot hash (blake3-256) in front of each chunk of a shard file: a frame is

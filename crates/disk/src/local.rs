@@ -31,7 +31,7 @@ use tracing::{debug, warn};
 use uuid::Uuid;
 
 use crate::drive::{
-    DiskInfo, Drive, DriveError, Result, ShardRegion, ShardWriter, VolInfo, WalkEntry, WalkOptions,
+    DiskInfo, Drive, DriveError, FrameRegion, Result, ShardWriter, VolInfo, WalkEntry, WalkOptions,
 };
 use crate::format::FormatV1;
 use crate::journal::{version_name, MetaJournal};
@@ -405,6 +405,21 @@ impl LocalDrive {
         read_exact_at(&file, buf, offset)
     }
 
+    /// The bucket's directory and the path of `<bucket>/<key>/<data_dir>/part.<part>`.
+    fn part_path(
+        &self,
+        bucket: &str,
+        key: &str,
+        data_dir: Uuid,
+        part: u32,
+    ) -> Result<(PathBuf, PathBuf)> {
+        let (bucket_dir, obj_dir) = self.object_dir(bucket, key)?;
+        let path = obj_dir
+            .join(data_dir.to_string())
+            .join(part_file_name(part));
+        Ok((bucket_dir, path))
+    }
+
     /// Opens a part file and checks that it holds `len` bytes at `offset`.
     fn open_shard_range(
         &self,
@@ -415,10 +430,7 @@ impl LocalDrive {
         offset: u64,
         len: usize,
     ) -> Result<File> {
-        let (bucket_dir, obj_dir) = self.object_dir(bucket, key)?;
-        let path = obj_dir
-            .join(data_dir.to_string())
-            .join(part_file_name(part));
+        let (bucket_dir, path) = self.part_path(bucket, key, data_dir, part)?;
         let file = match File::open(&path) {
             Ok(f) => f,
             Err(e) if is_not_found(&e) => return Err(not_found(&bucket_dir)),
@@ -435,8 +447,7 @@ impl LocalDrive {
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn shard_region_sync(
+    fn frame_region_sync(
         &self,
         bucket: &str,
         key: &str,
@@ -444,22 +455,22 @@ impl LocalDrive {
         part: u32,
         offset: u64,
         len: usize,
-        head: usize,
-    ) -> Result<Option<ShardRegion>> {
-        let head = head.min(len);
+    ) -> Result<Option<FrameRegion>> {
+        let Some(chunk_len) = len.checked_sub(crate::FRAME_HASH_LEN) else {
+            return Ok(None);
+        };
         let file = self.open_shard_range(bucket, key, data_dir, part, offset, len)?;
-        let mut head_bytes = vec![0; head];
-        read_exact_at(&file, &mut head_bytes, offset)?;
-        let rest = offset + head as u64;
-        let rest_len = len - head;
-        if !in_page_cache(&file, rest, rest_len) {
+        let mut hash = [0; crate::FRAME_HASH_LEN];
+        read_exact_at(&file, &mut hash, offset)?;
+        let chunk = offset + crate::FRAME_HASH_LEN as u64;
+        if !in_page_cache(&file, chunk, chunk_len) {
             return Ok(None);
         }
-        Ok(Some(ShardRegion {
-            head: Bytes::from(head_bytes),
+        Ok(Some(FrameRegion {
+            hash,
             file,
-            offset: rest,
-            len: rest_len,
+            offset: chunk,
+            len: chunk_len,
         }))
     }
 
@@ -745,7 +756,7 @@ impl Drive for LocalDrive {
         .await
     }
 
-    async fn shard_region(
+    async fn frame_region(
         &self,
         bucket: &str,
         key: &str,
@@ -753,20 +764,15 @@ impl Drive for LocalDrive {
         part: u32,
         offset: u64,
         len: usize,
-        head: usize,
-    ) -> Result<Option<ShardRegion>> {
+    ) -> Result<Option<FrameRegion>> {
         let (this, bucket, key) = (self.clone(), bucket.to_owned(), key.to_owned());
-        blocking(move || this.shard_region_sync(&bucket, &key, data_dir, part, offset, len, head))
-            .await
+        blocking(move || this.frame_region_sync(&bucket, &key, data_dir, part, offset, len)).await
     }
 
     async fn stat_shard(&self, bucket: &str, key: &str, data_dir: Uuid, part: u32) -> Result<u64> {
         let (this, bucket, key) = (self.clone(), bucket.to_owned(), key.to_owned());
         blocking(move || {
-            let (bucket_dir, obj_dir) = this.object_dir(&bucket, &key)?;
-            let path = obj_dir
-                .join(data_dir.to_string())
-                .join(part_file_name(part));
+            let (bucket_dir, path) = this.part_path(&bucket, &key, data_dir, part)?;
             match fs::metadata(&path) {
                 Ok(m) => Ok(m.len()),
                 Err(e) if is_not_found(&e) => Err(not_found(&bucket_dir)),

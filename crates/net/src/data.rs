@@ -194,21 +194,19 @@ impl BulkSender {
         Ok((header.encode(), *t.as_bytes()))
     }
 
-    /// [`BulkSender::seal_as`] of a frame answer of `len` bytes, given only its hash (the bytes
-    /// the tag covers): for a sender that does not hold the chunk in memory.
+    /// [`BulkSender::seal_as`] of a frame answer given only its hash (the bytes the tag covers)
+    /// and its chunk's length: for a sender that does not hold the chunk in memory.
     pub fn seal_frame(
         &mut self,
         transfer_id: u64,
         hash: &[u8; FRAME_HASH_LEN],
-        len: usize,
+        chunk_len: usize,
     ) -> Result<([u8; BULK_HEADER_LEN], [u8; BULK_TAG_LEN]), DataError> {
+        let len = FRAME_HASH_LEN.saturating_add(chunk_len);
         let wire_len = u32::try_from(len).map_err(|_| DataError::TooLarge {
             len,
             capacity: u32::MAX as usize,
         })?;
-        if len < FRAME_HASH_LEN {
-            return Err(DataError::FrameTooShort { len });
-        }
         let header = BulkHeader {
             transfer_id,
             len: wire_len,

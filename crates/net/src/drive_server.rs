@@ -381,7 +381,7 @@ impl DriveServer {
     }
 
     /// A data-plane frame read answered from the drive's file, if it can be
-    /// ([`Drive::shard_region`]): the frame's hash read, its chunk sent by the RPC server with
+    /// ([`Drive::frame_region`]): the frame's hash read, its chunk sent by the RPC server with
     /// `sendfile`. The read counts against `max_data_reads` until the chunk is sent.
     async fn read_region(&self, method: u16, payload: Bytes) -> Result<Option<Region>, RpcError> {
         if Method::from_u16(method).is_none() {
@@ -394,26 +394,15 @@ impl DriveServer {
             return Ok(None);
         };
         let r = self.data_read(drive, req)?;
-        if r.len < crate::data::FRAME_HASH_LEN {
-            // Not a frame: refused by the server as any frame answer that short.
-            return Ok(None);
-        }
         let permit = self.data_read_permit().await?;
         let region = r
             .drive
-            .shard_region(
-                &r.bucket,
-                &r.key,
-                r.data_dir,
-                r.part,
-                r.offset,
-                r.len,
-                crate::data::FRAME_HASH_LEN,
-            )
+            .frame_region(&r.bucket, &r.key, r.data_dir, r.part, r.offset, r.len)
             .await
             .map_err(|e| drive_error(&e))?;
+        // None for a range shorter than a hash too: `handle` refuses it.
         Ok(region.map(|r| Region {
-            head: r.head,
+            hash: r.hash,
             file: r.file,
             offset: r.offset,
             len: r.len,

@@ -544,7 +544,7 @@ mod tests {
             .unwrap()
             .unwrap();
         assert_eq!(
-            (region.head.len(), region.offset, region.len),
+            (region.hash.len(), region.offset, region.len),
             (32, 32, 4064)
         );
         // Not a frame (shorter than its hash): left to `handle`, which refuses it.

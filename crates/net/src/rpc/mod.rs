@@ -204,7 +204,7 @@ pub trait Handler: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Bytes, RpcError>> + Send;
 
     /// Answers a frame read (a request flagged [`wire::FLAG_BULK_FRAME`], on a connection that
-    /// can send files) with the frame left in a file: [`Region::head`] must be the frame's hash.
+    /// can send files) with the frame left in a file.
     /// `Ok(None)`: answer it with [`Handler::handle`] instead. The default always says so.
     fn handle_region(
         &self,
@@ -216,11 +216,11 @@ pub trait Handler: Send + Sync + 'static {
     }
 }
 
-/// A frame answer left in a file ([`Handler::handle_region`]): `head` (the frame's hash) from
-/// memory, then `len` bytes at `offset` of `file`, sent with `sendfile`.
+/// A frame answer left in a file ([`Handler::handle_region`]): the frame's hash from memory, then
+/// its chunk, `len` bytes at `offset` of `file`, sent with `sendfile`.
 #[derive(Debug)]
 pub struct Region {
-    pub head: Bytes,
+    pub hash: [u8; crate::data::FRAME_HASH_LEN],
     pub file: File,
     pub offset: u64,
     pub len: usize,
@@ -283,7 +283,7 @@ pub(crate) enum Outgoing {
         frame: bool,
     },
     /// A frame answer from a file: the response header frame, then the bulk frame with the
-    /// region's head and its bytes sent with `sendfile` (only on a writer given the socket).
+    /// region's hash and its chunk sent with `sendfile` (only on a writer given the socket).
     Region {
         head: Frame,
         region: Region,
@@ -386,19 +386,12 @@ async fn write_out<W: AsyncWrite + Unpin>(
                     "a file answer on a connection that cannot send files",
                 ));
             };
-            let invalid = |e: String| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
-            let hash = region.head[..].try_into().map_err(|_| {
-                invalid(format!(
-                    "a file answer's head of {} bytes is not a frame's hash",
-                    region.head.len()
-                ))
-            })?;
             let (header, tag) = bulk
-                .seal_frame(head.request_id, hash, region.head.len() + region.len)
-                .map_err(|e| invalid(e.to_string()))?;
+                .seal_frame(head.request_id, &region.hash, region.len)
+                .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
             write_sealed(w, sealer, head).await?;
             w.write_all(&header).await?;
-            w.write_all(&region.head).await?;
+            w.write_all(&region.hash).await?;
             w.flush().await?;
             send_file(socket, &region.file, region.offset, region.len).await?;
             w.write_all(&tag).await

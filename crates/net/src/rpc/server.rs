@@ -417,7 +417,7 @@ async fn serve<H: Handler>(
                     )
                     .await;
                     if let Outgoing::Region { region, .. } = &reply {
-                        let bytes = (region.head.len() + region.len) as u64;
+                        let bytes = (region.hash.len() + region.len) as u64;
                         counters.file_answers.fetch_add(1, Ordering::Relaxed);
                         counters
                             .file_answer_bytes
@@ -552,18 +552,17 @@ async fn answer<H: Handler>(
     Outgoing::Frame(frame)
 }
 
-/// The answer of a frame read from `region`: its head must be exactly the frame's hash, which
-/// the tag covers, and the whole must fit a bulk frame.
+/// The answer of a frame read from `region`, which must fit a bulk frame.
 fn region_answer(id: u64, method: u16, region: Region) -> Outgoing {
-    let len = region.head.len() as u64 + region.len as u64;
-    if region.head.len() != crate::data::FRAME_HASH_LEN || len > u32::MAX as u64 {
+    let len = region.hash.len() as u64 + region.len as u64;
+    if len > u32::MAX as u64 {
         return Outgoing::Frame(Frame::error(
             id,
             method,
-            codes::INTERNAL,
+            codes::RESPONSE_TOO_LARGE,
             &format!(
-                "a file answer of {len} bytes with a head of {} bytes is not a frame",
-                region.head.len()
+                "response of {len} bytes exceeds the maximum bulk payload of {} bytes",
+                u32::MAX
             ),
         ));
     }
