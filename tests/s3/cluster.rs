@@ -495,9 +495,10 @@ async fn put_lock_mode(c: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Optio
     head.object_lock_mode.map(|m| m.as_str().to_owned())
 }
 
-/// Writes apply the bucket's versioning and lock configuration from a per-node cache: a change
-/// applies at once to the next write through the node that made it (each node's cache is warm
-/// with the old value first), and within the cache's bound to writes through the other node.
+/// Writes apply the bucket's versioning and lock configuration from a per-node cache, and reads
+/// name null versions by it: a change applies at once to the next request through the node that
+/// made it (each node's cache is warm with the old value first), and within the cache's bound
+/// to requests through the other node.
 #[tokio::test]
 async fn bucket_config_changes_reach_writes_on_every_node_within_the_cache_bound() {
     use aws_sdk_s3::types::{
@@ -509,15 +510,33 @@ async fn bucket_config_changes_reach_writes_on_every_node_within_the_cache_bound
     a.create_bucket().bucket("cfg").send().await.unwrap();
     assert_eq!(put_version(&a, "cfg", "k").await, None);
     assert_eq!(put_version(&b, "cfg", "k").await, None);
+    // Reads name a null version once the bucket is versioned (from the same cache).
+    assert_eq!(put_version(&a, "cfg", "n").await, None);
+    let named = |c: &aws_sdk_s3::Client| {
+        let c = c.clone();
+        async move {
+            let head = c.head_object().bucket("cfg").key("n").send().await;
+            head.unwrap_or_else(|e| panic!("HEAD n: {}", describe(&e)))
+                .version_id
+        }
+    };
+    assert_eq!(named(&a).await, None);
+    assert_eq!(named(&b).await, None);
 
     set_versioning(&a, "cfg", BucketVersioningStatus::Enabled).await;
     assert!(
         put_version(&a, "cfg", "k").await.is_some(),
         "node a, at once"
     );
+    assert_eq!(named(&a).await.as_deref(), Some("null"), "node a, at once");
     tokio::time::sleep(CONFIG_BOUND).await;
     assert!(
         put_version(&b, "cfg", "k").await.is_some(),
+        "node b, within the bound"
+    );
+    assert_eq!(
+        named(&b).await.as_deref(),
+        Some("null"),
         "node b, within the bound"
     );
 

@@ -724,6 +724,11 @@ impl ObjectLayer for ErasureServer {
             .map(|_| ())
     }
 
+    async fn get_bucket_versioning_cached(&self, bucket: &str) -> Result<VersioningState> {
+        named_bucket(bucket)?;
+        self.versioning(bucket).await
+    }
+
     async fn get_bucket_versioning(&self, bucket: &str) -> Result<VersioningState> {
         named_bucket(bucket)?;
         versioning_state(

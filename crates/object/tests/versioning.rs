@@ -497,3 +497,25 @@ async fn heal_brings_back_every_version_and_marker() {
     let r = l.heal_object(B, "k").await.unwrap();
     assert!(r.healed.is_empty() && r.failed.is_empty(), "{r:?}");
 }
+
+/// What GET and HEAD read to name a null version: from the node's configuration cache, which
+/// a change made through this node leaves at once.
+#[tokio::test]
+async fn the_cached_versioning_state_follows_this_nodes_changes_at_once() {
+    let (_dir, l, _drives) = server().await;
+    let state = || l.get_bucket_versioning_cached(B);
+    assert_eq!(state().await.unwrap(), VersioningState::Unversioned);
+    assert_eq!(state().await.unwrap(), VersioningState::Unversioned);
+    l.put_bucket_versioning(B, VersioningState::Enabled)
+        .await
+        .unwrap();
+    assert_eq!(state().await.unwrap(), VersioningState::Enabled);
+    l.put_bucket_versioning(B, VersioningState::Suspended)
+        .await
+        .unwrap();
+    assert_eq!(state().await.unwrap(), VersioningState::Suspended);
+    assert!(matches!(
+        l.get_bucket_versioning_cached("no-such-bucket").await,
+        Err(Error::BucketNotFound)
+    ));
+}

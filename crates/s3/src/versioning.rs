@@ -42,7 +42,10 @@ pub async fn version_header(
 ) -> ApiResult<()> {
     let state = match info.version_id {
         VersionId::Id(_) => VersioningState::Enabled,
-        VersionId::Null => ctx.layer().get_bucket_versioning(bucket).await?,
+        // From the node's configuration cache: a quorum read of the bucket's versioning on
+        // every GET and HEAD of an unversioned bucket was most of their internode calls. A
+        // change made through another node shows here within `CONFIG_CACHE_TTL`.
+        VersionId::Null => ctx.layer().get_bucket_versioning_cached(bucket).await?,
     };
     set_version_header(out, info.version_id, state);
     Ok(())

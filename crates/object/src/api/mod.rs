@@ -466,6 +466,13 @@ pub trait ObjectLayer: Send + Sync + 'static {
         Ok(VersioningState::Unversioned)
     }
 
+    /// [`Self::get_bucket_versioning`] for what a read of an object answers (whether it names
+    /// a null version): may answer from the per-node configuration cache, as
+    /// [`Self::get_bucket_config_cached`]. The default reads afresh.
+    async fn get_bucket_versioning_cached(&self, bucket: &str) -> Result<VersioningState> {
+        self.get_bucket_versioning(bucket).await
+    }
+
     /// Sets the bucket's versioning to `Enabled` or `Suspended` (`Unversioned` is refused: a
     /// bucket never returns to it).
     async fn put_bucket_versioning(&self, _bucket: &str, _state: VersioningState) -> Result<()> {
