@@ -500,19 +500,21 @@ impl LocalDrive {
             }
             None => None,
         };
-        // A concurrent delete of another key may prune the (still empty) directories this
-        // commit just created; then create them again.
+        // Until the data dir or the metadata is in the object's directory, that directory and
+        // those it was made in may be empty, and a delete of a neighbouring key prunes empty
+        // directories: before or after they are made (a mkdir or fsync in create_dirs fails),
+        // or before the first entry lands. Then the commit starts again.
         let mut attempt = 0;
         // A data dir of the same name that was already in place (a heal rewriting the shards
         // of the version it repairs), moved aside into tmp.
         let mut replaced: Option<PathBuf> = None;
         let (replaced_version, journal) = loop {
             check_bucket(&bucket_dir)?;
-            create_dirs(&bucket_dir, &rel, &obj_dir)?;
-            let mut journal = read_journal_for_update(&obj_dir);
-            let old = journal.insert(meta.clone());
-            let bytes = journal.to_bytes();
             let r = (|| {
+                create_dirs(&bucket_dir, &rel, &obj_dir)?;
+                let mut journal = read_journal_for_update(&obj_dir);
+                let old = journal.insert(meta.clone());
+                let bytes = journal.to_bytes();
                 if let Some((d, src)) = &data {
                     // The data dir and the metadata are entries of the same directory, and
                     // write_atomic fsyncs that directory after its rename: one fsync covers both.
@@ -533,10 +535,11 @@ impl LocalDrive {
                         Err(e) => return Err(e),
                     }
                 }
-                write_atomic(&obj_dir, META_FILE, &bytes)
+                write_atomic(&obj_dir, META_FILE, &bytes)?;
+                Ok((old, journal))
             })();
             match r {
-                Ok(()) => break (old, journal),
+                Ok(done) => break done,
                 Err(e) if is_not_found(&e) && attempt < 3 && !obj_dir.is_dir() => {
                     debug!(error = %e, attempt, "object directory vanished during commit; retrying");
                     attempt += 1;
@@ -577,7 +580,9 @@ impl LocalDrive {
             Err(e) if is_not_found(&e) => return Err(DriveError::FileNotFound),
             Err(e) => return Err(e.into()),
         }
-        fsync_dir(&obj_dir)?;
+        // A delete of a key below this one may prune the directory as soon as the metadata is
+        // out of it.
+        fsync_dir_or_ancestor(&obj_dir, &bucket_dir)?;
         for d in data_dirs {
             remove_dir_all_logged(&obj_dir.join(d.to_string()));
         }
@@ -1017,8 +1022,22 @@ fn fsync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// Replaces `dir/name` with `bytes` atomically and durably: a temp file in the same directory,
-/// fsync, rename over `name`, fsync the directory.
+/// fsyncs `dir`, or, when a concurrent prune has removed it once this thread's change left it
+/// empty (and perhaps its parents with it), the nearest ancestor still there, up to `top`: the
+/// removals are entries of that directory.
+fn fsync_dir_or_ancestor(dir: &Path, top: &Path) -> io::Result<()> {
+    let mut cur = dir;
+    loop {
+        match fsync_dir(cur) {
+            Err(e) if is_not_found(&e) && cur != top => match cur.parent() {
+                Some(p) if p.starts_with(top) => cur = p,
+                _ => return Err(e),
+            },
+            r => return r,
+        }
+    }
+}
+
 /// Sets the bound, in bytes, of each of the process's two listing caches: large directories'
 /// sorted listings (over it, the least recently used are dropped) and objects' metadata (a full
 /// shard drops what no walk used in the last 30-60 s, else keeps nothing new). 0 keeps nothing.
@@ -1034,6 +1053,8 @@ pub fn list_cache_figures() -> ListCacheFigures {
     f
 }
 
+/// Replaces `dir/name` with `bytes` atomically and durably: a temp file in the same directory,
+/// fsync, rename over `name`, fsync the directory.
 fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
     let tmp = dir.join(format!("{TMP_FILE_PREFIX}{}", Uuid::new_v4()));
     let r = (|| {

@@ -430,6 +430,64 @@ async fn delete_prunes_empty_parents() {
     assert!(d.read_meta("b", "p/q").await.is_ok());
 }
 
+/// Commits of keys whose directories deletes of their neighbours keep pruning: a commit whose
+/// new directories vanish before its metadata is in them creates them again, and none is lost
+/// or leaves a temp file behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn commits_racing_pruning_deletes_lose_nothing() {
+    const ROUNDS: usize = 300;
+    let (_t, d) = drive().await;
+    d.make_volume("b").await.unwrap();
+    let mut tasks = Vec::new();
+    for w in 0..6 {
+        let d = d.clone();
+        tasks.push(tokio::spawn(async move {
+            for round in 0..ROUNDS {
+                let key = format!("s/t/w{w}");
+                if (w + round) % 2 == 0 {
+                    put_data(&d, "b", &key, key.as_bytes()).await;
+                } else {
+                    put_inline(&d, "b", &key).await;
+                }
+                if round < ROUNDS - 1 {
+                    // The last delete of s/t's keys prunes s/t and s, under the others' commits.
+                    d.delete_object("b", &key).await.unwrap();
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.unwrap();
+    }
+    for w in 0..6 {
+        let key = format!("s/t/w{w}");
+        let m = d.read_meta("b", &key).await.unwrap();
+        assert_eq!(m.etag, key);
+        if let Some(dd) = m.data_dir {
+            let data = d.read_shard("b", &key, dd, 1, 0, key.len()).await.unwrap();
+            assert_eq!(&data[..], key.as_bytes());
+        }
+    }
+    let mut expect = vec!["s".to_owned(), "s/t".to_owned()];
+    for w in 0..6 {
+        let m = d.read_meta("b", &format!("s/t/w{w}")).await.unwrap();
+        expect.push(format!("s/t/w{w}"));
+        expect.push(format!("s/t/w{w}/quarry.meta"));
+        if let Some(dd) = m.data_dir {
+            expect.push(format!("s/t/w{w}/{dd}"));
+            expect.push(format!("s/t/w{w}/{dd}/part.1"));
+        }
+    }
+    let expect: Vec<&str> = expect.iter().map(String::as_str).collect();
+    assert_eq!(tree(&d.root().join("b")), paths(&expect));
+    assert_eq!(
+        std::fs::read_dir(d.root().join(".quarry.sys/tmp"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
+
 #[tokio::test]
 async fn folder_marker_keys() {
     let (_t, d) = drive().await;
@@ -651,4 +709,30 @@ async fn large_headers_and_inline_data() {
     // Delete finds the data dir named in the long header.
     d.delete_object("b", "big2").await.unwrap();
     assert!(!d.root().join("b/big2").exists());
+}
+
+/// Deletes of an inline object and of an object below it at once: the lower one's delete prunes
+/// the upper one's directory as soon as its metadata is gone, under the upper delete's own
+/// fsync of it. Both deletes succeed, every round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deletes_of_nested_objects_at_once_both_succeed() {
+    let (_t, d) = drive().await;
+    d.make_volume("b").await.unwrap();
+    for _ in 0..300 {
+        put_inline(&d, "b", "u/v").await;
+        put_inline(&d, "b", "u/v/w").await;
+        let (upper, lower) = tokio::join!(
+            tokio::spawn({
+                let d = d.clone();
+                async move { d.delete_object("b", "u/v").await }
+            }),
+            tokio::spawn({
+                let d = d.clone();
+                async move { d.delete_object("b", "u/v/w").await }
+            }),
+        );
+        upper.unwrap().unwrap();
+        lower.unwrap().unwrap();
+        assert_eq!(tree(&d.root().join("b")), paths(&[]));
+    }
 }

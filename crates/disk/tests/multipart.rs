@@ -240,3 +240,35 @@ async fn unknown_versions_are_refused() {
     // A listing skips it rather than failing.
     assert!(d.list_uploads(Some("b")).await.unwrap().is_empty());
 }
+
+/// Uploads of one key created while others of the same key are removed: the last removal
+/// takes the key's uploads directory with it, under a creation that found it there. None is
+/// lost, and each reads back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn uploads_created_while_others_of_the_key_are_removed_are_kept() {
+    const ROUNDS: usize = 300;
+    let (_t, d) = drive().await;
+    d.make_volume("b").await.unwrap();
+    let mut tasks = Vec::new();
+    for _ in 0..6 {
+        let d = d.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut last = None;
+            for round in 0..ROUNDS {
+                let u = upload("b", "k");
+                d.create_upload(&u).await.unwrap();
+                if round < ROUNDS - 1 {
+                    d.delete_upload("b", "k", &u.upload_id).await.unwrap();
+                } else {
+                    last = Some(u);
+                }
+            }
+            last.unwrap()
+        }));
+    }
+    for t in tasks {
+        let u = t.await.unwrap();
+        assert_eq!(d.read_upload("b", "k", &u.upload_id).await.unwrap(), u);
+    }
+    assert_eq!(d.list_uploads(Some("b")).await.unwrap().len(), 6);
+}

@@ -9,7 +9,8 @@ use tracing::{debug, warn};
 use uuid::Uuid;
 
 use super::{
-    check_bucket, fsync_dir, is_not_found, remove_dir_all_logged, write_atomic, LocalDrive,
+    check_bucket, fsync_dir, fsync_dir_or_ancestor, is_not_found, remove_dir_all_logged,
+    write_atomic, LocalDrive,
 };
 use crate::drive::{DriveError, Result};
 use crate::multipart::{
@@ -67,17 +68,33 @@ impl LocalDrive {
         check_bucket(&self.bucket_dir(&meta.bucket)?)?;
         let parent = self.uploads_dir(&meta.bucket, &meta.key)?;
         let mp = self.multipart_dir();
-        for (d, up) in [(&mp, self.root.join(SYS_DIR)), (&parent, mp.clone())] {
-            match fs::create_dir(d) {
-                Ok(()) => fsync_dir(&up)?,
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        let make_dirs = || -> io::Result<()> {
+            for (d, up) in [(&mp, self.root.join(SYS_DIR)), (&parent, mp.clone())] {
+                match fs::create_dir(d) {
+                    Ok(()) => fsync_dir(&up)?,
+                    Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            match fs::create_dir(&dir) {
+                Ok(()) => fsync_dir(&parent),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+                Err(e) => Err(e),
+            }
+        };
+        // The removal of the key's last other upload takes the key's uploads directory with it
+        // when it finds it empty: between its creation (or finding it) here and this upload's
+        // directory in it. Then the directories are made again.
+        let mut attempt = 0;
+        loop {
+            match make_dirs() {
+                Ok(()) => break,
+                Err(e) if is_not_found(&e) && attempt < 3 => {
+                    debug!(error = %e, attempt, "uploads directory vanished; retrying");
+                    attempt += 1;
+                }
                 Err(e) => return Err(e.into()),
             }
-        }
-        match fs::create_dir(&dir) {
-            Ok(()) => fsync_dir(&parent)?,
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e.into()),
         }
         write_atomic(&dir, UPLOAD_META_FILE, &meta.to_bytes())?;
         Ok(())
@@ -294,7 +311,9 @@ impl LocalDrive {
             Err(e) if is_not_found(&e) => return Err(DriveError::FileNotFound),
             Err(e) => return Err(e.into()),
         }
-        fsync_dir(&parent)?;
+        // Another removal may find the key's directory empty once this rename has left it, and
+        // take it away.
+        fsync_dir_or_ancestor(&parent, &self.multipart_dir())?;
         remove_dir_all_logged(&trash);
         // The last upload of the key takes the key's directory with it (fails if not empty).
         let _ = fs::remove_dir(&parent);
