@@ -736,3 +736,58 @@ async fn deletes_of_nested_objects_at_once_both_succeed() {
         assert_eq!(tree(&d.root().join("b")), paths(&[]));
     }
 }
+
+/// Walks while keys below a shared prefix are written and deleted (their directories made and
+/// pruned under the walk): every walk succeeds and returns only keys that were written, and the
+/// key that stays all along is in every walk.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn walks_under_commits_and_pruning_deletes_succeed() {
+    let (_t, d) = drive().await;
+    d.make_volume("b").await.unwrap();
+    put_inline(&d, "b", "s/stay").await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let d = d.clone();
+        writers.push(tokio::spawn(async move {
+            for round in 0..200 {
+                let key = format!("s/t{w}/u/k{}", round % 3);
+                put_inline(&d, "b", &key).await;
+                d.delete_object("b", &key).await.unwrap();
+            }
+        }));
+    }
+    let mut walkers = Vec::new();
+    for delimited in [false, true] {
+        let (d, stop) = (d.clone(), stop.clone());
+        walkers.push(tokio::spawn(async move {
+            let mut walks = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let o = WalkOptions {
+                    prefix: "s/".into(),
+                    delimited,
+                    limit: 1000,
+                    ..Default::default()
+                };
+                let entries = d.walk("b", &o).await.unwrap();
+                let names: Vec<&str> = entries.iter().map(|e| e.name()).collect();
+                assert!(names.contains(&"s/stay"), "{names:?}");
+                for n in names {
+                    assert!(
+                        n == "s/stay" || n.starts_with("s/t"),
+                        "a name no write made: {n}"
+                    );
+                }
+                walks += 1;
+            }
+            walks
+        }));
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in walkers {
+        assert!(w.await.unwrap() > 0);
+    }
+}
