@@ -12,7 +12,7 @@ use quarry_buf::PooledBuf;
 use quarry_crypt::{Decryptor, PackageRange};
 use quarry_disk::{DriveError, ObjectMeta, PartInfo};
 use quarry_erasure::{bitrot, Erasure};
-use tracing::warn;
+use tracing::{debug, warn};
 use uuid::Uuid;
 
 use crate::api::{GetObjectReader, HttpRange, KeyOpener, ObjectStream};
@@ -429,6 +429,12 @@ impl ShardReader {
     }
 }
 
+/// Whether two resolutions of a key found the same version: the same id, written at the same
+/// time, into the same data dir (an overwrite of the null version keeps its id).
+fn same_version(a: &ObjectMeta, b: &ObjectMeta) -> bool {
+    a.version_id == b.version_id && a.mod_time_ns == b.mod_time_ns && a.data_dir == b.data_dir
+}
+
 /// The bytes `[start, end)` of a block given as pieces, as slices of those pieces (no copy).
 fn slice_pieces(pieces: Vec<Bytes>, start: usize, end: usize) -> Vec<Bytes> {
     let mut out = Vec::with_capacity(pieces.len());
@@ -513,7 +519,48 @@ impl ErasureSet {
         range: Option<HttpRange>,
         opener: Option<&KeyOpener>,
     ) -> Result<GetObjectReader> {
-        let (meta, mut metas) = self.resolve_version(bucket, key, version).await?;
+        let (meta, metas) = self.resolve_version(bucket, key, version).await?;
+        let first = self
+            .get_resolved(bucket, key, meta.clone(), metas, range, opener)
+            .await;
+        let Err(Error::Corrupt(why)) = first else {
+            return first;
+        };
+        // GETs take no lock, so the version may have been replaced or deleted, and its data
+        // dir removed, between the reading of its metadata and of its first block. Nothing has
+        // been answered yet: the GET answers what the key holds now (a new version, or not
+        // found), as if it had come a moment later. The same version still unreadable is
+        // damage, answered as such.
+        match self.resolve_version(bucket, key, version).await {
+            Ok((now, metas)) if !same_version(&now, &meta) => {
+                debug!(bucket, key, error = %why, "the version was replaced while its first block was read; reading the key again");
+                self.get_resolved(bucket, key, now, metas, range, opener)
+                    .await
+            }
+            Err(
+                e @ (Error::ObjectNotFound
+                | Error::NoSuchVersion
+                | Error::LatestIsDeleteMarker(_)
+                | Error::VersionIsDeleteMarker(_)),
+            ) => {
+                debug!(bucket, key, error = %why, "the version was deleted while its first block was read");
+                Err(e)
+            }
+            _ => Err(Error::Corrupt(why)),
+        }
+    }
+
+    /// [`ErasureSet::get_object_decrypted`] of the version `meta` (its copies on the drives:
+    /// `metas`), as resolved.
+    async fn get_resolved(
+        self: &Arc<Self>,
+        bucket: &str,
+        key: &str,
+        meta: ObjectMeta,
+        mut metas: Vec<Option<ObjectMeta>>,
+        range: Option<HttpRange>,
+        opener: Option<&KeyOpener>,
+    ) -> Result<GetObjectReader> {
         self.mask_healing(bucket, key, &mut metas);
         let info = object_info(bucket, key, &meta);
         if !info.is_encrypted() {

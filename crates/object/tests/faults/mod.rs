@@ -210,6 +210,10 @@ struct State {
     /// Frame reads authenticate only the frame's hash, as a remote drive's do, and a chunk byte
     /// of each changes on the way (not on the drive: `read_shard_into` reads it whole).
     frames_changed_on_the_way: AtomicBool,
+    /// While set, shard reads wait for a permit of this gate before they reach the drive.
+    shard_read_gate: Mutex<Option<Arc<tokio::sync::Semaphore>>>,
+    /// Shard reads that waited at the gate (counted as they arrive).
+    gated_reads: AtomicU64,
     stats: Arc<FaultStats>,
 }
 
@@ -338,6 +342,8 @@ impl FaultyDrive {
                 reads_elsewhere: AtomicBool::new(false),
                 shard_reads_unreachable: AtomicBool::new(false),
                 frames_changed_on_the_way: AtomicBool::new(false),
+                shard_read_gate: Mutex::new(None),
+                gated_reads: AtomicU64::new(0),
                 stats,
             }),
         }
@@ -379,6 +385,28 @@ impl FaultyDrive {
         self.state
             .frames_changed_on_the_way
             .store(on, Ordering::Relaxed);
+    }
+
+    /// With a gate, shard reads wait for one of its permits before they reach the drive (the
+    /// permit is used up), so a test can change the drive while a read waits; `None` lets them
+    /// through. Reads already waiting keep waiting for their gate.
+    pub fn set_shard_read_gate(&self, gate: Option<Arc<tokio::sync::Semaphore>>) {
+        *self.state.shard_read_gate.lock().unwrap() = gate;
+    }
+
+    /// How many shard reads have come to a gate so far.
+    pub fn gated_reads(&self) -> u64 {
+        self.state.gated_reads.load(Ordering::Relaxed)
+    }
+
+    async fn pass_gate(&self) {
+        let gate = self.state.shard_read_gate.lock().unwrap().clone();
+        if let Some(gate) = gate {
+            self.state.gated_reads.fetch_add(1, Ordering::Relaxed);
+            if let Ok(permit) = gate.acquire().await {
+                permit.forget();
+            }
+        }
     }
 
     fn unreachable(&self) -> Result<(), DriveError> {
@@ -654,6 +682,7 @@ impl Drive for FaultyDrive {
         offset: u64,
         buf: PooledBuf,
     ) -> Result<PooledBuf, DriveError> {
+        self.pass_gate().await;
         self.unreachable()?;
         let len = buf.len();
         if self.state.reads_elsewhere.load(Ordering::Relaxed) {
