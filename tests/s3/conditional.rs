@@ -560,7 +560,8 @@ async fn zero_byte_object() {
 }
 
 /// A PUT that declares more than 5 GiB is refused from its headers: the answer comes before the
-/// client sends a byte of the body (the socket here never sends one).
+/// client sends a byte of the body (the socket here never sends one), and says that the
+/// connection closes.
 #[tokio::test]
 async fn oversized_put_is_refused_before_the_body() {
     let s = TestServer::start(4).await;
@@ -607,6 +608,18 @@ async fn oversized_put_is_refused_before_the_body() {
     assert!(read.is_ok(), "no answer within 10 s; got so far: {text}");
     assert!(text.starts_with("HTTP/1.1 400"), "{text}");
     assert!(text.contains("<Code>EntityTooLarge</Code>"), "{text}");
+    // The body is left unsent, so the connection cannot serve another request: the answer says
+    // it closes (a client would otherwise send its next request into the closing socket and
+    // see a reset), and it does.
+    assert!(
+        text.to_ascii_lowercase().contains("connection: close"),
+        "{text}"
+    );
+    let mut rest = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(10), sock.read(&mut rest))
+        .await
+        .expect("the connection stays open");
+    assert!(matches!(n, Ok(0) | Err(_)), "{n:?}");
     // Nothing was created.
     let head = s
         .client()

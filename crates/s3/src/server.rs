@@ -246,8 +246,18 @@ where
                 let (req, unread) = UnreadBody::wrap(req);
                 let call = hyper::service::Service::call(&inner, req);
                 async move {
-                    let response = call.await;
-                    unread.drain_small().await;
+                    let mut response = call.await;
+                    if !unread.drain_small().await {
+                        // hyper closes the connection after this answer (its body's bytes are
+                        // still in the socket): the client is told, so it does not send its
+                        // next request on a connection about to close.
+                        if let Ok(r) = &mut response {
+                            r.headers_mut().insert(
+                                http::header::CONNECTION,
+                                http::HeaderValue::from_static("close"),
+                            );
+                        }
+                    }
                     response
                 }
             })
@@ -1341,20 +1351,26 @@ impl Drop for UnreadBody {
 }
 
 impl LeftBody {
-    async fn drain_small(self) {
+    /// Drains a small body the handler left unread. Whether the connection stays usable: false
+    /// when a body is left in the socket (too large, awaited with `Expect: 100-continue`, broken
+    /// off, or not in within [`DRAIN_TIME`]).
+    async fn drain_small(self) -> bool {
         let body = self.left.lock().unwrap_or_else(|p| p.into_inner()).take();
-        let Some(mut body) = body else { return };
+        let Some(mut body) = body else { return true };
         if !self.drain {
-            return;
+            return false;
         }
         let drain = async {
             while let Some(frame) = http_body_util::BodyExt::frame(&mut body).await {
                 if frame.is_err() {
-                    break;
+                    return false;
                 }
             }
+            true
         };
-        let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+        tokio::time::timeout(DRAIN_TIME, drain)
+            .await
+            .unwrap_or(false)
     }
 }
 
