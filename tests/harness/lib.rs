@@ -207,6 +207,20 @@ impl TestServer {
         Self::launch(1, drives, None, mode).await
     }
 
+    /// [`TestServer::start`] with environment variables set for every process from the start
+    /// ([`TestServer::set_env`]).
+    pub async fn start_with_env(drives: usize, env: &[(&str, &str)]) -> TestServer {
+        let mut s = if cluster_mode() && (2..=4).contains(&drives) {
+            Self::prepare(drives, 1, Some(drives), CredentialMode::Fixed, false)
+        } else {
+            Self::prepare(1, drives, None, CredentialMode::Fixed, false)
+        };
+        for (k, v) in env {
+            s.set_env(k, v);
+        }
+        s.launch_prepared().await
+    }
+
     /// Sets an environment variable for the processes started from now on (restarts included),
     /// e.g. a setting a test needs that others must not get.
     pub fn set_env(&mut self, key: &str, value: &str) {

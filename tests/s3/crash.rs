@@ -605,6 +605,8 @@ async fn crash_rounds(default_seed: u64) {
         .filter(|&a| a <= 30)
         .unwrap_or(2);
     s.set_env("QUARRY_ORPHAN_MIN_AGE", &min_age.to_string());
+    // The data that overwrites and deletes after the last start replaced goes within a second.
+    s.set_env("QUARRY_RETIRED_GRACE", "1");
     s.create_bucket(BUCKET).await;
 
     // Objects for the heal rounds, large enough to have shard files (not inline).

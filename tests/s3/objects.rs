@@ -130,7 +130,8 @@ async fn metadata_and_standard_headers_round_trip() {
 
 #[tokio::test]
 async fn overwrite_replaces_data_and_metadata() {
-    let s = TestServer::start(4).await;
+    // The replaced data stays 1 s after its last read (for GETs under way), then goes.
+    let s = TestServer::start_with_env(4, &[("QUARRY_RETIRED_GRACE", "1")]).await;
     let c = s.client();
     s.create_bucket("owb").await;
     // large -> small (inline) -> large -> empty
@@ -190,6 +191,84 @@ async fn overwrite_replaces_data_and_metadata() {
             list_files(&dir)
         );
     }
+}
+
+/// GETs take no lock. A GET whose object is overwritten or deleted while its body is under way
+/// sends the version it began with, whole, as S3 does: the data of the replaced version stays
+/// while reads use it.
+#[tokio::test]
+async fn a_body_under_way_is_sent_whole_across_an_overwrite_and_a_delete() {
+    let s = TestServer::start(4).await;
+    let c = s.client();
+    s.create_bucket("race").await;
+    let one = random_bytes(24 * MIB + 3);
+    let two = random_bytes(20 * MIB + 5);
+    put_bytes(&c, "race", "k", &one).await;
+
+    // The body's first chunk is in; most of the object is not read from the drives yet (the
+    // server reads ahead a few blocks, and waits for the client).
+    let body_across = |change: &'static str, want: Vec<u8>| {
+        let (c, two) = (c.clone(), two.clone());
+        async move {
+            let mut g = c
+                .get_object()
+                .bucket("race")
+                .key("k")
+                .send()
+                .await
+                .expect("get");
+            let mut got = g
+                .body
+                .next()
+                .await
+                .expect("a first chunk")
+                .expect("the first chunk")
+                .to_vec();
+            match change {
+                "overwrite" => {
+                    put_bytes(&c, "race", "k", &two).await;
+                }
+                _ => {
+                    c.delete_object()
+                        .bucket("race")
+                        .key("k")
+                        .send()
+                        .await
+                        .expect("delete");
+                }
+            }
+            let rest = g
+                .body
+                .collect()
+                .await
+                .unwrap_or_else(|e| panic!("the body across the {change} broke off: {e}"));
+            got.extend_from_slice(&rest.into_bytes());
+            assert_bytes_eq(&got, &want, &format!("GET across the {change}"));
+        }
+    };
+    body_across("overwrite", one.clone()).await;
+    body_across("delete", two.clone()).await;
+    // This node's drive kept the data of both versions for a while.
+    let text = metrics_get(&format!("{}/metrics", s.endpoint()))
+        .await
+        .text()
+        .await
+        .expect("metrics");
+    let retired: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("quarry_retired_data_dirs_total "))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("quarry_retired_data_dirs_total in the metrics");
+    assert!(retired >= 2.0, "retired data dirs: {retired}");
+    // What starts after the delete does not find the key.
+    let err = c
+        .get_object()
+        .bucket("race")
+        .key("k")
+        .send()
+        .await
+        .expect_err("the key is deleted");
+    assert!(err.into_service_error().is_no_such_key());
 }
 
 #[tokio::test]

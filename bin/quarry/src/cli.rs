@@ -208,6 +208,18 @@ pub struct ServerArgs {
     )]
     pub orphan_sweep_interval: Duration,
 
+    /// How long the data of an overwritten or deleted object stays on its drives after the last
+    /// read of it, so that GETs that began before the change send the whole body: a duration, or
+    /// 0 to remove it at once. It is also kept under a sixteenth of each drive's free space.
+    #[arg(
+        long,
+        env = "QUARRY_RETIRED_GRACE",
+        default_value = "30s",
+        value_parser = parse_interval,
+        value_name = "DURATION"
+    )]
+    pub retired_grace: Duration,
+
     /// How long an S3 client may take to send a request's headers (from connecting or from the
     /// end of its previous request) before it is disconnected: a duration such as 30s.
     #[arg(
@@ -507,6 +519,7 @@ pub struct FileConfig {
     pub drive_check_interval: Option<String>,
     pub orphan_min_age: Option<String>,
     pub orphan_sweep_interval: Option<String>,
+    pub retired_grace: Option<String>,
     pub rdma: Option<String>,
     pub rdma_device: Option<String>,
     pub rdma_gid_index: Option<u32>,
@@ -614,6 +627,10 @@ impl ServerArgs {
         {
             self.orphan_sweep_interval = parse_interval(&v)
                 .unwrap_or_else(|e| usage_error(format!("config: orphan_sweep_interval: {e}")));
+        }
+        if let Some(v) = f.retired_grace.filter(|_| unset("retired_grace")) {
+            self.retired_grace = parse_interval(&v)
+                .unwrap_or_else(|e| usage_error(format!("config: retired_grace: {e}")));
         }
         if let Some(v) = f.rdma.filter(|_| unset("rdma")) {
             self.rdma = v
@@ -811,6 +828,7 @@ impl ServerArgs {
             orphan_sweep: quarry_disk::SweepSchedule {
                 min_age: self.orphan_min_age,
                 every: Some(self.orphan_sweep_interval).filter(|d| !d.is_zero()),
+                retired_grace: self.retired_grace,
             },
             header_timeout: self.header_timeout,
             max_connections: self.max_connections,

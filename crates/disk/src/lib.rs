@@ -24,6 +24,10 @@
 //! `.quarry.tmp.*` file, in an object directory: [`LocalDrive::sweep_orphans`] removes them once
 //! they are older than a minimum age, and [`LocalDrive::open`] starts it in the background, at
 //! start-up and then periodically ([`SweepSchedule`]).
+//!
+//! The data dir of a version an overwrite or a delete replaced is not removed at once: it stays
+//! at its path until no read has used it for [`SweepSchedule::retired_grace`], so a GET that
+//! resolved that version before the change reads it to the end (`local/retired.rs`).
 
 mod drive;
 pub mod format;
@@ -43,10 +47,10 @@ pub const FRAME_HASH_LEN: usize = 32;
 pub use format::FormatV1;
 pub use journal::{version_name, MetaJournal};
 pub use local::{
-    list_cache_figures, prepare_root, set_list_cache_budget, validate_config_name,
-    ListCacheFigures, LocalDrive, SweepReport, SweepSchedule, DEFAULT_LIST_CACHE_BUDGET,
-    DEFAULT_ORPHAN_MIN_AGE, DEFAULT_ORPHAN_SWEEP_INTERVAL, MAX_BUCKET_CONFIG, ORPHAN_MIN_AGE_ENV,
-    SYSTEM_CONFIG,
+    list_cache_figures, prepare_root, retired_figures, set_list_cache_budget, validate_config_name,
+    ListCacheFigures, LocalDrive, RetiredFigures, SweepReport, SweepSchedule,
+    DEFAULT_LIST_CACHE_BUDGET, DEFAULT_ORPHAN_MIN_AGE, DEFAULT_ORPHAN_SWEEP_INTERVAL,
+    DEFAULT_RETIRED_GRACE, MAX_BUCKET_CONFIG, ORPHAN_MIN_AGE_ENV, SYSTEM_CONFIG,
 };
 pub use meta::{ErasureInfo, ObjectMeta, PartInfo, META_VERSION, META_VERSION_MIN};
 pub use multipart::{PartMeta, UploadMeta, UPLOAD_META_VERSION};

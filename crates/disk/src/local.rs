@@ -8,6 +8,7 @@ mod dir_cache;
 mod meta_cache;
 mod multipart;
 mod orphans;
+mod retired;
 mod walk;
 
 pub use bucket_config::{validate_config_name, MAX_BUCKET_CONFIG, SYSTEM_CONFIG};
@@ -16,6 +17,7 @@ pub use orphans::{
     SweepReport, SweepSchedule, DEFAULT_ORPHAN_MIN_AGE, DEFAULT_ORPHAN_SWEEP_INTERVAL,
     ORPHAN_MIN_AGE_ENV,
 };
+pub use retired::{figures as retired_figures, RetiredFigures, DEFAULT_RETIRED_GRACE};
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
@@ -49,6 +51,8 @@ pub struct LocalDrive {
     endpoint: Arc<str>,
     /// The filesystem keeps directory link counts at 2 + subdirectories (see `walk`).
     leaf_opt: bool,
+    /// Data dirs of replaced and deleted versions, kept for reads under way (`local/retired.rs`).
+    retired: Arc<retired::Retired>,
 }
 
 /// Creates the directories a drive at `root` works in (the root itself, `.quarry.sys` and its
@@ -73,7 +77,9 @@ impl LocalDrive {
         root: impl Into<PathBuf>,
         schedule: SweepSchedule,
     ) -> Result<LocalDrive> {
-        let drive = Self::open_without_sweep(root).await?;
+        let mut drive = Self::open_without_sweep(root).await?;
+        drive.retired = Arc::new(retired::Retired::new(schedule.retired_grace));
+        retired::spawn_reaper(&drive.retired);
         // The filesystem's own clock (a ctime lags the system clock by up to a tick): a file
         // of this process, written after this, is never older.
         let marker = drive.root.join(SYS_DIR).join(TMP_DIR).join("opened");
@@ -102,6 +108,8 @@ impl LocalDrive {
                 root: root.into(),
                 endpoint,
                 leaf_opt,
+                // Without the sweep's schedule, replaced data goes at once.
+                retired: Arc::new(retired::Retired::new(std::time::Duration::ZERO)),
             })
         })
         .await
@@ -333,7 +341,9 @@ impl LocalDrive {
         }
         write_atomic(&obj_dir, META_FILE, &journal.to_bytes())?;
         if let Some(d) = removed.data_dir.filter(|d| !journal.uses_data_dir(*d)) {
-            remove_dir_all_logged(&obj_dir.join(d.to_string()));
+            let bucket_dir = self.bucket_dir(bucket)?;
+            self.retired
+                .retire(&bucket_dir, &obj_dir, d, shard_bytes(&removed));
         }
         debug!(bucket, key, version = %version_name(version_id), "version deleted");
         Ok(())
@@ -431,6 +441,7 @@ impl LocalDrive {
         len: usize,
     ) -> Result<File> {
         let (bucket_dir, path) = self.part_path(bucket, key, data_dir, part)?;
+        self.retired.touch(data_dir);
         let file = match File::open(&path) {
             Ok(f) => f,
             Err(e) if is_not_found(&e) => return Err(not_found(&bucket_dir)),
@@ -548,12 +559,13 @@ impl LocalDrive {
             }
         };
         // The data dir of the version this write replaced (the same version id), unless a
-        // version still names it.
-        if let Some(old) = replaced_version
-            .and_then(|v| v.data_dir)
-            .filter(|old| !journal.uses_data_dir(*old))
+        // version still names it: retired, for GETs that are reading it.
+        if let Some((old, v)) = replaced_version
+            .and_then(|v| Some((v.data_dir?, v)))
+            .filter(|(old, _)| !journal.uses_data_dir(*old))
         {
-            remove_dir_all_logged(&obj_dir.join(old.to_string()));
+            self.retired
+                .retire(&bucket_dir, &obj_dir, old, shard_bytes(&v));
         }
         if let Some(aside) = replaced {
             remove_dir_all_logged(&aside);
@@ -565,8 +577,12 @@ impl LocalDrive {
     fn delete_object_sync(&self, bucket: &str, key: &str) -> Result<()> {
         let (bucket_dir, obj_dir) = self.object_dir(bucket, key)?;
         let meta_path = obj_dir.join(META_FILE);
-        let data_dirs: Vec<Uuid> = match read_journal_headers(&meta_path, &mut Vec::new()) {
-            Ok(Ok(j)) => j.data_dirs().collect(),
+        let data_dirs: Vec<(Uuid, u64)> = match read_journal_headers(&meta_path, &mut Vec::new()) {
+            Ok(Ok(j)) => j
+                .versions()
+                .iter()
+                .filter_map(|v| Some((v.data_dir?, shard_bytes(v))))
+                .collect(),
             Ok(Err(e)) => {
                 warn!(path = %meta_path.display(), error = %e,
                     "deleting an object whose metadata cannot be read; its data dirs stay");
@@ -583,8 +599,9 @@ impl LocalDrive {
         // A delete of a key below this one may prune the directory as soon as the metadata is
         // out of it.
         fsync_dir_or_ancestor(&obj_dir, &bucket_dir)?;
-        for d in data_dirs {
-            remove_dir_all_logged(&obj_dir.join(d.to_string()));
+        // Retired, for GETs that are reading them; the directory is pruned once they go.
+        for (d, bytes) in data_dirs {
+            self.retired.retire(&bucket_dir, &obj_dir, d, bytes);
         }
         prune_empty_dirs(&bucket_dir, &obj_dir);
         Ok(())
@@ -1180,6 +1197,12 @@ fn read_meta_header_from(mut f: File, buf: &mut Vec<u8>) -> io::Result<Result<Ob
         return Ok(ObjectMeta::from_bytes_without_inline(buf));
     }
     Ok(r)
+}
+
+/// About how many bytes the shard files of `meta`'s data dir take on one drive (the object's
+/// size over its data shards; the frames' hashes are not counted).
+fn shard_bytes(meta: &ObjectMeta) -> u64 {
+    meta.size.div_ceil(u64::from(meta.erasure.data.max(1)))
 }
 
 /// Best-effort removal of a tree that is no longer referenced; failures are logged.

@@ -319,6 +319,7 @@ async fn background_sweep_removes_leftovers() {
     d.spawn_orphan_sweep(SweepSchedule {
         min_age: Duration::from_millis(300),
         every: None,
+        ..SweepSchedule::default()
     })
     .await
     .unwrap();
@@ -336,6 +337,7 @@ async fn the_sweep_runs_again_every_interval() {
     let task = d.spawn_orphan_sweep(SweepSchedule {
         min_age: Duration::from_millis(200),
         every: Some(Duration::from_millis(200)),
+        ..SweepSchedule::default()
     });
     // Left after the two passes at start-up: only a periodic pass removes it.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -387,6 +389,7 @@ async fn a_tmp_file_from_before_the_open_goes_at_once_one_from_after_stays() {
         SweepSchedule {
             min_age: Duration::from_secs(3600),
             every: None,
+            ..SweepSchedule::default()
         },
     )
     .await

@@ -51,7 +51,7 @@ pub use nslock::{LockGuard, Locker, NsGuard, NsLock};
 /// The data path's figures as [`LayerStats`] carries them.
 pub use quarry_buf::{BufPoolStats, DataPlaneStats, PeerSnapshot, LATENCY_BUCKETS};
 /// The drives' kept listings' figures as [`LayerStats`] carries them.
-pub use quarry_disk::ListCacheFigures;
+pub use quarry_disk::{ListCacheFigures, RetiredFigures};
 pub use runtime::{Runtime, RuntimeHandle, TokioRuntime};
 pub use server::{ErasureServer, Layout, Readiness};
 pub use set::ErasureSet;

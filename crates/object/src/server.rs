@@ -547,6 +547,7 @@ impl ObjectLayer for ErasureServer {
     async fn stats(&self) -> LayerStats {
         let mut stats = LayerStats {
             list_cache: quarry_disk::list_cache_figures(),
+            retired: quarry_disk::retired_figures(),
             ..LayerStats::default()
         };
         {

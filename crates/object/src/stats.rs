@@ -190,6 +190,8 @@ pub struct LayerStats {
     pub pools: Vec<(&'static str, quarry_buf::BufPoolStats)>,
     /// The kept sorted listings of this node's large directories.
     pub list_cache: quarry_disk::ListCacheFigures,
+    /// The data of replaced and deleted versions this node's drives keep for reads under way.
+    pub retired: quarry_disk::RetiredFigures,
 }
 
 /// What one data-plane backend moved, for the metrics.

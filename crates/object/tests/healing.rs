@@ -128,7 +128,16 @@ async fn faulty_server_with(
     dir: &tempfile::TempDir,
     cfg: ObjectConfig,
 ) -> (Arc<ErasureServer>, Vec<FaultyDrive>, Arc<FaultStats>) {
-    let (deployment, locals) = ErasureServer::format_local(drive_dirs(dir, 4))
+    faulty_server_swept(dir, cfg, quarry_disk::SweepSchedule::from_env()).await
+}
+
+/// [`faulty_server_with`], the drives' sweep and retired data on `sweep`.
+async fn faulty_server_swept(
+    dir: &tempfile::TempDir,
+    cfg: ObjectConfig,
+    sweep: quarry_disk::SweepSchedule,
+) -> (Arc<ErasureServer>, Vec<FaultyDrive>, Arc<FaultStats>) {
+    let (deployment, locals) = ErasureServer::format_local_with(drive_dirs(dir, 4), sweep)
         .await
         .unwrap();
     let stats = Arc::new(FaultStats::default());
@@ -812,14 +821,41 @@ async fn get_across(
     getter.await.unwrap()
 }
 
-/// GETs take no lock: an overwrite or a delete may remove the data a GET resolved before the
-/// GET reads its first block. Nothing has been answered then, so the GET answers what the key
-/// holds now (the new object, or not found) instead of a 500 for data "corrupt beyond repair".
-/// Damage to the same version still answers as damage.
+/// GETs take no lock: an overwrite or a delete may commit between a GET's metadata read and its
+/// shard reads. The data of the version it replaced or deleted stays for the grace, so the GET
+/// answers the version it resolved, whole, as S3 does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_get_across_an_overwrite_or_a_delete_answers_the_version_it_resolved() {
+    let dir = temp_dir();
+    let (layer, drives) = faulty_server(&dir).await;
+    let one = pattern(3 * BLOCK + 5, 1);
+    let two = pattern(2 * BLOCK + 7, 2);
+    put(&layer, "k", &one).await;
+
+    let got = get_across(&layer, &drives, "k", put(&layer, "k", &two)).await;
+    assert_eq!(got.expect("GET across an overwrite"), one);
+    let got = get_across(&layer, &drives, "k", async {
+        layer.delete_object(BUCKET, "k").await.unwrap();
+    })
+    .await;
+    assert_eq!(got.expect("GET across a delete"), two);
+    // And what starts after them sees them.
+    let got = layer.get_object(BUCKET, "k", None).await.map(|_| ());
+    assert!(matches!(got, Err(Error::ObjectNotFound)), "{got:?}");
+}
+
+/// When the data a GET resolved is gone before its first block all the same (the drives keep
+/// none, or the grace or the budget ran out), nothing has been answered yet: the GET answers
+/// what the key holds now (the new object, or not found) instead of a 500 for data "corrupt
+/// beyond repair". Damage to the same version still answers as damage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_get_whose_version_goes_before_its_first_block_answers_what_the_key_holds_now() {
     let dir = temp_dir();
-    let (layer, drives) = faulty_server(&dir).await;
+    let sweep = quarry_disk::SweepSchedule {
+        retired_grace: Duration::ZERO,
+        ..quarry_disk::SweepSchedule::from_env()
+    };
+    let (layer, drives, _) = faulty_server_swept(&dir, cfg(), sweep).await;
     let old = pattern(3 * BLOCK + 5, 1);
     let new = pattern(2 * BLOCK + 7, 2);
     put(&layer, "k", &old).await;

@@ -379,6 +379,7 @@ impl Metrics {
         render_peers(&mut out, layer);
         render_pools(&mut out, layer);
         render_list_cache(&mut out, &layer.list_cache);
+        render_retired(&mut out, &layer.retired);
 
         let online = layer.drives.iter().filter(|d| d.online).count();
         header(
@@ -900,6 +901,38 @@ fn render_client_rdma(out: &mut String, f: &crate::rdma::ClientRdmaFigures) {
         ("quarry_s3_rdma_received_bytes_total", "counter", "Object bytes RDMA-read from clients' buffers.", f.bytes_in),
         ("quarry_s3_rdma_copied_bytes_total", "counter", "GET bytes copied into a registered staging buffer before their write (not in registered memory already).", f.copied_bytes),
         ("quarry_s3_rdma_errors_total", "counter", "Client RDMA transfers that failed (queue pair errors, timeouts, clients gone).", f.errors_total),
+    ];
+    render_series(out, &series);
+}
+
+/// The data of replaced and deleted versions kept for GETs under way (`quarry_disk`'s retired
+/// data dirs).
+fn render_retired(out: &mut String, f: &quarry_object::RetiredFigures) {
+    let series = [
+        (
+            "quarry_retired_data_dirs",
+            "gauge",
+            "Data dirs of replaced or deleted versions kept on this node's drives for GETs under way.",
+            f.kept,
+        ),
+        (
+            "quarry_retired_data_bytes",
+            "gauge",
+            "Bytes of those data dirs (an estimate).",
+            f.bytes,
+        ),
+        (
+            "quarry_retired_data_dirs_total",
+            "counter",
+            "Data dirs of replaced or deleted versions kept for the grace instead of removed at once.",
+            f.retired,
+        ),
+        (
+            "quarry_retired_data_over_budget_total",
+            "counter",
+            "Data dirs of replaced or deleted versions removed before their grace because the drive's budget for them was full (a GET still reading one breaks off).",
+            f.over_budget,
+        ),
     ];
     render_series(out, &series);
 }

@@ -36,12 +36,14 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{AtFlags, Dir, Mode, OFlags};
 use tracing::{debug, info, warn};
 use uuid::Uuid;
 
+use super::retired::Retired;
 use super::{is_not_found, read_journal_headers, LocalDrive};
 use crate::path::{part_file_name, validate_bucket, META_FILE, SYS_DIR, TMP_FILE_PREFIX};
 
@@ -108,6 +110,7 @@ impl LocalDrive {
             now: SystemTime::now(),
             report: SweepReport::default(),
             buf: Vec::new(),
+            retired: self.retired.clone(),
         };
         let root = self.root();
         let entries = match fs::read_dir(root) {
@@ -156,7 +159,7 @@ impl LocalDrive {
         opened: Option<SystemTime>,
     ) -> tokio::task::JoinHandle<()> {
         let drive = self.clone();
-        let SweepSchedule { min_age, every } = schedule;
+        let SweepSchedule { min_age, every, .. } = schedule;
         tokio::spawn(async move {
             for pass in 1u64.. {
                 match pass {
@@ -194,13 +197,17 @@ impl LocalDrive {
     }
 }
 
-/// When the orphan sweep of a drive runs: at open, `min_age` later, then every `every`.
+/// When the orphan sweep of a drive runs: at open, `min_age` later, then every `every`; and how
+/// long the data of replaced and deleted versions waits before it goes (`local/retired.rs`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SweepSchedule {
     /// Nothing younger than this is removed.
     pub min_age: Duration,
     /// Pause between two periodic passes; `None`: only the two passes after open.
     pub every: Option<Duration>,
+    /// A replaced or deleted version's data dir goes once no read has used it for this long, so
+    /// GETs that began before the change finish; zero: at once.
+    pub retired_grace: Duration,
 }
 
 impl Default for SweepSchedule {
@@ -208,6 +215,7 @@ impl Default for SweepSchedule {
         SweepSchedule {
             min_age: DEFAULT_ORPHAN_MIN_AGE,
             every: Some(DEFAULT_ORPHAN_SWEEP_INTERVAL),
+            retired_grace: super::DEFAULT_RETIRED_GRACE,
         }
     }
 }
@@ -272,6 +280,8 @@ struct Sweep {
     now: SystemTime,
     report: SweepReport,
     buf: Vec<u8>,
+    /// The drive's retired data dirs, kept for reads under way: not orphans yet.
+    retired: Arc<Retired>,
 }
 
 impl Sweep {
@@ -472,6 +482,9 @@ impl Sweep {
     fn data_dir(&mut self, obj_dir: &Path, path: &Path, id: Uuid, data: DataDir) -> bool {
         if !self.is_old(data.newest) {
             self.report.young += 1;
+            return false;
+        }
+        if self.retired.is_kept(id) {
             return false;
         }
         if self.allowed(obj_dir).keeps(id) {

@@ -1,17 +1,33 @@
 //! Helpers shared by the drive tests.
 #![allow(dead_code)]
 
-use quarry_disk::{Drive, ErasureInfo, LocalDrive, ObjectMeta, PartInfo, META_VERSION};
+use std::time::Duration;
+
+use quarry_disk::{
+    Drive, ErasureInfo, LocalDrive, ObjectMeta, PartInfo, SweepSchedule, META_VERSION,
+};
 use uuid::Uuid;
 
-/// A fresh drive in a temp dir (on tmpfs when there is one: the tests fsync a lot).
+/// A fresh drive in a temp dir (on tmpfs when there is one: the tests fsync a lot), whose
+/// replaced and deleted data goes at once.
 pub async fn drive() -> (tempfile::TempDir, LocalDrive) {
+    drive_with_grace(Duration::ZERO).await
+}
+
+/// [`drive`] whose replaced and deleted data dirs stay `grace` after their last read.
+pub async fn drive_with_grace(grace: Duration) -> (tempfile::TempDir, LocalDrive) {
     let dir = if std::path::Path::new("/dev/shm").is_dir() {
         tempfile::tempdir_in("/dev/shm").unwrap()
     } else {
         tempfile::tempdir().unwrap()
     };
-    let d = LocalDrive::open(dir.path().join("drive")).await.unwrap();
+    let schedule = SweepSchedule {
+        retired_grace: grace,
+        ..SweepSchedule::from_env()
+    };
+    let d = LocalDrive::open_with_sweep(dir.path().join("drive"), schedule)
+        .await
+        .unwrap();
     (dir, d)
 }
 
