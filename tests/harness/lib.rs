@@ -344,7 +344,17 @@ impl TestServer {
             })
             .collect();
         let front = if nodes > 1 {
-            NEXT_FRONT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % nodes
+            // Under nextest every test is a process of its own, where the counter always starts
+            // at 0: the test's name (its thread's) spreads those over the nodes too.
+            let name = std::thread::current().name().map(str::to_owned);
+            let spread = name.map_or(0, |n| {
+                n.bytes()
+                    .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b.into()))
+            });
+            NEXT_FRONT
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+                .wrapping_add(spread)
+                % nodes
         } else {
             0
         };
@@ -637,6 +647,12 @@ impl TestServer {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
+    }
+
+    /// The index of the node `i` places after the front node (0: the front node itself), so a
+    /// test that reaches "another node" does so whichever node fronts it.
+    pub fn node_from_front(&self, i: usize) -> usize {
+        (self.front + i) % self.procs.len()
     }
 
     /// `http://127.0.0.1:PORT` of the front node.

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use quarry_integration::*;
 
-/// Sends an IAM (or STS) query call signed as the AWS SDKs sign them; returns status and body.
+/// Sends an IAM (or STS) query call signed as the AWS SDKs sign them, to the node `node` places
+/// after the front node ([`TestServer::node_from_front`]; 0: the node the server's S3 clients
+/// use, so a test sees its own changes at once); returns status and body.
 pub(crate) async fn call(
     srv: &TestServer,
     node: usize,
@@ -40,7 +42,7 @@ pub(crate) async fn call_with_token(
         .collect();
     form.push(format!("Version={version}"));
     let body = form.join("&").into_bytes();
-    let url = format!("{}/", srv.node_endpoint(node));
+    let url = format!("{}/", srv.node_endpoint(srv.node_from_front(node)));
     let identity = aws_credential_types::Credentials::new(
         creds.0,
         creds.1,
@@ -559,17 +561,17 @@ async fn a_change_through_one_node_reaches_the_others_within_a_second() {
         ],
     )
     .await);
-    let on_other = sdk_client(&srv.node_endpoint(1), &ak, &sk);
-    // Allowed on node 1 soon after the change on node 0.
+    let on_other = sdk_client(&srv.node_endpoint(srv.node_from_front(1)), &ak, &sk);
+    // Allowed on the other node soon after the change on the first.
     let start = Instant::now();
     while put(&on_other, "shared", "k").await.is_err() {
         assert!(
             start.elapsed() < Duration::from_millis(1500),
-            "node 1 did not see the new user"
+            "the other node did not see the new user"
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    // Deleted on node 0: refused on node 1 within a second.
+    // Deleted on the first: refused on the other within a second.
     ok(&call(
         &srv,
         0,
@@ -588,7 +590,7 @@ async fn a_change_through_one_node_reaches_the_others_within_a_second() {
             Err(code) if code == "InvalidAccessKeyId" => break,
             _ => assert!(
                 start.elapsed() < Duration::from_millis(1500),
-                "node 1 still takes a deleted key"
+                "the other node still takes a deleted key"
             ),
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
