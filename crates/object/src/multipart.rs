@@ -457,8 +457,11 @@ impl ErasureSet {
                     Ok(()) if has_upload => {
                         d.commit_part(tmp_id, bucket, key, upload_id, part).await
                     }
+                    // The upload is not on this drive: an abort removing it, or a drive that
+                    // lost it. It counts as gone, as a commit that finds it removed does.
+                    Ok(()) => Err(DriveError::FileNotFound),
                     Err(true) => Err(DriveError::DiskFull),
-                    _ => Err(DriveError::Unusable("part shard not written".into())),
+                    Err(false) => Err(DriveError::Unusable("part shard not written".into())),
                 }
             }
         }))

@@ -180,6 +180,37 @@ async fn too_few_drives_with_the_upload_is_no_such_upload() {
     assert!(matches!(r, Err(Error::NoSuchUpload)), "{r:?}");
 }
 
+/// An upload an abort has removed from half the drives so far (found on a read quorum, held by
+/// fewer than a write needs): a part for it is refused as no such upload, which a client does not
+/// retry, not as a 503 it would retry in vain.
+#[tokio::test]
+async fn a_part_for_an_upload_half_removed_is_no_such_upload() {
+    let dir = tempfile::tempdir().unwrap();
+    let paths = drives(dir.path(), 4);
+    let l = open(&paths, DEFAULT_MULTIPART_EXPIRY).await;
+    l.make_bucket("bkt").await.unwrap();
+    let up = l
+        .new_multipart_upload("bkt", "k", NewUploadOptions::default())
+        .await
+        .unwrap();
+    // Control: with the upload on every drive, the part is taken.
+    part(&l, "k", &up.upload_id, 1, b"x").await;
+    for p in &paths[..2] {
+        std::fs::remove_dir_all(multipart_dir(p)).unwrap();
+    }
+    let r = l
+        .put_object_part(
+            "bkt",
+            "k",
+            &up.upload_id,
+            2,
+            body(b"y"),
+            PartOptions::default(),
+        )
+        .await;
+    assert!(matches!(r, Err(Error::NoSuchUpload)), "{r:?}");
+}
+
 struct Sum(u64);
 
 impl PartHasher for Sum {
