@@ -429,6 +429,17 @@ impl ShardReader {
     }
 }
 
+/// What a GET does when the first block of the version it resolved cannot be read (the only
+/// failure it can still answer with an S3 error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FirstBlock {
+    /// Queues a heal of the key, as any damage found does.
+    Heals,
+    /// Only answers `Corrupt`: the caller finds out whether the version went meanwhile (nothing
+    /// to heal) or is damaged.
+    Told,
+}
+
 /// Whether two resolutions of a key found the same version: the same id, written at the same
 /// time, into the same data dir (an overwrite of the null version keeps its id).
 fn same_version(a: &ObjectMeta, b: &ObjectMeta) -> bool {
@@ -521,7 +532,15 @@ impl ErasureSet {
     ) -> Result<GetObjectReader> {
         let (meta, metas) = self.resolve_version(bucket, key, version).await?;
         let first = self
-            .get_resolved(bucket, key, meta.clone(), metas, range, opener)
+            .get_resolved(
+                bucket,
+                key,
+                meta.clone(),
+                metas,
+                range,
+                opener,
+                FirstBlock::Told,
+            )
             .await;
         let Err(Error::Corrupt(why)) = first else {
             return first;
@@ -529,12 +548,12 @@ impl ErasureSet {
         // GETs take no lock, so the version may have been replaced or deleted, and its data
         // dir removed, between the reading of its metadata and of its first block. Nothing has
         // been answered yet: the GET answers what the key holds now (a new version, or not
-        // found), as if it had come a moment later. The same version still unreadable is
-        // damage, answered as such.
+        // found), as if it had come a moment later, and queues no heal (the key is whole). The
+        // same version still unreadable is damage, answered as such, and healed.
         match self.resolve_version(bucket, key, version).await {
             Ok((now, metas)) if !same_version(&now, &meta) => {
                 debug!(bucket, key, error = %why, "the version was replaced while its first block was read; reading the key again");
-                self.get_resolved(bucket, key, now, metas, range, opener)
+                self.get_resolved(bucket, key, now, metas, range, opener, FirstBlock::Heals)
                     .await
             }
             Err(
@@ -546,12 +565,16 @@ impl ErasureSet {
                 debug!(bucket, key, error = %why, "the version was deleted while its first block was read");
                 Err(e)
             }
-            _ => Err(Error::Corrupt(why)),
+            _ => {
+                self.queue_heal(bucket, key);
+                Err(Error::Corrupt(why))
+            }
         }
     }
 
     /// [`ErasureSet::get_object_decrypted`] of the version `meta` (its copies on the drives:
     /// `metas`), as resolved.
+    #[allow(clippy::too_many_arguments)]
     async fn get_resolved(
         self: &Arc<Self>,
         bucket: &str,
@@ -560,6 +583,7 @@ impl ErasureSet {
         mut metas: Vec<Option<ObjectMeta>>,
         range: Option<HttpRange>,
         opener: Option<&KeyOpener>,
+        first_block: FirstBlock,
     ) -> Result<GetObjectReader> {
         self.mask_healing(bucket, key, &mut metas);
         let info = object_info(bucket, key, &meta);
@@ -569,7 +593,7 @@ impl ErasureSet {
                 None => (0, meta.size),
             };
             return self
-                .read_range(bucket, key, meta, metas, info, offset, len)
+                .read_range(bucket, key, meta, metas, info, offset, len, first_block)
                 .await;
         }
         crate::sse::check_format(&meta)?;
@@ -601,7 +625,16 @@ impl ErasureSet {
         }
         let from = from.unwrap_or(0);
         let stored = self
-            .read_range(bucket, key, meta, metas, info.clone(), from, to - from)
+            .read_range(
+                bucket,
+                key,
+                meta,
+                metas,
+                info.clone(),
+                from,
+                to - from,
+                first_block,
+            )
             .await?;
         let mut body = crate::sse::decrypt_stream(stored.body, decryptors);
         // The first piece is opened before the answer is given, so a key or data that does not
@@ -630,6 +663,7 @@ impl ErasureSet {
         info: crate::api::ObjectInfo,
         offset: u64,
         len: u64,
+        first_block: FirstBlock,
     ) -> Result<GetObjectReader> {
         let reader = Arc::new(ShardReader::new(self.clone(), bucket, key, &meta, metas)?);
         let mut blocks = plan(&reader.erasure, &meta.parts, offset, len).into_iter();
@@ -659,6 +693,7 @@ impl ErasureSet {
         };
         let first_data = match reader.read_block(&first.part, first.block).await {
             Ok(d) => slice_pieces(d, first.start, first.end),
+            Err(e @ Error::Corrupt(_)) if first_block == FirstBlock::Told => return Err(e),
             Err(e) => {
                 finish();
                 return Err(e);

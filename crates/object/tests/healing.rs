@@ -860,6 +860,9 @@ async fn a_get_whose_version_goes_before_its_first_block_answers_what_the_key_ho
     let new = pattern(2 * BLOCK + 7, 2);
     put(&layer, "k", &old).await;
 
+    let heals = || async { layer.stats().await.heal_queued_total };
+    let before = heals().await;
+
     // Overwritten: the new object, whole.
     let got = get_across(&layer, &drives, "k", put(&layer, "k", &new)).await;
     assert_eq!(got.expect("GET across an overwrite"), new);
@@ -870,8 +873,15 @@ async fn a_get_whose_version_goes_before_its_first_block_answers_what_the_key_ho
     })
     .await;
     assert!(matches!(got, Err(Error::ObjectNotFound)), "{got:?}");
+    heals_settled(&layer).await;
+    assert_eq!(
+        heals().await,
+        before,
+        "a key that is whole was queued for a heal"
+    );
 
-    // Control: the same version, its shards gone from three drives meanwhile, is damage.
+    // Control: the same version, its shards gone from three drives meanwhile, is damage, and
+    // queued for a heal.
     put(&layer, "k", &old).await;
     let got = get_across(&layer, &drives, "k", async {
         for d in &drives[..3] {
@@ -880,4 +890,8 @@ async fn a_get_whose_version_goes_before_its_first_block_answers_what_the_key_ho
     })
     .await;
     assert!(matches!(got, Err(Error::Corrupt(_))), "{got:?}");
+    wait_stats(&layer, "the damaged key's heal", |s| {
+        s.heal_queued_total > before
+    })
+    .await;
 }
