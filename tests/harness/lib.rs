@@ -184,6 +184,34 @@ pub fn free_port() -> u16 {
     }
 }
 
+/// Whether process `pid` holds a socket listening on TCP `port`, read from `/proc` (the
+/// listening sockets of the port, and the process's descriptors). `true` where `/proc` cannot
+/// say.
+fn listens_on(pid: u32, port: u16) -> bool {
+    let want = format!(":{port:04X}");
+    let mut sockets = BTreeSet::new();
+    let mut read_any = false;
+    for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+        let Ok(text) = fs::read_to_string(table) else {
+            continue;
+        };
+        read_any = true;
+        // sl local_address rem_address st ... inode: the state 0A is LISTEN.
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            if f.len() > 9 && f[1].ends_with(&want) && f[3] == "0A" {
+                sockets.insert(format!("socket:[{}]", f[9]));
+            }
+        }
+    }
+    let Ok(fds) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return !read_any;
+    };
+    fds.flatten().any(|e| {
+        fs::read_link(e.path()).is_ok_and(|l| sockets.contains(l.to_string_lossy().as_ref()))
+    })
+}
+
 /// Spreads the front node of cluster test servers over the nodes.
 static NEXT_FRONT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
@@ -558,6 +586,19 @@ impl TestServer {
             }
             if let Ok(r) = http.get(&url).send().await {
                 if r.status().as_u16() == 200 {
+                    let port = self.procs[i].port;
+                    let pid = self.procs[i].child.as_ref().map(Child::id);
+                    if pid.is_some_and(|pid| !listens_on(pid, port)) {
+                        // Another process took the port first (a server of another test: under
+                        // nextest each test is a process, and free_port's memory is per
+                        // process). Ours cannot bind it: start again on other ports.
+                        let tail = self.node_log_tail(i, 10);
+                        self.kill();
+                        return Err(format!(
+                            "port {port} of node {} is in use by another process, which answered {url}; log tail:\n{tail}",
+                            i + 1
+                        ));
+                    }
                     return Ok(());
                 }
             }
@@ -1394,5 +1435,23 @@ pub async fn put_bytes(client: &Client, bucket: &str, key: &str, data: &[u8]) ->
             data.len(),
             describe(&e)
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn listens_on_tells_which_process_holds_a_port() {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = l.local_addr().unwrap().port();
+        assert!(listens_on(std::process::id(), port), "this process");
+        let mut other = Command::new("sleep").arg("30").spawn().unwrap();
+        assert!(!listens_on(other.id(), port), "another process");
+        other.kill().unwrap();
+        other.wait().unwrap();
+        drop(l);
+        assert!(!listens_on(std::process::id(), port), "closed");
     }
 }
