@@ -200,11 +200,12 @@ impl Retired {
 impl State {
     fn put(&mut self, id: Uuid, kept: Kept) {
         let bytes = kept.bytes;
-        self.order.insert((kept.last_read, id));
-        if let Some(old) = self.dirs.insert(id, kept) {
+        if let Some(old) = self.dirs.remove(&id) {
             self.order.remove(&(old.last_read, id));
             self.forget(old.bytes);
         }
+        self.order.insert((kept.last_read, id));
+        self.dirs.insert(id, kept);
         self.bytes += bytes;
         KEPT.fetch_add(1, Ordering::Relaxed);
         KEPT_BYTES.fetch_add(bytes, Ordering::Relaxed);
@@ -324,6 +325,22 @@ mod tests {
         r.reap(Instant::now() + Duration::from_secs(2));
         assert!(!obj.join(old.to_string()).exists());
         assert!(obj.join(new.to_string()).join("part.1").exists());
+    }
+
+    #[test]
+    fn a_data_dir_retired_twice_is_kept_once() {
+        let root = tempfile::tempdir().unwrap();
+        let bucket = root.path().join("b");
+        let obj = bucket.join("k");
+        let id = Uuid::new_v4();
+        data_dir(&obj, id, 10);
+        let r = Retired::new(Duration::from_secs(10));
+        r.retire(&bucket, &obj, id, 10);
+        r.retire(&bucket, &obj, id, 20);
+        assert_eq!(r.figures(), (20, 1));
+        assert_eq!(r.lock().order.len(), 1);
+        assert_eq!(r.reap(Instant::now() + Duration::from_secs(11)), None);
+        assert_eq!(r.figures(), (0, 0));
     }
 
     #[test]
