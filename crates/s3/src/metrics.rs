@@ -910,13 +910,13 @@ fn render_client_rdma(out: &mut String, f: &crate::rdma::ClientRdmaFigures) {
 fn render_retired(out: &mut String, f: &quarry_object::RetiredFigures) {
     let series = [
         (
-            "quarry_retired_data_dirs",
+            "quarry_retired_data_kept_dirs",
             "gauge",
             "Data dirs of replaced or deleted versions kept on this node's drives for GETs under way.",
             f.kept,
         ),
         (
-            "quarry_retired_data_bytes",
+            "quarry_retired_data_kept_bytes",
             "gauge",
             "Bytes of those data dirs (an estimate).",
             f.bytes,
@@ -1116,6 +1116,12 @@ mod tests {
                     ..quarry_object::drive_heal::HealingMark::new(0, 1)
                 },
             }],
+            retired: quarry_object::RetiredFigures {
+                kept: 2,
+                bytes: 3 << 20,
+                retired: 9,
+                over_budget: 1,
+            },
             ..Default::default()
         };
         let text = m.render(&layer);
@@ -1155,6 +1161,10 @@ mod tests {
             "quarry_buffer_pool_registered_bytes{pool=\"data\"} 201326592",
             "quarry_dataplane_holder_bytes_total{backend=\"verbs\",direction=\"written\"} 77",
             "quarry_dataplane_holder_bytes_total{backend=\"verbs\",direction=\"read\"} 55",
+            "quarry_retired_data_kept_dirs 2",
+            "quarry_retired_data_kept_bytes 3145728",
+            "quarry_retired_data_dirs_total 9",
+            "quarry_retired_data_over_budget_total 1",
         ] {
             assert!(
                 text.lines().any(|l| l == want),
