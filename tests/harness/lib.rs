@@ -169,7 +169,9 @@ pub fn quarry_bin() -> PathBuf {
 /// A port that was free a moment ago and that this process has not handed out before: the kernel
 /// may give the port it just released to the next bind, and two nodes of one cluster on the same
 /// port would make one node of two drives (seen once: "every node must have the same number of
-/// drives"). Other processes may still take it: callers retry on "in use".
+/// drives"). Nor has another test process in the last [`PORT_CLAIM_AGE`] ([`claim_port`]):
+/// under nextest every test is a process. Other programs may still take it: callers retry on
+/// "in use".
 pub fn free_port() -> u16 {
     static GIVEN: Mutex<BTreeSet<u16>> = Mutex::new(BTreeSet::new());
     loop {
@@ -178,9 +180,43 @@ pub fn free_port() -> u16 {
             .local_addr()
             .expect("local_addr of a bound listener")
             .port();
-        if GIVEN.lock().unwrap_or_else(|e| e.into_inner()).insert(port) {
+        if GIVEN.lock().unwrap_or_else(|e| e.into_inner()).insert(port) && claim_port(port) {
             return port;
         }
+    }
+}
+
+/// How long a port handed out by one test process is not handed out by another.
+const PORT_CLAIM_AGE: Duration = Duration::from_secs(15 * 60);
+
+/// Claims `port` for this process among the test processes of this machine: a file named after
+/// it in `$TMPDIR/quarry-test-ports`, made with `create_new`. A claim older than
+/// [`PORT_CLAIM_AGE`] is stale and taken over. `true` where claims cannot be kept (the directory
+/// cannot be made): the in-process memory and the callers' retries remain.
+fn claim_port(port: u16) -> bool {
+    let dir = std::env::temp_dir().join("quarry-test-ports");
+    if fs::create_dir_all(&dir).is_err() {
+        return true;
+    }
+    let path = dir.join(port.to_string());
+    let create = || {
+        fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&path)
+    };
+    match create() {
+        Ok(_) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            let stale = fs::metadata(&path)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age > PORT_CLAIM_AGE);
+            // Of two processes taking over one stale claim, one makes the file again.
+            stale && fs::remove_file(&path).is_ok() && create().is_ok()
+        }
+        Err(_) => true,
     }
 }
 
@@ -1441,6 +1477,24 @@ pub async fn put_bytes(client: &Client, bucket: &str, key: &str, data: &[u8]) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_port_claimed_by_one_test_process_is_not_claimed_again_until_stale() {
+        let port = free_port();
+        assert!(!claim_port(port), "claimed already, by free_port");
+        let path = std::env::temp_dir()
+            .join("quarry-test-ports")
+            .join(port.to_string());
+        let old = SystemTime::now() - PORT_CLAIM_AGE - Duration::from_secs(60);
+        fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        assert!(claim_port(port), "a stale claim is taken over");
+        assert!(!claim_port(port));
+    }
 
     #[test]
     fn listens_on_tells_which_process_holds_a_port() {
