@@ -440,12 +440,6 @@ enum FirstBlock {
     Told,
 }
 
-/// Whether two resolutions of a key found the same version: the same id, written at the same
-/// time, into the same data dir (an overwrite of the null version keeps its id).
-fn same_version(a: &ObjectMeta, b: &ObjectMeta) -> bool {
-    a.version_id == b.version_id && a.mod_time_ns == b.mod_time_ns && a.data_dir == b.data_dir
-}
-
 /// The bytes `[start, end)` of a block given as pieces, as slices of those pieces (no copy).
 fn slice_pieces(pieces: Vec<Bytes>, start: usize, end: usize) -> Vec<Bytes> {
     let mut out = Vec::with_capacity(pieces.len());
@@ -551,7 +545,9 @@ impl ErasureSet {
         // found), as if it had come a moment later, and queues no heal (the key is whole). The
         // same version still unreadable is damage, answered as such, and healed.
         match self.resolve_version(bucket, key, version).await {
-            Ok((now, metas)) if !same_version(&now, &meta) => {
+            // The quorum's own test of one version: an overwrite of the null version keeps its
+            // id, not its time or data dir.
+            Ok((now, metas)) if !crate::quorum::same_version(&now, &meta) => {
                 debug!(bucket, key, error = %why, "the version was replaced while its first block was read; reading the key again");
                 self.get_resolved(bucket, key, now, metas, range, opener, FirstBlock::Heals)
                     .await
