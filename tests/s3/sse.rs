@@ -820,6 +820,13 @@ async fn multipart_uploads_encrypt_every_part() {
         assert_bytes_eq(&read(&c, &key, mode, None, Some(2)).await, &p3, "part 2");
         assert_bytes_eq(&read(&c, &key, mode, None, Some(1)).await, &p1, "part 1");
     }
+    // Listings show each its plaintext size: the sum of its parts', which the drives' listing
+    // view of the metadata keeps.
+    let list = c.list_objects_v2().bucket(B).send().await.unwrap();
+    assert!(!list.contents().is_empty());
+    for o in list.contents() {
+        assert_eq!(o.size, Some(whole.len() as i64), "{:?}", o.key);
+    }
     // No shard of any of them holds the plaintext.
     for p in drive_files(&s) {
         let b = std::fs::read(&p).unwrap_or_default();

@@ -94,9 +94,10 @@ pub struct WalkOptions {
 /// One entry of a walk, in key order.
 #[derive(Debug, Clone, PartialEq)]
 pub enum WalkEntry {
-    /// An object and its metadata, without the inline shard data (`meta.inline` is `None`:
-    /// listings do not need it); `read_meta` returns it whole. Shared: a local drive keeps
-    /// what it read for the next walk (`meta_cache`) and hands out the same copy.
+    /// An object and what a listing reads of its metadata ([`ObjectMeta::listing_view`]: no
+    /// inline data, user metadata, checksums or other header entries); `read_meta` returns it
+    /// whole. Shared: a local drive keeps what it read for the next walk (`meta_cache`) and
+    /// hands out the same copy.
     Object {
         key: String,
         meta: std::sync::Arc<ObjectMeta>,

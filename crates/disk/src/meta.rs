@@ -17,6 +17,19 @@ pub const META_VERSION: u32 = 2;
 /// The oldest metadata format version this build reads.
 pub const META_VERSION_MIN: u32 = 1;
 
+/// When a version's metadata was last changed in place (nanoseconds since the Unix epoch,
+/// decimal). Two copies of one version that differ in it are different copies for quorum. The
+/// object layer writes it; named here because a listing keeps it ([`ObjectMeta::listing_view`]).
+pub const META_UPDATED_HEADER: &str = "x-quarry-meta-updated";
+
+/// The package format of an encrypted version's data; its presence says the version is
+/// encrypted. The object layer writes it; named here because a listing keeps it (an encrypted
+/// version lists its plaintext size).
+pub const SSE_FORMAT_HEADER: &str = "x-quarry-internal-sse-format";
+
+/// The stored header entries a listing reads, the only ones [`ObjectMeta::listing_view`] keeps.
+pub const LISTED_HEADERS: [&str; 2] = [META_UPDATED_HEADER, SSE_FORMAT_HEADER];
+
 /// How an object is erasure coded; identical on every drive of the object except `index`.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ErasureInfo {
@@ -163,6 +176,58 @@ impl ObjectMeta {
         if let Some(b) = inline {
             out.push(b'\n');
             out.extend_from_slice(b);
+        }
+    }
+
+    /// What a listing reads of a version, and nothing else: what tells versions apart for
+    /// quorum (id, delete marker, time, ETag, size, layout, data dir, metadata-rewrite time),
+    /// and what a listed entry shows (an encrypted version's plaintext size comes from its
+    /// format entry and part sizes). Dropped: every other header entry, the user metadata, the
+    /// checksums, the codec and bitrot names, part ETags and inline data. A walk returns and
+    /// keeps this view: a plain object's kept copy is about a third of the whole, and a
+    /// remote walk sends that much less. Not for reading data or rewriting metadata.
+    pub fn listing_view(self) -> ObjectMeta {
+        let ObjectMeta {
+            version,
+            version_id,
+            delete_marker,
+            size,
+            mod_time_ns,
+            etag,
+            headers,
+            erasure,
+            data_dir,
+            parts,
+            ..
+        } = self;
+        ObjectMeta {
+            version,
+            version_id,
+            delete_marker,
+            size,
+            mod_time_ns,
+            etag,
+            // Collected anew, so an object without the listed entries holds no map node.
+            headers: headers
+                .into_iter()
+                .filter(|(k, _)| LISTED_HEADERS.contains(&k.as_str()))
+                .collect(),
+            user_meta: BTreeMap::new(),
+            checksums: BTreeMap::new(),
+            erasure: ErasureInfo {
+                codec: String::new(),
+                bitrot: String::new(),
+                ..erasure
+            },
+            data_dir,
+            parts: parts
+                .into_iter()
+                .map(|p| PartInfo {
+                    etag: String::new(),
+                    ..p
+                })
+                .collect(),
+            inline: None,
         }
     }
 
@@ -398,6 +463,40 @@ mod tests {
             }],
             inline,
         }
+    }
+
+    #[test]
+    fn the_listing_view_keeps_what_a_listing_reads_and_nothing_else() {
+        let mut m = sample(Some(vec![7; 100]));
+        m.headers
+            .insert(META_UPDATED_HEADER.into(), "1700000000999".into());
+        m.headers.insert(SSE_FORMAT_HEADER.into(), "pkg-1".into());
+        m.headers.insert("x-quarry-tagging".into(), "a=b".into());
+        let v = m.clone().listing_view();
+        let expected = ObjectMeta {
+            headers: [
+                (META_UPDATED_HEADER.to_string(), "1700000000999".to_string()),
+                (SSE_FORMAT_HEADER.to_string(), "pkg-1".to_string()),
+            ]
+            .into(),
+            user_meta: BTreeMap::new(),
+            checksums: BTreeMap::new(),
+            erasure: ErasureInfo {
+                codec: String::new(),
+                bitrot: String::new(),
+                ..m.erasure.clone()
+            },
+            parts: vec![PartInfo {
+                number: 1,
+                size: 12345,
+                etag: String::new(),
+            }],
+            inline: None,
+            ..m.clone()
+        };
+        assert_eq!(v, expected);
+        // A plain object keeps no header entry at all.
+        assert!(sample(None).listing_view().headers.is_empty());
     }
 
     #[test]

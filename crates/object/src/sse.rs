@@ -29,8 +29,9 @@ use crate::error::{Error, Result};
 
 /// Prefix of the reserved metadata entries of an encrypted version.
 pub(crate) const PREFIX: &str = crate::api::SSE_RECORD_PREFIX;
-/// The package format of the data (the object layer's own entry).
-const FORMAT: &str = "x-quarry-internal-sse-format";
+/// The package format of the data (the object layer's own entry; the drives name it too, as a
+/// walk keeps it in its listing view).
+const FORMAT: &str = quarry_disk::SSE_FORMAT_HEADER;
 /// An encrypted multipart upload's part ETags: `md5` (the plaintext's MD5, SSE-S3) or `keyed`
 /// (derived with the object key; see [`keyed_etag`]).
 const ETAG_KIND: &str = "x-quarry-internal-sse-etag";

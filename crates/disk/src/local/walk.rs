@@ -392,14 +392,15 @@ fn read_meta(obj_dir: &Path, buf: &mut Vec<u8>) -> io::Result<Option<ObjectMeta>
     meta_or_skip(read_meta_header(&path, buf), || path.clone())
 }
 
-/// What a walk makes of reading the metadata at `path`: the object, nothing (no metadata there;
-/// unreadable metadata, logged), or an I/O error.
+/// What a walk makes of reading the metadata at `path`: the object (its
+/// [`ObjectMeta::listing_view`]), nothing (no metadata there; unreadable metadata, logged), or
+/// an I/O error.
 fn meta_or_skip(
     read: io::Result<crate::drive::Result<ObjectMeta>>,
     path: impl FnOnce() -> std::path::PathBuf,
 ) -> io::Result<Option<ObjectMeta>> {
     match read {
-        Ok(Ok(m)) => Ok(Some(m)),
+        Ok(Ok(m)) => Ok(Some(m.listing_view())),
         Ok(Err(e)) => {
             warn!(path = %path().display(), error = %e, "skipping object with unreadable metadata");
             Ok(None)

@@ -275,6 +275,10 @@ pub struct ListOptions {
 
 #[derive(Debug, Clone, Default)]
 pub struct ListResult {
+    /// What a listing shows of each object: key, size, ETag, time, version id and delete
+    /// marker. Drives walk only a listing view of the metadata, so the stored headers, user
+    /// metadata, checksums and encryption record are not here (empty, but for an encrypted
+    /// version's format entry); `object_info` has them.
     pub objects: Vec<ObjectInfo>,
     pub common_prefixes: Vec<String>,
     pub is_truncated: bool,

@@ -38,8 +38,9 @@ pub const SSE_RECORD_PREFIX: &str = "x-quarry-internal-sse-";
 
 /// When the version's metadata was last changed in place (nanoseconds since the Unix epoch,
 /// decimal). Two copies of one version that differ in it are different copies for quorum: the
-/// change is made on a write quorum, so the copies that missed it never win a read.
-pub const META_UPDATED_HEADER: &str = "x-quarry-meta-updated";
+/// change is made on a write quorum, so the copies that missed it never win a read. The drives
+/// name it too: a walk keeps it in its listing view.
+pub const META_UPDATED_HEADER: &str = quarry_disk::META_UPDATED_HEADER;
 
 /// Stored header names reserved for the store itself (never sent as response headers, never
 /// accepted from a client as stored headers).
