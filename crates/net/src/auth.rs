@@ -43,8 +43,9 @@ use crate::wire::{Opener, Sealer};
 pub const HS_MAGIC: [u8; 4] = *b"QHSK";
 /// The internode protocol version this node speaks: 1 until the one internode codec, 2 with it
 /// (every message's byte order and string framing changed), 3 since frame answers (a shard
-/// read's bulk frame whose tag covers the bitrot frame's hash only: [`crate::data`]).
-pub const HS_VERSION: u8 = 3;
+/// read's bulk frame whose tag covers the bitrot frame's hash only: [`crate::data`]), 4 since
+/// object metadata travels in the codec's layout (drive protocol 3).
+pub const HS_VERSION: u8 = 4;
 /// Bytes before a handshake message's body.
 pub const HS_HEADER_LEN: usize = 8;
 /// Largest body of any handshake message (a hello with a 255-byte node id).

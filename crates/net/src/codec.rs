@@ -13,6 +13,7 @@
 //! | `String`, `Bytes` | length (u32 BE) then the bytes; a `String` must be UTF-8 |
 //! | `Option<T>` | 0, or 1 then `T` |
 //! | `Vec<T>` | count (u32 BE) then the items |
+//! | `BTreeMap<K, V>` | count (u32 BE) then each key and its value, in key order |
 //!
 //! A message starts with its service's version byte ([`get_version`]), checked before anything
 //! else is read. Which version of the whole protocol two nodes speak is settled once, in the
@@ -320,6 +321,28 @@ impl<T: Codec> Codec for Vec<T> {
             v.push(T::decode(buf)?);
         }
         Ok(v)
+    }
+}
+
+/// A map as its entry count (u32), then each key and value, in key order.
+impl<K: Codec + Ord, V: Codec> Codec for std::collections::BTreeMap<K, V> {
+    const MIN_LEN: usize = 4;
+    fn encode<B: BufMut>(&self, buf: &mut B) {
+        buf.put_u32(wire_len(self.len()));
+        for (k, v) in self {
+            k.encode(buf);
+            v.encode(buf);
+        }
+    }
+    fn decode<B: Buf>(buf: &mut B) -> Result<Self, CodecError> {
+        let n = get_len(buf, K::MIN_LEN.max(1) + V::MIN_LEN.max(1))?;
+        let mut m = std::collections::BTreeMap::new();
+        for _ in 0..n {
+            let k = K::decode(buf)?;
+            let v = V::decode(buf)?;
+            m.insert(k, v);
+        }
+        Ok(m)
     }
 }
 

@@ -6,17 +6,18 @@
 //!
 //! ```text
 //! offset size
-//!      0    1  drive protocol version (2)
+//!      0    1  drive protocol version (3)
 //!      1    2  drive index on the serving node (u16 BE)
 //!      3    n  the method's arguments, in the order of its table entry's fields
 //! ```
 //!
-//! and every successful response payload is `version (2) | kind (u8) | body`. Fields use the
+//! and every successful response payload is `version (3) | kind (u8) | body`. Fields use the
 //! codec's one layout (big-endian integers; strings, byte strings and lists with a u32 length).
-//! [`ObjectMeta`] travels in its own versioned file format ([`ObjectMeta::to_bytes`]: JSON
-//! header, then the inline shard bytes raw), upload and part metadata and `format.json` in theirs,
-//! each as a byte string; shard data is always raw bytes (a slice of the frame's payload on the
-//! receiving side, never copied or base64-encoded).
+//! [`ObjectMeta`] travels in the codec's layout, field by field (its inline shard bytes as a
+//! byte string, a slice of the message on the receiving side); upload and part metadata and
+//! `format.json` in their own versioned file formats, each as a byte string; shard data is always
+//! raw bytes (a slice of the frame's payload on the receiving side, never copied or
+//! base64-encoded).
 //!
 //! # Adding a `Drive` method
 //!
@@ -38,15 +39,16 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use quarry_disk::multipart::validate_upload_id;
 use quarry_disk::path::{validate_bucket, validate_key};
 use quarry_disk::{
-    validate_config_name, DiskInfo, Drive, DriveError, FormatV1, ObjectMeta, PartMeta, UploadMeta,
-    VolInfo, WalkEntry, WalkOptions,
+    validate_config_name, DiskInfo, Drive, DriveError, ErasureInfo, FormatV1, ObjectMeta, PartInfo,
+    PartMeta, UploadMeta, VolInfo, WalkEntry, WalkOptions,
 };
 use uuid::Uuid;
 
 use crate::codec::{self, BufExt, BufMutExt, Codec, CodecError};
 
-/// The drive protocol version this build speaks (2: the one internode codec).
-pub const DRIVE_PROTO_VERSION: u8 = 2;
+/// The drive protocol version this build speaks (2: the one internode codec; 3: object
+/// metadata in the codec's layout instead of its JSON file format).
+pub const DRIVE_PROTO_VERSION: u8 = 3;
 
 /// First method id of the drive protocol (see the registry, [`crate::methods`]).
 pub const METHOD_BASE: u16 = crate::methods::DRIVE_BASE;
@@ -489,11 +491,85 @@ macro_rules! embedded_format {
 }
 
 embedded_format! {
-    // The inline data of a decoded ObjectMeta is a slice of the message, not a copy.
-    ObjectMeta, "embedded object metadata", |bytes| ObjectMeta::from_shared(bytes);
     UploadMeta, "embedded upload metadata", |bytes| UploadMeta::from_bytes(&bytes);
     PartMeta, "embedded part metadata", |bytes| PartMeta::from_bytes(&bytes);
     FormatV1, "embedded format.json", |bytes| FormatV1::from_bytes(&bytes);
+}
+
+// Object metadata in the codec's own layout, field by field: every GET reads it from each drive
+// of a set and a listing page from each for every key, and decoding its JSON file format cost
+// more than the rest of the message. Its inline data is a slice of the message, not a copy.
+crate::codec_struct!(PartInfo { number, size, etag });
+crate::codec_struct!(ErasureInfo {
+    codec,
+    bitrot,
+    data,
+    parity,
+    block_size,
+    index,
+    distribution,
+});
+
+impl Codec for ObjectMeta {
+    const MIN_LEN: usize = 4;
+
+    fn encode<B: BufMut>(&self, b: &mut B) {
+        let ObjectMeta {
+            version,
+            version_id,
+            delete_marker,
+            size,
+            mod_time_ns,
+            etag,
+            headers,
+            user_meta,
+            checksums,
+            erasure,
+            data_dir,
+            parts,
+            inline,
+        } = self;
+        b.put_value(version);
+        b.put_value(version_id);
+        b.put_value(delete_marker);
+        b.put_value(size);
+        b.put_value(mod_time_ns);
+        b.put_value(etag);
+        b.put_value(headers);
+        b.put_value(user_meta);
+        b.put_value(checksums);
+        b.put_value(erasure);
+        b.put_value(data_dir);
+        b.put_value(parts);
+        b.put_value(inline);
+    }
+
+    fn decode<B: Buf>(b: &mut B) -> Result<ObjectMeta, CodecError> {
+        let version: u32 = b.get_value()?;
+        if !(quarry_disk::META_VERSION_MIN..=quarry_disk::META_VERSION).contains(&version) {
+            return Err(CodecError::OutOfRange {
+                what: "object metadata format version",
+                value: version.into(),
+                min: quarry_disk::META_VERSION_MIN.into(),
+                max: quarry_disk::META_VERSION.into(),
+            });
+        }
+        Ok(ObjectMeta {
+            version,
+            version_id: b.get_value()?,
+            delete_marker: b.get_value()?,
+            size: b.get_value()?,
+            mod_time_ns: b.get_value()?,
+            etag: b.get_value()?,
+            headers: b.get_value()?,
+            user_meta: b.get_value()?,
+            checksums: b.get_value()?,
+            erasure: b.get_value()?,
+            data_dir: b.get_value()?,
+            parts: b.get_value()?,
+            inline: b.get_value()?,
+        })
+    }
 }
 
 // ---- messages ----

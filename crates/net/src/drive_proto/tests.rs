@@ -352,6 +352,41 @@ fn every_response_round_trips() {
     }
 }
 
+/// Object metadata travels field by field: every map entry and the format version it was read
+/// from come back as they were, its inline data is a slice of the message, and a format
+/// version this build does not read is refused.
+#[test]
+fn object_metadata_travels_field_by_field() {
+    let mut m = meta(Some((0..=255).collect()));
+    m.version = quarry_disk::META_VERSION_MIN;
+    m.headers
+        .insert("x-quarry-meta-updated".into(), "17".into());
+    m.checksums.insert("crc32c".into(), "AAAAAA==".into());
+    m.checksums.insert("sha256".into(), String::new());
+    let p = encode_response(&Response::Meta(m.clone()));
+    let Response::Meta(back) = decode_response(p.clone()).unwrap() else {
+        panic!()
+    };
+    assert_eq!(back, m);
+    let inline = back.inline.unwrap();
+    let at = p.len() - inline.len();
+    assert_eq!(inline.as_ptr(), p[at..].as_ptr());
+    // Not JSON any more: no brace, no field name.
+    assert!(!p.windows(4).any(|w| w == b"etag"));
+
+    for version in [0, META_VERSION + 1] {
+        let mut m = meta(None);
+        m.version = version;
+        assert!(
+            matches!(
+                decode_response(encode_response(&Response::Meta(m))),
+                Err(CodecError::OutOfRange { value, .. }) if value == u64::from(version)
+            ),
+            "version {version}"
+        );
+    }
+}
+
 #[test]
 fn shard_data_travels_raw_and_decodes_without_copy() {
     let data = Bytes::from(vec![0xabu8; 4096]);
@@ -406,7 +441,7 @@ fn versions_methods_and_kinds_are_checked() {
         })
     );
     assert_eq!(
-        decode_response(Bytes::from_static(&[2, 200])),
+        decode_response(Bytes::from_static(&[DRIVE_PROTO_VERSION, 200])),
         Err(CodecError::Unknown {
             what: "drive response kind",
             value: 200
@@ -422,7 +457,14 @@ fn versions_methods_and_kinds_are_checked() {
     );
     // A count that promises more items than there are bytes is refused before allocating.
     assert!(matches!(
-        decode_response(Bytes::from_static(&[2, 8, 0xff, 0xff, 0xff, 0xff])),
+        decode_response(Bytes::from_static(&[
+            DRIVE_PROTO_VERSION,
+            8,
+            0xff,
+            0xff,
+            0xff,
+            0xff
+        ])),
         Err(CodecError::Truncated { .. })
     ));
     // A bool is 0 or 1.
