@@ -15,15 +15,16 @@
 #
 # Environment: BIN_DIR (default target/release), DATA (default ./data/bench-list; on a disk: a
 # million keys on four drives are 4 M directories, about 16 GB of directory blocks on ext4, and
-# tmpfs counts each hard link as an inode), KEYS (single node, default "100000 1000000"),
-# CLUSTER_KEYS (default 1000000; 0 skips the cluster), PAGES (per walker, default 40),
+# tmpfs counts each hard link as an inode), KEYS (single node, each more than 1001, default
+# "100000 1000000", empty skips the single node), CLUSTER_KEYS (default 1000000; 0 skips the
+# cluster), PAGES (per walker, default 40),
 # READ_PAGES (per walker with --list-cache-bytes 0, where a page of a million keys costs seconds;
 # default PAGES/4), COLD_PAGES (default 10; 0 skips the cold runs), PORT (default 9400).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN_DIR=${BIN_DIR:-target/release}
 DATA=${DATA:-./data/bench-list}
-KEYS=${KEYS:-"100000 1000000"}
+KEYS=${KEYS-"100000 1000000"}
 CLUSTER_KEYS=${CLUSTER_KEYS:-1000000}
 PAGES=${PAGES:-40}
 READ_PAGES=${READ_PAGES:-$(((PAGES + 3) / 4))}
