@@ -35,11 +35,15 @@ impl ErasureSet {
         opts: ListOptions,
         with_deleted: bool,
     ) -> Result<ListResult> {
-        self.require_bucket(bucket).await?;
         let mut result = ListResult::default();
         if opts.max_keys == 0 {
+            self.require_bucket(bucket).await?;
             return Ok(result);
         }
+        // No separate check that the bucket exists: a drive without it fails its walk with
+        // `VolumeNotFound`, and the walks below answer `BucketNotFound` exactly when that check
+        // would (fewer than a read quorum have it, and some drive says it is missing). It cost
+        // a round trip to every drive of the set per page.
         let delimiter = opts.delimiter.clone().filter(|d| !d.is_empty());
         // Drives group by '/' themselves (without reading below it); other delimiters are
         // applied here over a full walk.

@@ -430,6 +430,47 @@ async fn buckets_and_deletes() {
     assert!(f.layer.list_buckets().await.unwrap().is_empty());
 }
 
+/// A listing tells a missing bucket from its walks alone, as the bucket check it no longer
+/// makes would: the bucket on a read quorum of drives lists (also with `max-keys` 0); on fewer,
+/// with the others saying it is missing, it is `BucketNotFound`; a bucket that never existed
+/// too.
+#[tokio::test]
+async fn listing_finds_a_missing_bucket_from_its_walks() {
+    let f = fixture(4).await;
+    put(&f.layer, "k", b"v").await;
+    let list = |max_keys| {
+        f.layer.list_objects(
+            "bkt",
+            ListOptions {
+                max_keys,
+                ..Default::default()
+            },
+        )
+    };
+    let missing = |max_keys| {
+        f.layer.list_objects(
+            "nope",
+            ListOptions {
+                max_keys,
+                ..Default::default()
+            },
+        )
+    };
+    assert!(matches!(missing(1000).await, Err(Error::BucketNotFound)));
+    assert!(matches!(missing(0).await, Err(Error::BucketNotFound)));
+    // Gone from two drives of four (2+2): a read quorum still has it.
+    for p in &f.paths[..2] {
+        std::fs::remove_dir_all(p.join("bkt")).unwrap();
+    }
+    let page = list(1000).await.unwrap();
+    assert_eq!(page.objects.len(), 1, "{page:?}");
+    assert!(list(0).await.unwrap().objects.is_empty());
+    // Gone from a third: fewer than a read quorum have it.
+    std::fs::remove_dir_all(f.paths[2].join("bkt")).unwrap();
+    assert!(matches!(list(1000).await, Err(Error::BucketNotFound)));
+    assert!(matches!(list(0).await, Err(Error::BucketNotFound)));
+}
+
 /// Names that cannot be buckets (the system volume, dot segments, upper case) are
 /// `BucketNotFound` from every call that takes a bucket, before a drive is asked: a drive refuses
 /// such a volume name, and those refusals used to read as a lost quorum (503, "read quorum lost").
