@@ -807,7 +807,10 @@ async fn a_peer_of_another_protocol_version_is_refused_at_the_handshake() {
     let text = logs.text();
     assert!(
         text.contains("internode handshake refused")
-            && text.contains("internode protocol version 1, this node version 3"),
+            && text.contains(&format!(
+                "internode protocol version 1, this node version {}",
+                auth::HS_VERSION
+            )),
         "{text}"
     );
     assert_eq!(handler.calls.load(Ordering::Relaxed), 0);
