@@ -53,7 +53,7 @@ pub use local::{
     DEFAULT_RETIRED_GRACE, MAX_BUCKET_CONFIG, ORPHAN_MIN_AGE_ENV, SYSTEM_CONFIG,
 };
 pub use meta::{
-    ErasureInfo, ObjectMeta, PartInfo, LISTED_HEADERS, META_UPDATED_HEADER, META_VERSION,
-    META_VERSION_MIN, SSE_FORMAT_HEADER,
+    ErasureInfo, ObjectMeta, PartInfo, META_UPDATED_HEADER, META_VERSION, META_VERSION_MIN,
+    SSE_FORMAT_HEADER,
 };
 pub use multipart::{PartMeta, UploadMeta, UPLOAD_META_VERSION};

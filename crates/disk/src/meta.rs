@@ -186,49 +186,21 @@ impl ObjectMeta {
     /// checksums, the codec and bitrot names, part ETags and inline data. A walk returns and
     /// keeps this view: a plain object's kept copy is about a third of the whole, and a
     /// remote walk sends that much less. Not for reading data or rewriting metadata.
-    pub fn listing_view(self) -> ObjectMeta {
-        let ObjectMeta {
-            version,
-            version_id,
-            delete_marker,
-            size,
-            mod_time_ns,
-            etag,
-            headers,
-            erasure,
-            data_dir,
-            parts,
-            ..
-        } = self;
-        ObjectMeta {
-            version,
-            version_id,
-            delete_marker,
-            size,
-            mod_time_ns,
-            etag,
-            // Collected anew, so an object without the listed entries holds no map node.
-            headers: headers
-                .into_iter()
-                .filter(|(k, _)| LISTED_HEADERS.contains(&k.as_str()))
-                .collect(),
-            user_meta: BTreeMap::new(),
-            checksums: BTreeMap::new(),
-            erasure: ErasureInfo {
-                codec: String::new(),
-                bitrot: String::new(),
-                ..erasure
-            },
-            data_dir,
-            parts: parts
-                .into_iter()
-                .map(|p| PartInfo {
-                    etag: String::new(),
-                    ..p
-                })
-                .collect(),
-            inline: None,
+    pub fn listing_view(mut self) -> ObjectMeta {
+        // Collected anew, so an object without the listed entries holds no map node.
+        self.headers = std::mem::take(&mut self.headers)
+            .into_iter()
+            .filter(|(k, _)| LISTED_HEADERS.contains(&k.as_str()))
+            .collect();
+        self.user_meta = BTreeMap::new();
+        self.checksums = BTreeMap::new();
+        self.erasure.codec = String::new();
+        self.erasure.bitrot = String::new();
+        for p in &mut self.parts {
+            p.etag = String::new();
         }
+        self.inline = None;
+        self
     }
 
     /// The `null` version (`version_id` is `None`)?

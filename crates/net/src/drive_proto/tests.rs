@@ -360,7 +360,7 @@ fn object_metadata_travels_field_by_field() {
     let mut m = meta(Some((0..=255).collect()));
     m.version = quarry_disk::META_VERSION_MIN;
     m.headers
-        .insert("x-quarry-meta-updated".into(), "17".into());
+        .insert(quarry_disk::META_UPDATED_HEADER.into(), "17".into());
     m.checksums.insert("crc32c".into(), "AAAAAA==".into());
     m.checksums.insert("sha256".into(), String::new());
     let p = encode_response(&Response::Meta(m.clone()));
