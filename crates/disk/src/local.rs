@@ -28,6 +28,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use meta_cache::{Changing, Epochs};
 use quarry_buf::PooledBuf;
 use tracing::{debug, warn};
 use uuid::Uuid;
@@ -53,6 +54,8 @@ pub struct LocalDrive {
     leaf_opt: bool,
     /// Data dirs of replaced and deleted versions, kept for reads under way (`local/retired.rs`).
     retired: Arc<retired::Retired>,
+    /// Change epochs of its keys, which listings trust kept metadata by (`local/meta_cache.rs`).
+    epochs: Arc<Epochs>,
 }
 
 /// Creates the directories a drive at `root` works in (the root itself, `.quarry.sys` and its
@@ -104,12 +107,14 @@ impl LocalDrive {
             let endpoint: Arc<str> = root.display().to_string().into();
             let leaf_opt = link_count_counts_subdirs(&root);
             debug!(drive = %endpoint, leaf_opt, "opened drive");
+            let epochs = Epochs::of_drive(&root);
             Ok(LocalDrive {
                 root: root.into(),
                 endpoint,
                 leaf_opt,
                 // Without the sweep's schedule, replaced data goes at once.
                 retired: Arc::new(retired::Retired::new(std::time::Duration::ZERO)),
+                epochs,
             })
         })
         .await
@@ -323,6 +328,11 @@ impl LocalDrive {
     }
 
     fn write_meta_sync(&self, bucket: &str, key: &str, meta: &ObjectMeta) -> Result<()> {
+        let _changing = Changing {
+            epochs: &self.epochs,
+            bucket,
+            key,
+        };
         let (obj_dir, mut journal) = self.read_journal_sync(bucket, key)?;
         if journal.get(meta.version_id).is_none() {
             return Err(DriveError::FileNotFound);
@@ -333,6 +343,11 @@ impl LocalDrive {
     }
 
     fn delete_version_sync(&self, bucket: &str, key: &str, version_id: Option<Uuid>) -> Result<()> {
+        let _changing = Changing {
+            epochs: &self.epochs,
+            bucket,
+            key,
+        };
         let (obj_dir, mut journal) = self.read_journal_sync(bucket, key)?;
         let removed = journal.remove(version_id).ok_or(DriveError::FileNotFound)?;
         if journal.is_empty() {
@@ -492,6 +507,11 @@ impl LocalDrive {
         key: &str,
         meta: &ObjectMeta,
     ) -> Result<()> {
+        let _changing = Changing {
+            epochs: &self.epochs,
+            bucket,
+            key,
+        };
         let bucket_dir = self.bucket_dir(bucket)?;
         let rel = key_rel_path(key)?;
         let obj_dir = bucket_dir.join(&rel);
@@ -575,6 +595,11 @@ impl LocalDrive {
     }
 
     fn delete_object_sync(&self, bucket: &str, key: &str) -> Result<()> {
+        let _changing = Changing {
+            epochs: &self.epochs,
+            bucket,
+            key,
+        };
         let (bucket_dir, obj_dir) = self.object_dir(bucket, key)?;
         let meta_path = obj_dir.join(META_FILE);
         let data_dirs: Vec<(Uuid, u64)> = match read_journal_headers(&meta_path, &mut Vec::new()) {
@@ -610,7 +635,7 @@ impl LocalDrive {
     fn walk_sync(&self, bucket: &str, opts: &WalkOptions) -> Result<Vec<WalkEntry>> {
         let dir = self.bucket_dir(bucket)?;
         check_bucket(&dir)?;
-        Ok(walk::walk(&dir, opts, self.leaf_opt)?.0)
+        Ok(walk::walk(&dir, &self.epochs, opts, self.leaf_opt)?.0)
     }
 }
 
@@ -698,7 +723,12 @@ impl Drive for LocalDrive {
 
     async fn delete_volume(&self, bucket: &str, force: bool) -> Result<()> {
         let (this, bucket) = (self.clone(), bucket.to_owned());
-        blocking(move || this.delete_volume_sync(&bucket, force)).await
+        blocking(move || {
+            let r = this.delete_volume_sync(&bucket, force);
+            this.epochs.changed_all(); // its keys' directories are gone, some or all
+            r
+        })
+        .await
     }
 
     async fn read_meta(&self, bucket: &str, key: &str) -> Result<ObjectMeta> {

@@ -972,6 +972,12 @@ fn render_list_cache(out: &mut String, f: &quarry_object::ListCacheFigures) {
             f.meta_hits,
         ),
         (
+            "quarry_list_meta_cache_unchecked_total",
+            "counter",
+            "Of the hits, those taken without a stat of the object's directory (no change made to the key since it was last checked).",
+            f.meta_unchecked,
+        ),
+        (
             "quarry_list_meta_cache_misses_total",
             "counter",
             "Objects whose metadata a listing read from its file (not kept, or changed since).",

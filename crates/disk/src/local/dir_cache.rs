@@ -17,13 +17,13 @@
 //! before the read began, and a later change sets a ctime that differs. A directory written all
 //! the time is never kept and is read per page, as without this cache.
 //!
-//! Bounded: at most [`set_budget`] bytes (names, offsets and order) in the process, least
+//! Bounded: at most [`set_budget`] bytes (names, offsets, inode numbers and order) in the process, least
 //! recently used dropped first.
 
 use std::collections::HashMap;
 use std::fs;
 use std::io;
-use std::os::unix::fs::MetadataExt;
+use std::os::unix::fs::{DirEntryExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -45,15 +45,16 @@ pub const SETTLE: Duration = Duration::from_secs(2);
 const LARGE_DIR_BYTES: u64 = 16 << 10;
 
 /// The default bound of the process's kept listings: a flat prefix of a million keys on each
-/// of four drives, or more (a key costs 12 bytes and its name: 32 MB a drive for 20-byte names).
+/// of four drives, or more (a key costs 20 bytes and its name: 40 MB a drive for 20-byte names).
 pub const DEFAULT_BUDGET: usize = 256 << 20;
 
 /// An entry of a directory that may hold keys.
 pub(super) enum KeyDir {
     /// `.quarry.dir`, where the folder-marker object may be.
     Folder,
-    /// A child directory whose name may be a key segment.
-    Key(String),
+    /// A child directory whose name may be a key segment, and its inode number as the
+    /// directory listing gives it.
+    Key(String, u64),
 }
 
 /// The entries of `dir` that may hold keys, in directory order. Keys are directories: files
@@ -73,7 +74,8 @@ pub(super) fn key_dirs(dir: &Path) -> io::Result<impl Iterator<Item = io::Result
         if name == FOLDER_DIR {
             Some(Ok(KeyDir::Folder))
         } else {
-            is_key_segment(&name).then_some(Ok(KeyDir::Key(name)))
+            let ino = entry.ino();
+            is_key_segment(&name).then_some(Ok(KeyDir::Key(name, ino)))
         }
     }))
 }
@@ -85,6 +87,10 @@ pub(super) struct Sorted {
     names: String,
     /// `names[offs[i]..offs[i + 1]]` is child `i`.
     offs: Vec<u32>,
+    /// Child `i`'s inode number, as the directory listing gave it.
+    inos: Vec<u64>,
+    /// The directory's device: its children's too, unless one is a mount point.
+    pub dev: u64,
     /// The walk order: `idx << 1 | dir`, child `idx` as the object `n` (dir 0) or as the range
     /// of keys below it, `n/` (dir 1), sorted by those strings' bytes.
     order: Vec<u32>,
@@ -93,14 +99,14 @@ pub(super) struct Sorted {
 }
 
 impl Sorted {
-    /// Reads `dir` and sorts it.
-    pub fn read(dir: &Path) -> io::Result<Sorted> {
+    /// Reads `dir`, which is on device `dev`, and sorts it.
+    pub fn read(dir: &Path, dev: u64) -> io::Result<Sorted> {
         let mut children = Vec::new();
         let mut folder = false;
         for entry in key_dirs(dir)? {
             match entry? {
                 KeyDir::Folder => folder = true,
-                KeyDir::Key(name) => children.push(name),
+                KeyDir::Key(name, ino) => children.push((name, ino)),
             }
         }
         // Children are numbered in name order, close to the walk order: a walk then reads the
@@ -108,7 +114,8 @@ impl Sorted {
         children.sort_unstable();
         let mut names = String::new();
         let mut offs = vec![0u32];
-        for name in &children {
+        let inos = children.iter().map(|c| c.1).collect();
+        for (name, _) in &children {
             names.push_str(name);
             let end = u32::try_from(names.len()).map_err(|_| {
                 io::Error::other(format!("{}: too many entries to list", dir.display()))
@@ -130,6 +137,8 @@ impl Sorted {
         Ok(Sorted {
             names,
             offs,
+            inos,
+            dev,
             order,
             folder,
         })
@@ -143,6 +152,11 @@ impl Sorted {
     /// Child `i`'s name (in name order).
     pub fn name(&self, i: usize) -> &str {
         &self.names[self.offs[i] as usize..self.offs[i + 1] as usize]
+    }
+
+    /// Child `i`'s inode number, as the directory listing gave it.
+    pub fn ino(&self, i: usize) -> u64 {
+        self.inos[i]
     }
 
     /// How many candidates the walk visits (two per child).
@@ -168,9 +182,10 @@ impl Sorted {
     /// The entries as [`key_dirs`] gives them: the folder marker first, then the children.
     pub fn key_dirs(self: Arc<Self>) -> impl Iterator<Item = io::Result<KeyDir>> {
         let folder = self.folder.then_some(Ok(KeyDir::Folder));
-        folder
-            .into_iter()
-            .chain((0..self.children()).map(move |i| Ok(KeyDir::Key(self.name(i).to_owned()))))
+        folder.into_iter().chain(
+            (0..self.children())
+                .map(move |i| Ok(KeyDir::Key(self.name(i).to_owned(), self.ino(i)))),
+        )
     }
 
     fn candidate(&self, c: u32) -> (usize, &str, bool) {
@@ -179,7 +194,7 @@ impl Sorted {
     }
 
     fn bytes(&self) -> usize {
-        self.names.len() + 4 * (self.offs.len() + self.order.len())
+        self.names.len() + 4 * (self.offs.len() + self.order.len()) + 8 * self.inos.len()
     }
 }
 
@@ -300,6 +315,9 @@ pub struct ListCacheFigures {
     pub bytes: u64,
     /// Walks' reads of an object that found its metadata kept.
     pub meta_hits: u64,
+    /// Of those, the ones taken without a `statx` of the object's directory: nothing changed
+    /// the key through this process since the entry was last checked.
+    pub meta_unchecked: u64,
     /// Reads of an object's metadata from its file: not kept, or changed since.
     pub meta_misses: u64,
     /// Objects' metadata kept now.
@@ -368,7 +386,7 @@ impl DirCache {
     /// Reads and sorts `dir`, whose stamp before the read is `stamp`; keeps a large listing when
     /// `settled`.
     fn read(&self, dir: &Path, stamp: Stamp, settled: bool) -> io::Result<Arc<Sorted>> {
-        let sorted = Arc::new(Sorted::read(dir)?);
+        let sorted = Arc::new(Sorted::read(dir, stamp.dev)?);
         if sorted.children() >= MIN_ENTRIES {
             self.misses.fetch_add(1, Ordering::Relaxed);
             if settled {
@@ -457,7 +475,7 @@ mod tests {
         }
         fs::create_dir(dir.join(FOLDER_DIR)).unwrap();
         fs::write(dir.join("f"), b"").unwrap();
-        let s = Sorted::read(&dir).unwrap();
+        let s = Sorted::read(&dir, 0).unwrap();
         assert!(s.folder);
         assert_eq!(s.children(), 5);
         let order: Vec<String> = (0..s.len())
@@ -545,7 +563,7 @@ mod tests {
             .iter()
             .map(|p| filled(t.path(), p, MIN_ENTRIES))
             .collect();
-        let one = Sorted::read(&dirs[0]).unwrap().bytes() + dirs[0].as_os_str().len();
+        let one = Sorted::read(&dirs[0], 0).unwrap().bytes() + dirs[0].as_os_str().len();
         let c = DirCache::new(2 * one + one / 2);
         std::thread::sleep(SETTLE + Duration::from_millis(100));
         let kept = |d: &Path| !c.listing(d).unwrap().1;

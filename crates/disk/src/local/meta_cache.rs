@@ -17,6 +17,9 @@
 //! the moment before the stat, and a later change then sets a ctime that differs. An object
 //! written in the last two seconds is read every time.
 //!
+//! Without even the `statx`: once an entry was checked against its directory's stamp, a walk
+//! takes it as it is while the drive made no change to that key since (see [`Epochs`]).
+//!
 //! Bounded: at most the budget's bytes (an estimate of what each kept metadata holds), in
 //! [`SHARDS`] shards. A full shard drops the entries no walk used for [`IDLE`] (at most once
 //! per half of it) and otherwise keeps nothing new. A walk over more keys than fit, repeated,
@@ -27,14 +30,134 @@
 //! [`SETTLE`]: super::dir_cache::SETTLE
 
 use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::{BuildHasherDefault, DefaultHasher, Hash, Hasher};
 use std::mem::size_of;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use super::dir_cache::{ListCacheFigures, Stamp, DEFAULT_BUDGET};
 use crate::meta::{ObjectMeta, PartInfo};
+
+/// Change epochs of a drive's keys: slots of a counter, each shared by the keys whose
+/// [`key_hash`] falls in it. Every change the drive makes to a key's directory (its metadata,
+/// its data dirs, a key made or removed below it) bumps the slot of that key and of each of its
+/// prefixes, after the change and before the call returns ([`Changing`]). A kept entry checked
+/// against its directory's stamp notes its key's epoch read before that check; while the epoch
+/// is the same, nothing this process did changed the directory since, and a walk takes the entry
+/// without a `statx` ([`MetaCache::unchanged`]).
+///
+/// One process serves a drive (the orphan sweep relies on it too), and the drives of a process
+/// opened on the same root share one `Epochs`. What anything else changes in an object's
+/// directory (a person removing a `quarry.meta` by hand) is seen at the next change of that key
+/// through this process, or once the entry is dropped; keys created or removed are seen at once
+/// whoever makes them, through their parent directory's stamp. Removals this process makes
+/// without a bump (retired data dirs, the orphan sweep) only lower a directory's link count,
+/// which makes a walk read a directory it could have skipped, never skip one.
+pub(crate) struct Epochs {
+    slots: Box<[AtomicU64]>,
+}
+
+/// Slots of a drive's epochs (32 KiB).
+const EPOCH_SLOTS: usize = 4096;
+
+/// Where the next drive's epochs start: each starts past every value another could reach, so an
+/// entry checked under one never matches another's.
+static NEXT_EPOCHS: AtomicU64 = AtomicU64::new(0);
+
+/// The epochs of the drives open now, by root.
+static OPEN_EPOCHS: Mutex<Option<HashMap<PathBuf, Weak<Epochs>>>> = Mutex::new(None);
+
+impl std::fmt::Debug for Epochs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Epochs").finish_non_exhaustive()
+    }
+}
+
+impl Epochs {
+    /// The epochs of the drive at `root`: those of a drive open on it already, else new ones.
+    pub fn of_drive(root: &Path) -> Arc<Epochs> {
+        let root = std::fs::canonicalize(root).unwrap_or_else(|_| root.to_path_buf());
+        let mut open = OPEN_EPOCHS.lock().unwrap_or_else(|e| e.into_inner());
+        let open = open.get_or_insert_with(HashMap::new);
+        if let Some(e) = open.get(&root).and_then(Weak::upgrade) {
+            return e;
+        }
+        open.retain(|_, e| e.strong_count() > 0);
+        let e = Arc::new(Epochs::new());
+        open.insert(root, Arc::downgrade(&e));
+        e
+    }
+
+    fn new() -> Epochs {
+        let start = NEXT_EPOCHS.fetch_add(1 << 40, Ordering::Relaxed);
+        Epochs {
+            slots: (0..EPOCH_SLOTS).map(|_| AtomicU64::new(start)).collect(),
+        }
+    }
+
+    fn slot(&self, key: u64) -> &AtomicU64 {
+        &self.slots[epoch_slot_index(key)]
+    }
+
+    /// The change epoch of the key whose hash is `key`.
+    pub fn epoch(&self, key: u64) -> u64 {
+        self.slot(key).load(Ordering::SeqCst)
+    }
+
+    /// Notes a change to the directory of `key` of `bucket` and to those of its prefixes (made
+    /// or pruned with it, their link counts changed).
+    pub fn changed(&self, bucket: &str, key: &str) {
+        for (i, _) in key.match_indices('/').filter(|(i, _)| *i > 0) {
+            self.slot(key_hash(bucket, &key[..i]))
+                .fetch_add(1, Ordering::SeqCst);
+        }
+        self.slot(key_hash(bucket, key))
+            .fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Notes a change to every key (a bucket removed).
+    pub fn changed_all(&self) {
+        for e in self.slots.iter() {
+            e.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// The slot of a key's epoch, by its [`key_hash`].
+pub(super) fn epoch_slot_index(key: u64) -> usize {
+    (key % EPOCH_SLOTS as u64) as usize
+}
+
+/// What a kept entry notes of the key it was checked as (its [`key_hash`]) and the key's epoch
+/// then: a single word, which differs from the note of another key or epoch but by a chance of
+/// one in 2^64.
+fn tag(key: u64, epoch: u64) -> u64 {
+    key ^ epoch
+}
+
+/// The hash of key `key` of bucket `bucket` that kept entries and epochs know it by.
+pub(super) fn key_hash(bucket: &str, key: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    bucket.hash(&mut h);
+    key.hash(&mut h);
+    h.finish()
+}
+
+/// Calls [`Epochs::changed`] when dropped: held by each call that changes a key's directory,
+/// so that every way out of it (errors included, after a part of the change was made) bumps.
+pub(super) struct Changing<'a> {
+    pub epochs: &'a Epochs,
+    pub bucket: &'a str,
+    pub key: &'a str,
+}
+
+impl Drop for Changing<'_> {
+    fn drop(&mut self) {
+        self.epochs.changed(self.bucket, self.key);
+    }
+}
 
 /// Shards of the cache, each under its own lock: the walks of a set's drives run at once.
 const SHARDS: usize = 16;
@@ -48,9 +171,15 @@ const MAX_ENTRY_BYTES: usize = 64 << 10;
 
 struct Kept {
     stamp: Stamp,
+    /// The directory's link count with that stamp.
+    nlink: u32,
+    /// The [`tag`] of the key it was last checked as and that key's epoch (see [`Epochs`])
+    /// read before the check.
+    tag: u64,
     /// `None`: the directory holds no object (only keys below it).
     meta: Option<Arc<ObjectMeta>>,
-    bytes: usize,
+    /// At most [`MAX_ENTRY_BYTES`].
+    bytes: u32,
     /// The [`MetaCache::tick`] of its last use.
     used: u64,
 }
@@ -95,7 +224,7 @@ struct Shard {
 impl Shard {
     fn remove(&mut self, id: &(u64, u64)) -> Option<Kept> {
         let k = self.entries.remove(id)?;
-        self.bytes -= k.bytes;
+        self.bytes -= k.bytes as usize;
         Some(k)
     }
 
@@ -104,12 +233,13 @@ impl Shard {
     fn insert(&mut self, k: Kept, budget: usize) {
         let id = k.stamp.id();
         self.remove(&id);
-        if self.bytes + k.bytes > budget && self.swept < k.used {
+        let bytes = k.bytes as usize;
+        if self.bytes + bytes > budget && self.swept < k.used {
             self.swept = k.used;
             self.drop_unused_before(k.used.saturating_sub(1));
         }
-        if self.bytes + k.bytes <= budget {
-            self.bytes += k.bytes;
+        if self.bytes + bytes <= budget {
+            self.bytes += bytes;
             self.entries.insert(id, k);
         }
     }
@@ -120,7 +250,7 @@ impl Shard {
         self.entries.retain(|_, k| {
             let keep = k.used >= t;
             if !keep {
-                freed += k.bytes;
+                freed += k.bytes as usize;
             }
             keep
         });
@@ -150,6 +280,8 @@ pub(super) struct MetaCache {
     /// Bytes for all shards together.
     budget: AtomicUsize,
     hits: AtomicU64,
+    /// Hits taken without a `statx` ([`MetaCache::unchanged`]).
+    unchecked: AtomicU64,
     misses: AtomicU64,
 }
 
@@ -171,6 +303,7 @@ impl MetaCache {
             idle,
             budget: AtomicUsize::new(budget),
             hits: AtomicU64::new(0),
+            unchecked: AtomicU64::new(0),
             misses: AtomicU64::new(0),
         }
     }
@@ -194,14 +327,48 @@ impl MetaCache {
         self.budget.load(Ordering::Relaxed) / SHARDS
     }
 
+    /// What is kept for the directory `(dev, ino)` of key `key` (its [`key_hash`]), with its
+    /// link count, if its drive (whose epochs are `epochs`) made no change to that key since
+    /// the entry was last checked against its directory's stamp: then it is what the directory
+    /// holds, without a `statx` to say so.
+    pub fn unchanged(
+        &self,
+        id: (u64, u64),
+        key: u64,
+        epochs: &Epochs,
+    ) -> Option<(Option<Arc<ObjectMeta>>, u32)> {
+        let mut shard = self.shard(id);
+        let found = match shard.entries.get_mut(&id) {
+            Some(k) if k.tag == tag(key, epochs.epoch(key)) => {
+                k.used = self.tick();
+                Some((k.meta.clone(), k.nlink))
+            }
+            _ => None,
+        };
+        drop(shard);
+        if found.is_some() {
+            self.hits.fetch_add(1, Ordering::Relaxed);
+            self.unchecked.fetch_add(1, Ordering::Relaxed);
+        }
+        found
+    }
+
     /// What is kept for the object directory whose stamp is now `stamp`, if it was read with
-    /// that stamp: `Some(None)` when it held no object.
-    pub fn kept(&self, stamp: &Stamp) -> Option<Option<Arc<ObjectMeta>>> {
+    /// that stamp: `Some(None)` when it held no object. A found entry is noted as checked now,
+    /// as key `key` at `epoch` (read before the stamp), with link count `nlink`.
+    pub fn kept(
+        &self,
+        stamp: &Stamp,
+        nlink: u32,
+        key: u64,
+        epoch: u64,
+    ) -> Option<Option<Arc<ObjectMeta>>> {
         let id = stamp.id();
         let mut shard = self.shard(id);
         let found = match shard.entries.get_mut(&id) {
             Some(k) if k.stamp == *stamp => {
                 k.used = self.tick();
+                (k.nlink, k.tag) = (nlink, tag(key, epoch));
                 Some(k.meta.clone())
             }
             Some(_) => {
@@ -220,9 +387,18 @@ impl MetaCache {
         found
     }
 
-    /// Keeps what was read from the object directory whose stamp before the read was `stamp`.
-    /// The caller keeps only what it read after the directory had settled.
-    pub fn keep(&self, stamp: Stamp, meta: Option<&Arc<ObjectMeta>>) {
+    /// Keeps what was read from the object directory of key `key` (its [`key_hash`]) whose
+    /// stamp and link count before the read were `stamp` and `nlink`, with the key's `epoch`
+    /// read before the stamp. The caller keeps only what it read after the directory had
+    /// settled.
+    pub fn keep(
+        &self,
+        stamp: Stamp,
+        nlink: u32,
+        key: u64,
+        epoch: u64,
+        meta: Option<&Arc<ObjectMeta>>,
+    ) {
         let bytes = estimate(meta.map(|m| &**m));
         let budget = self.shard_budget();
         if bytes > MAX_ENTRY_BYTES || bytes > budget {
@@ -230,8 +406,10 @@ impl MetaCache {
         }
         let k = Kept {
             stamp,
+            nlink,
+            tag: tag(key, epoch),
             meta: meta.cloned(),
-            bytes,
+            bytes: bytes as u32, // at most MAX_ENTRY_BYTES
             used: self.tick(),
         };
         self.shard(stamp.id()).insert(k, budget);
@@ -258,8 +436,9 @@ impl MetaCache {
 /// doubling), and the metadata with its strings, maps and parts, each allocation with the
 /// allocator's 16 bytes of overhead. Checked against the process's resident size: 120,000 listing
 /// views of a plain object (30,000 keys on 4 drives, kept listings of their directory included)
-/// took 770 B each, where this says 652 (freed pieces of the whole metadata the views were cut
-/// from stay resident); the whole metadata took 2.8 KB where it said 2.6.
+/// took 770 B each, where this said 652 (freed pieces of the whole metadata the views were cut
+/// from stay resident; the entry has grown by 8 bytes since, this by 16); the whole metadata
+/// took 2.8 KB where it said 2.6.
 fn estimate(meta: Option<&ObjectMeta>) -> usize {
     const ALLOC: usize = 16;
     const SLOT: usize = 2 * (size_of::<Kept>() + size_of::<(u64, u64)>() + 8);
@@ -299,6 +478,7 @@ pub fn add_figures(f: &mut ListCacheFigures) {
     let c = MetaCache::global();
     (f.metas, f.meta_bytes) = c.held();
     f.meta_hits = c.hits.load(Ordering::Relaxed);
+    f.meta_unchecked = c.unchecked.load(Ordering::Relaxed);
     f.meta_misses = c.misses.load(Ordering::Relaxed);
 }
 
@@ -338,6 +518,40 @@ mod tests {
         assert!(3 * view <= whole, "view {view} B, whole {whole} B");
     }
 
+    /// Drives opened on one root share their epochs, so a change through either is seen by a
+    /// walk of the other; epochs made anew never start where others have been.
+    #[test]
+    fn drives_on_one_root_share_their_epochs() {
+        let t = tempfile::tempdir().unwrap();
+        let a = Epochs::of_drive(t.path());
+        let b = Epochs::of_drive(&t.path().join("."));
+        assert!(Arc::ptr_eq(&a, &b));
+        let (k, below) = (key_hash("b", "k"), key_hash("b", "k/x"));
+        let (e, e_below) = (a.epoch(k), a.epoch(below));
+        b.changed("b", "k/x");
+        assert_ne!(
+            a.epoch(k),
+            e,
+            "a prefix's directory changes with the key below it"
+        );
+        assert_ne!(a.epoch(below), e_below);
+        let e = a.epoch(k);
+        a.changed_all();
+        assert_ne!(b.epoch(k), e);
+
+        let u = tempfile::tempdir().unwrap();
+        let other = Epochs::of_drive(u.path());
+        assert!(!Arc::ptr_eq(&a, &other));
+        let last = a.epoch(k);
+        drop((a, b));
+        let again = Epochs::of_drive(t.path());
+        assert!(
+            again.epoch(k) > last,
+            "reopened: new epochs, past the old ones"
+        );
+        assert_ne!(other.epoch(k), again.epoch(k));
+    }
+
     #[test]
     fn kept_only_while_the_directory_is_unchanged() {
         let t = tempfile::tempdir().unwrap();
@@ -346,9 +560,9 @@ mod tests {
         fs::write(dir.join("quarry.meta"), b"1").unwrap();
         let c = MetaCache::new(DEFAULT_BUDGET);
         let s = stamp(&dir);
-        assert!(c.kept(&s).is_none());
-        c.keep(s, Some(&Arc::new(meta("one"))));
-        assert_eq!(c.kept(&s).unwrap().unwrap().etag, "one");
+        assert!(c.kept(&s, 2, 0, 0).is_none());
+        c.keep(s, 2, 0, 0, Some(&Arc::new(meta("one"))));
+        assert_eq!(c.kept(&s, 2, 0, 0).unwrap().unwrap().etag, "one");
 
         // Replaced the way a drive replaces it: a temporary file renamed over it.
         std::thread::sleep(Duration::from_millis(20));
@@ -356,14 +570,17 @@ mod tests {
         fs::rename(dir.join("tmp"), dir.join("quarry.meta")).unwrap();
         let s2 = stamp(&dir);
         assert_ne!(s, s2);
-        assert!(c.kept(&s2).is_none(), "a replaced metadata is read again");
-        c.keep(s2, None);
-        assert_eq!(c.kept(&s2), Some(None), "no object is kept too");
+        assert!(
+            c.kept(&s2, 2, 0, 0).is_none(),
+            "a replaced metadata is read again"
+        );
+        c.keep(s2, 2, 0, 0, None);
+        assert_eq!(c.kept(&s2, 2, 0, 0), Some(None), "no object is kept too");
 
         // Removed and made again: another directory.
         fs::remove_dir_all(&dir).unwrap();
         fs::create_dir(&dir).unwrap();
-        assert!(c.kept(&stamp(&dir)).is_none());
+        assert!(c.kept(&stamp(&dir), 2, 0, 0).is_none());
         assert_eq!(c.hits.load(Ordering::Relaxed), 2);
         assert_eq!(c.misses.load(Ordering::Relaxed), 3);
         let settled = stamp(&dir).settled(SystemTime::now());
@@ -394,9 +611,9 @@ mod tests {
             stamps
                 .iter()
                 .filter(|s| {
-                    let hit = c.kept(s).is_some();
+                    let hit = c.kept(s, 2, 0, 0).is_some();
                     if !hit {
-                        c.keep(**s, Some(&Arc::new(meta("e"))));
+                        c.keep(**s, 2, 0, 0, Some(&Arc::new(meta("e"))));
                     }
                     hit
                 })
@@ -413,9 +630,9 @@ mod tests {
         std::thread::sleep(Duration::from_millis(2200));
         let new = dirs("n", 2000);
         for s in &new {
-            c.keep(*s, Some(&Arc::new(meta("e"))));
+            c.keep(*s, 2, 0, 0, Some(&Arc::new(meta("e"))));
         }
-        let kept_new = new.iter().filter(|s| c.kept(s).is_some()).count();
+        let kept_new = new.iter().filter(|s| c.kept(s, 2, 0, 0).is_some()).count();
         assert!(kept_new as u64 >= n / 2, "{kept_new} of {n}");
         assert!(c.held().1 <= budget as u64);
 
@@ -424,7 +641,10 @@ mod tests {
         assert!(c.held().1 <= (budget / 2) as u64);
         c.set_budget(0);
         assert_eq!(c.held(), (0, 0));
-        c.keep(new[0], Some(&Arc::new(meta("e"))));
-        assert!(c.kept(&new[0]).is_none(), "a budget of 0 keeps nothing");
+        c.keep(new[0], 2, 0, 0, Some(&Arc::new(meta("e"))));
+        assert!(
+            c.kept(&new[0], 2, 0, 0).is_none(),
+            "a budget of 0 keeps nothing"
+        );
     }
 }

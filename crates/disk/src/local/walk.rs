@@ -23,7 +23,11 @@
 //!
 //! An object's metadata comes from [`MetaCache`] while its directory's stamp (from the `statx`
 //! that also gives the link count) is what it was when the metadata was read: a warm page then
-//! costs one `statx` per key and drive instead of four calls.
+//! costs one `statx` per key and drive instead of four calls. While no change to the key was
+//! made through this process since that stamp was last checked (its change epoch, see
+//! [`super::meta_cache::Epochs`]), the kept entry is taken without the `statx`, found by the
+//! inode number the directory listing gave: a page whose keys are kept then makes no call per
+//! key at all, which keeps it fast when the kernel's caches of inodes are cold.
 //!
 //! A directory's sorted candidates come from [`DirCache`]: a large directory that has not
 //! changed since it was last read is not read and sorted again, and a page starts at its first
@@ -44,7 +48,7 @@ use tracing::warn;
 use uuid::Uuid;
 
 use super::dir_cache::{key_dirs, DirCache, KeyDir, Stamp};
-use super::meta_cache::MetaCache;
+use super::meta_cache::{key_hash, Epochs, MetaCache};
 use super::{is_not_found, read_meta_header, read_meta_header_from};
 use crate::drive::{WalkEntry, WalkOptions};
 use crate::meta::ObjectMeta;
@@ -57,15 +61,24 @@ pub(super) struct Reads {
     pub dirs: usize,
     /// Metadata files read (not found kept).
     pub metas: usize,
+    /// Object directories stat'ed to check or read their metadata.
+    pub stats: usize,
 }
 
 /// Walks the bucket at `bucket_dir` (which exists).
 pub(super) fn walk(
     bucket_dir: &Path,
+    epochs: &Epochs,
     opts: &WalkOptions,
     leaf_opt: bool,
 ) -> io::Result<(Vec<WalkEntry>, Reads)> {
+    let bucket = bucket_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .unwrap_or("");
     let mut w = Walker {
+        bucket,
+        epochs,
         opts,
         leaf_opt,
         out: Vec::new(),
@@ -103,6 +116,10 @@ struct Seen {
 }
 
 struct Walker<'a> {
+    /// The bucket's name, which change epochs know keys by.
+    bucket: &'a str,
+    /// The drive's change epochs.
+    epochs: &'a Epochs,
     opts: &'a WalkOptions,
     /// Whether directory link counts are 2 + number of subdirectories on this filesystem.
     leaf_opt: bool,
@@ -152,26 +169,36 @@ impl Walker<'_> {
         u64::from(nlink) == 2 + u64::from(seen.data_dir.is_some())
     }
 
-    /// The object in directory `name` of `dir`, if any: kept from an earlier walk while the
-    /// directory is unchanged, else read (and kept once the directory has settled). Notes the
-    /// directory's link count in `seen`.
+    /// The object `key` in directory `name` of `dir` (inode `ino` by the directory listing),
+    /// if any: kept from an earlier walk while the directory is unchanged, else read (and kept
+    /// once the directory has settled). Notes the directory's link count in `seen`.
     fn object_meta(
         &mut self,
         dir: &mut DirFd,
         name: &str,
+        key: &str,
+        ino: u64,
         seen: &mut Seen,
     ) -> io::Result<Option<Arc<ObjectMeta>>> {
-        let stamp = match stat_in(dir, name, StatxFlags::BASIC_STATS) {
+        let cache = MetaCache::global();
+        let hash = key_hash(self.bucket, key);
+        if let Some((kept, nlink)) = cache.unchanged((dir.dev, ino), hash, self.epochs) {
+            seen.nlink = Some(nlink);
+            return Ok(kept);
+        }
+        // Read before the stat: a change made after it bumps it, and the entry is checked again.
+        let epoch = self.epochs.epoch(hash);
+        self.reads.stats += 1;
+        let (stamp, nlink) = match stat_in(dir, name, StatxFlags::BASIC_STATS) {
             Ok(st) if is_dir(&st) => {
                 seen.nlink = Some(st.stx_nlink);
-                Stamp::of_statx(&st)
+                (Stamp::of_statx(&st), st.stx_nlink)
             }
             Ok(_) => return Ok(None), // not a directory (any more): no object
             Err(e) if is_not_found(&e) => return Ok(None),
             Err(e) => return Err(e),
         };
-        let cache = MetaCache::global();
-        if let Some(kept) = cache.kept(&stamp) {
+        if let Some(kept) = cache.kept(&stamp, nlink, hash, epoch) {
             return Ok(kept);
         }
         self.reads.metas += 1;
@@ -194,7 +221,7 @@ impl Walker<'_> {
         let keep = !matches!(read, Ok(Err(_))) && stamp.settled(self.started);
         let meta = meta_or_skip(read, || dir.path.join(name).join(META_FILE))?.map(Arc::new);
         if keep {
-            cache.keep(stamp, meta.as_ref());
+            cache.keep(stamp, nlink, hash, epoch, meta.as_ref());
         }
         Ok(meta)
     }
@@ -263,6 +290,7 @@ impl Walker<'_> {
         let mut seen: HashMap<usize, Seen> = HashMap::new();
         let mut dir_fd = DirFd {
             path: dir,
+            dev: children.dev,
             fd: None,
         };
         let mut r = Ok(false);
@@ -276,7 +304,8 @@ impl Walker<'_> {
                 break;
             }
             let mut child = seen.get(&idx).copied().unwrap_or_default();
-            r = self.visit_candidate(&mut dir_fd, name, &key, is_dir, &mut child);
+            let ino = children.ino(idx);
+            r = self.visit_candidate(&mut dir_fd, name, ino, &key, is_dir, &mut child);
             if !is_dir && (child.data_dir.is_some() || child.nlink.is_some()) {
                 seen.insert(idx, child);
             }
@@ -288,11 +317,13 @@ impl Walker<'_> {
         r
     }
 
-    /// One candidate of `visit`: the object `key` (= P n) or the range `key` (= P n /).
+    /// One candidate of `visit`: the object `key` (= P n) or the range `key` (= P n /), of child
+    /// `name` (inode `ino`) of `dir`.
     fn visit_candidate(
         &mut self,
         dir: &mut DirFd,
         name: &str,
+        ino: u64,
         key: &str,
         is_dir: bool,
         seen: &mut Seen,
@@ -302,7 +333,7 @@ impl Walker<'_> {
             if !key.starts_with(prefix) || !self.after_marker(key) {
                 return Ok(false);
             }
-            if let Some(meta) = self.object_meta(dir, name, seen)? {
+            if let Some(meta) = self.object_meta(dir, name, key, ino, seen)? {
                 seen.data_dir = meta.data_dir;
                 self.out.push(WalkEntry::Object {
                     key: key.to_owned(),
@@ -367,13 +398,13 @@ impl Walker<'_> {
                         return Ok(true);
                     }
                 }
-                KeyDir::Key(n) if skip.as_deref() != Some(n.as_str()) => {
+                KeyDir::Key(n, _) if skip.as_deref() != Some(n.as_str()) => {
                     if is_file(&dir.join(&n).join(META_FILE))? {
                         return Ok(true);
                     }
                     names.push(n);
                 }
-                KeyDir::Key(_) => {}
+                KeyDir::Key(..) => {}
             }
         }
         for n in &names {
@@ -413,6 +444,8 @@ fn meta_or_skip(
 /// A directory a visit reads its candidates in, opened on first use.
 struct DirFd<'p> {
     path: &'p Path,
+    /// Its device, which its children's inode numbers are of.
+    dev: u64,
     fd: Option<OwnedFd>,
 }
 
@@ -519,7 +552,7 @@ pub(super) mod tests {
                 delimited,
                 limit: 1000,
             };
-            let (entries, reads) = walk(&bucket, &o, leaf_opt).unwrap();
+            let (entries, reads) = walk(&bucket, &d.epochs, &o, leaf_opt).unwrap();
             (entries.len(), reads.dirs)
         };
         let full = |p, m, dl| run(p, m, dl, false);
@@ -585,8 +618,8 @@ pub(super) mod tests {
                         delimited,
                         limit: 1000,
                     };
-                    let slow = walk(&bucket, &o, false).unwrap();
-                    let fast = walk(&bucket, &o, true).unwrap();
+                    let slow = walk(&bucket, &d.epochs, &o, false).unwrap();
+                    let fast = walk(&bucket, &d.epochs, &o, true).unwrap();
                     assert_eq!(slow.0, fast.0, "{o:?}");
                     assert!(fast.1.dirs <= slow.1.dirs, "{o:?}");
                 }
@@ -599,15 +632,15 @@ pub(super) mod tests {
         // Where link counts count subdirectories, the objects without any are not read.
         if super::super::link_count_counts_subdirs(&bucket) {
             let (slow, fast) = (
-                walk(&bucket, &all, false).unwrap().1.dirs,
-                walk(&bucket, &all, true).unwrap().1.dirs,
+                walk(&bucket, &d.epochs, &all, false).unwrap().1.dirs,
+                walk(&bucket, &d.epochs, &all, true).unwrap().1.dirs,
             );
             assert!(
                 fast < slow,
                 "{fast} directories read, {slow} without link counts"
             );
         }
-        let names: Vec<String> = walk(&bucket, &all, true)
+        let names: Vec<String> = walk(&bucket, &d.epochs, &all, true)
             .unwrap()
             .0
             .iter()
@@ -620,10 +653,14 @@ pub(super) mod tests {
     }
 
     /// An object's metadata kept between walks is used only while its directory is unchanged:
-    /// an object replaced, deleted, or deleted and written again is read again at once.
+    /// an object replaced, deleted, or deleted and written again is read again at once. While
+    /// the drive changed nothing of a key, its kept metadata is taken without a `statx`; each
+    /// call that changes a key makes the next walk check it (and the keys its directory is
+    /// below) again.
     #[tokio::test]
     async fn kept_metadata_is_used_only_while_the_object_is_unchanged() {
         use super::super::dir_cache::SETTLE;
+        use super::super::meta_cache::epoch_slot_index;
         let (_t, d) = drive().await;
         d.make_volume("b").await.unwrap();
         let keys: Vec<String> = (0..40)
@@ -640,8 +677,9 @@ pub(super) mod tests {
             limit: 1000,
             ..Default::default()
         };
+        // (key, ETag) of every listed object; metadata files read; directories stat'ed.
         let listed = |leaf_opt: bool| {
-            let (entries, reads) = walk(&bucket, &all, leaf_opt).unwrap();
+            let (entries, reads) = walk(&bucket, &d.epochs, &all, leaf_opt).unwrap();
             let etags: Vec<(String, String)> = entries
                 .iter()
                 .map(|e| match e {
@@ -649,23 +687,24 @@ pub(super) mod tests {
                     WalkEntry::Prefix(p) => panic!("{p}: not delimited"),
                 })
                 .collect();
-            (etags, reads.metas)
+            (etags, reads.metas, reads.stats)
         };
-        let (first, metas) = listed(d.leaf_opt);
+        let (first, metas, stats) = listed(d.leaf_opt);
         assert_eq!(first.len(), 50);
-        assert_eq!(metas, 50);
+        assert_eq!((metas, stats), (50, 50));
         assert_eq!(listed(d.leaf_opt).1, 50, "just written: read again");
         tokio::time::sleep(SETTLE + std::time::Duration::from_millis(100)).await;
-        assert_eq!(listed(d.leaf_opt), (first.clone(), 50), "read and kept");
-        assert_eq!(listed(d.leaf_opt), (first.clone(), 0), "kept");
+        assert_eq!(listed(d.leaf_opt), (first.clone(), 50, 50), "read and kept");
+        assert_eq!(listed(d.leaf_opt), (first.clone(), 0, 0), "kept, unchanged");
         assert_eq!(
             listed(false),
-            (first.clone(), 0),
+            (first.clone(), 0, 0),
             "kept, read without link counts"
         );
 
         // Replaced; deleted; deleted and written again; metadata rewritten in place of its
-        // version (as a tagging or retention change does).
+        // version (as a tagging or retention change does); the only version deleted; a key made
+        // below an object that had none (its link count changes, its metadata does not).
         d.rename_data(Uuid::new_v4(), "b", "k03", &meta("new"))
             .await
             .unwrap();
@@ -677,9 +716,13 @@ pub(super) mod tests {
         let mut updated = meta("k07");
         updated.etag = "rewritten".into();
         d.write_meta("b", "k07", &updated).await.unwrap();
-        let expected: Vec<(String, String)> = first
+        d.delete_version("b", "k08", None).await.unwrap();
+        d.rename_data(Uuid::new_v4(), "b", "k10/new", &meta("k10/new"))
+            .await
+            .unwrap();
+        let mut expected: Vec<(String, String)> = first
             .iter()
-            .filter(|(k, _)| k != "k04")
+            .filter(|(k, _)| k != "k04" && k != "k08")
             .map(|(k, e)| {
                 let e = match k.as_str() {
                     "k03" => "new",
@@ -690,12 +733,46 @@ pub(super) mod tests {
                 (k.clone(), e.to_string())
             })
             .collect();
+        expected.push(("k10/new".into(), "k10/new".into()));
+        expected.sort();
+        // Checked again: the changed keys, k10 (a key was made below it), and any other key
+        // whose epoch slot one of theirs shares.
+        let bumped: Vec<usize> = ["k03", "k04", "k05", "k07", "k08", "k10", "k10/new"]
+            .iter()
+            .map(|k| epoch_slot_index(key_hash("b", k)))
+            .collect();
+        let checked = expected
+            .iter()
+            .filter(|(k, _)| bumped.contains(&epoch_slot_index(key_hash("b", k))))
+            .count();
+        // Read again: the three changed, k10 (its directory changed) and the new key.
         assert_eq!(
             listed(d.leaf_opt),
-            (expected.clone(), 3),
-            "the changed three read"
+            (expected.clone(), 5, checked),
+            "the changed read"
         );
-        assert_eq!(listed(false), (expected, 3), "not settled: read again");
+        assert_eq!(
+            listed(false),
+            (expected.clone(), 5, checked),
+            "not settled: read again"
+        );
+        tokio::time::sleep(SETTLE + std::time::Duration::from_millis(100)).await;
+        assert_eq!(listed(d.leaf_opt), (expected.clone(), 5, checked));
+        assert_eq!(listed(d.leaf_opt), (expected.clone(), 0, 0), "kept again");
+
+        // The bucket removed and made again with the same keys: read again, not taken from the
+        // old bucket's entries, whatever inode numbers the new directories have.
+        d.delete_volume("b", true).await.unwrap();
+        d.make_volume("b").await.unwrap();
+        for key in &keys {
+            d.rename_data(Uuid::new_v4(), "b", key, &meta("v2"))
+                .await
+                .unwrap();
+        }
+        let (again, metas, _) = listed(d.leaf_opt);
+        assert_eq!(again.len(), 50);
+        assert!(again.iter().all(|(_, e)| e == "v2"), "{again:?}");
+        assert_eq!(metas, 50);
     }
 
     /// Pages of a large directory kept sorted between walks are those of reading it each time,
@@ -757,7 +834,7 @@ pub(super) mod tests {
                         delimited: *delimited,
                         limit: 100,
                     };
-                    let (page, n) = walk(&bucket, &o, leaf_opt).unwrap();
+                    let (page, n) = walk(&bucket, &d.epochs, &o, leaf_opt).unwrap();
                     dirs += n.dirs;
                     names.extend(page.iter().map(|e| e.name().to_owned()));
                     match page.last() {
@@ -792,7 +869,7 @@ pub(super) mod tests {
             limit: 3,
         };
         let names = |o: &WalkOptions| -> Vec<String> {
-            walk(&bucket, o, d.leaf_opt)
+            walk(&bucket, &d.epochs, o, d.leaf_opt)
                 .unwrap()
                 .0
                 .iter()
