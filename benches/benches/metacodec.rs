@@ -11,7 +11,7 @@ use bytes::{Bytes, BytesMut};
 use criterion::{criterion_group, criterion_main, Criterion};
 use quarry_disk::{ErasureInfo, ObjectMeta, PartInfo, WalkEntry, META_VERSION};
 use quarry_net::codec::{BufExt, BufMutExt};
-use quarry_net::drive_proto::{decode_response, encode_response, Response};
+use quarry_net::drive_proto::{decode_response, encode_response, Response, WalkPage};
 use uuid::Uuid;
 
 fn object(i: usize) -> ObjectMeta {
@@ -86,15 +86,16 @@ fn bench(c: &mut Criterion) {
     let views: Vec<(Option<String>, ObjectMeta)> = (0..250)
         .map(|i| (Some(format!("flat/k{i:08}")), object(i).listing_view()))
         .collect();
-    let walk = Response::Walk(
-        views
+    let walk = Response::Walk(WalkPage {
+        entries: views
             .iter()
             .map(|(k, m)| WalkEntry::Object {
                 key: k.clone().unwrap(),
                 meta: m.clone().into(),
             })
             .collect(),
-    );
+        more: false,
+    });
     g.bench_function("walk_250/json", |b| {
         b.iter(|| json_decode(json_encode(&views), &views))
     });

@@ -683,6 +683,7 @@ mod tests {
             Request::Walk {
                 bucket: b.clone(),
                 opts: WalkOptions::default(),
+                max_bytes: 1 << 20,
             },
             Request::ReadMeta {
                 bucket: b.clone(),

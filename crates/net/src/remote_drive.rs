@@ -43,7 +43,7 @@ use tokio::task::JoinSet;
 use uuid::Uuid;
 
 use crate::dataplane::{DataPlane, DataPlaneError, ShardData, ShardRange};
-use crate::drive_proto::{self, codes, Request, Response};
+use crate::drive_proto::{self, codes, Request, Response, WalkPage};
 use crate::rpc::{RpcClient, RpcError};
 use quarry_buf::PooledBuf;
 
@@ -66,6 +66,9 @@ pub struct RemoteDriveConfig {
     pub appends_in_flight: usize,
     /// Entries asked for per walk call; a longer walk is paged by marker.
     pub walk_page: usize,
+    /// Bytes of entries a walk call's answer may hold; the peer answers fewer entries (and says
+    /// more follow) where they would not fit.
+    pub walk_bytes: usize,
 }
 
 impl RemoteDriveConfig {
@@ -80,6 +83,7 @@ impl RemoteDriveConfig {
             append_chunk: frame.min(1 << 20),
             appends_in_flight: 4,
             walk_page: 250,
+            walk_bytes: frame,
         }
     }
 }
@@ -586,7 +590,9 @@ impl Drive for RemoteDrive {
     }
 
     async fn walk(&self, bucket: &str, opts: &WalkOptions) -> Result<Vec<WalkEntry>> {
-        // Paged by marker, so an answer stays far below the frame size whatever the limit.
+        // Paged by marker, and each answer bounded in bytes, so that it fits a frame whatever
+        // the limit and however large the entries (an object of 10,000 parts lists its part
+        // sizes: about 130 KB).
         let page = self.inner.config.walk_page.max(1);
         let mut out: Vec<WalkEntry> = Vec::new();
         let mut marker = opts.marker.clone();
@@ -600,18 +606,24 @@ impl Drive for RemoteDrive {
                     delimited: opts.delimited,
                     limit: want,
                 },
+                max_bytes: self.inner.config.walk_bytes as u64,
             };
-            let entries = match self.slow_call(req).await? {
-                Response::Walk(e) => e,
+            let WalkPage { entries, more } = match self.slow_call(req).await? {
+                Response::Walk(p) => p,
                 other => return Err(self.inner.unexpected(&other)),
             };
+            if more && entries.is_empty() {
+                return Err(self
+                    .inner
+                    .io("the peer's walk said more follow and sent nothing".into()));
+            }
             if entries.len() > want {
                 return Err(self.inner.io(format!(
                     "asked for at most {want} walk entries, the peer sent {}",
                     entries.len()
                 )));
             }
-            let full = entries.len() == want;
+            let full = more || entries.len() == want;
             if let Some(last) = entries.last() {
                 // Pages must follow each other in order, or the walk would never end.
                 if marker.as_deref().is_some_and(|m| last.name() <= m) {

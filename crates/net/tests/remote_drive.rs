@@ -1190,3 +1190,34 @@ async fn a_slow_append_holds_its_writer_back_within_the_peers_window() {
     assert!(back[..] == data[..]);
     assert_eq!(f.handler.open_writers(), 0);
 }
+
+/// A walk over objects of many parts (S3 allows 10,000) fits its answers in frames: each call
+/// asks for as many entries as fit, whatever the objects hold.
+#[tokio::test]
+async fn a_walk_over_objects_of_many_parts_fits_its_frames() {
+    let f = Fixture::new().await;
+    let (r, l) = (f.remote(), f.local());
+    t(r.make_volume("b")).await.unwrap();
+    let parts: Vec<PartInfo> = (1..=10_000)
+        .map(|n| PartInfo {
+            number: n,
+            size: 5 << 20,
+            etag: format!("{n:032x}"),
+        })
+        .collect();
+    for i in 0..300 {
+        let key = format!("big/{i:04}");
+        let mut m = meta(&key, 10_000 * (5 << 20), None, Some(vec![9]));
+        m.parts = parts.clone();
+        t(l.rename_data(Uuid::new_v4(), "b", &key, &m))
+            .await
+            .unwrap();
+    }
+    let o = WalkOptions {
+        limit: 1001,
+        ..Default::default()
+    };
+    let remote = t(r.walk("b", &o)).await.unwrap();
+    assert_eq!(remote.len(), 300);
+    assert_eq!(remote, t(l.walk("b", &o)).await.unwrap());
+}

@@ -47,8 +47,9 @@ use uuid::Uuid;
 use crate::codec::{self, BufExt, BufMutExt, Codec, CodecError};
 
 /// The drive protocol version this build speaks (2: the one internode codec; 3: object
-/// metadata in the codec's layout instead of its JSON file format).
-pub const DRIVE_PROTO_VERSION: u8 = 3;
+/// metadata in the codec's layout instead of its JSON file format; 4: a walk's answer bounded in
+/// bytes, saying whether more follow).
+pub const DRIVE_PROTO_VERSION: u8 = 4;
 
 /// First method id of the drive protocol (see the registry, [`crate::methods`]).
 pub const METHOD_BASE: u16 = crate::methods::DRIVE_BASE;
@@ -217,9 +218,11 @@ drive_protocol! {
         check names_bk(bucket, key),
         call |d| d.delete_object(&bucket, &key).await;
     DeleteTmp = 15 { tmp_id: Uuid } -> (), call |d| d.delete_tmp(tmp_id).await;
-    Walk = 16 { bucket: String, opts: WalkOptions } -> Vec<WalkEntry>,
+    /// At most `opts.limit` entries, and no more than fit in `max_bytes` encoded (at least
+    /// one): objects of thousands of parts would not fit a frame by the hundred.
+    Walk = 16 { bucket: String, opts: WalkOptions, max_bytes: u64 } -> WalkPage,
         check validate_bucket(bucket),
-        call |d| d.walk(&bucket, &opts).await;
+        call |d| d.walk(&bucket, &opts).await.map(|e| WalkPage::fit(e, max_bytes));
     ReadBucketConfig = 17 { bucket: String, name: String } -> Bytes,
         check names_config(bucket, name),
         call |d| d.read_bucket_config(&bucket, &name).await;
@@ -303,7 +306,7 @@ pub enum Response {
     /// Shard bytes or a configuration blob.
     Data(Bytes),
     Len(u64),
-    Walk(Vec<WalkEntry>),
+    Walk(WalkPage),
     Upload(UploadMeta),
     Parts(Vec<PartMeta>),
     Uploads(Vec<UploadMeta>),
@@ -339,7 +342,7 @@ response_from! {
     Uuid => Writer,
     Bytes => Data,
     u64 => Len,
-    Vec<WalkEntry> => Walk,
+    WalkPage => Walk,
     UploadMeta => Upload,
     Vec<PartMeta> => Parts,
     Vec<UploadMeta> => Uploads,
@@ -437,6 +440,37 @@ impl Codec for WalkOptions {
             delimited,
             limit,
         })
+    }
+}
+
+/// A walk's answer: its entries, and whether more were walked than fit in the answer (then the
+/// caller goes on after the last one, though fewer than it asked for came).
+#[derive(Debug, Clone, PartialEq)]
+pub struct WalkPage {
+    pub entries: Vec<WalkEntry>,
+    pub more: bool,
+}
+
+crate::codec_struct!(WalkPage { entries, more });
+
+impl WalkPage {
+    /// The first of `entries` that fit in `max_bytes` encoded, and at least one.
+    pub fn fit(mut entries: Vec<WalkEntry>, max_bytes: u64) -> WalkPage {
+        let mut scratch = BytesMut::new();
+        let mut total = 0u64;
+        let mut fit = entries.len();
+        for (i, e) in entries.iter().enumerate() {
+            scratch.clear();
+            e.encode(&mut scratch);
+            total += scratch.len() as u64;
+            if total > max_bytes && i > 0 {
+                fit = i;
+                break;
+            }
+        }
+        let more = fit < entries.len();
+        entries.truncate(fit);
+        WalkPage { entries, more }
     }
 }
 
@@ -628,7 +662,7 @@ pub fn encode_response(resp: &Response) -> Bytes {
     let mut b = BytesMut::with_capacity(match resp {
         Response::Data(d) => 2 + 4 + d.len(),
         Response::Meta(m) => 1024 + m.inline.as_ref().map_or(0, |i| i.len()),
-        Response::Walk(w) => 64 + 512 * w.len(),
+        Response::Walk(w) => 64 + 512 * w.entries.len(),
         _ => 128,
     });
     codec::put_version(&mut b, DRIVE_PROTO_VERSION);

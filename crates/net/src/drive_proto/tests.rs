@@ -171,10 +171,12 @@ fn all_requests() -> Vec<Request> {
                 delimited: true,
                 limit: 1001,
             },
+            max_bytes: 4 << 20,
         },
         Request::Walk {
             bucket: b.clone(),
             opts: WalkOptions::default(),
+            max_bytes: 0,
         },
         Request::ReadBucketConfig {
             bucket: b.clone(),
@@ -282,13 +284,16 @@ fn all_responses() -> Vec<Response> {
         )),
         Response::Data(Bytes::new()),
         Response::Len(u64::MAX),
-        Response::Walk(vec![
-            WalkEntry::Prefix("a/".into()),
-            WalkEntry::Object {
-                key: "b".into(),
-                meta: meta(None).into(),
-            },
-        ]),
+        Response::Walk(WalkPage {
+            entries: vec![
+                WalkEntry::Prefix("a/".into()),
+                WalkEntry::Object {
+                    key: "b".into(),
+                    meta: meta(None).into(),
+                },
+            ],
+            more: true,
+        }),
         Response::Upload(upload()),
         Response::Parts(vec![part(1), part(10_000)]),
         Response::Uploads(vec![upload(), upload()]),
@@ -576,9 +581,10 @@ proptest! {
         marker in proptest::option::of("\\PC{0,40}"),
         delimited in any::<bool>(),
         limit in any::<u32>(),
+        max_bytes in any::<u64>(),
         drive in any::<u16>(),
     ) {
-        let req = Request::Walk { bucket, opts: WalkOptions { prefix, marker, delimited, limit: limit as usize } };
+        let req = Request::Walk { bucket, opts: WalkOptions { prefix, marker, delimited, limit: limit as usize }, max_bytes };
         let (m, p) = encode_request(drive, &req);
         prop_assert_eq!(decode_request(m, p).unwrap(), (drive, req));
     }
