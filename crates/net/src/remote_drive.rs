@@ -66,8 +66,8 @@ pub struct RemoteDriveConfig {
     pub appends_in_flight: usize,
     /// Entries asked for per walk call; a longer walk is paged by marker.
     pub walk_page: usize,
-    /// Bytes of entries a walk call's answer may hold; the peer answers fewer entries (and says
-    /// more follow) where they would not fit.
+    /// Bytes of entries a walk call's answer may hold, and of versions a call reading a key's
+    /// versions; the peer answers fewer (and says more follow) where they would not fit.
     pub walk_bytes: usize,
 }
 
@@ -411,14 +411,42 @@ impl Drive for RemoteDrive {
     }
 
     async fn read_versions(&self, bucket: &str, key: &str) -> Result<Vec<ObjectMeta>> {
-        let req = Request::ReadVersions {
-            bucket: bucket.to_owned(),
-            key: key.to_owned(),
-        };
-        match self.call(req).await? {
-            Response::Metas(m) => Ok(m),
-            other => Err(self.inner.unexpected(&other)),
+        // In pages bounded in bytes (a version of 10,000 parts is about 500 KB on the wire),
+        // read again from the start if the key changed between two of them.
+        for _ in 0..3 {
+            let mut out: Vec<ObjectMeta> = Vec::new();
+            let mut first: Option<(u64, u64)> = None;
+            let changed = loop {
+                let req = Request::ReadVersions {
+                    bucket: bucket.to_owned(),
+                    key: key.to_owned(),
+                    skip: out.len() as u64,
+                    max_bytes: self.inner.config.walk_bytes as u64,
+                };
+                let page = match self.call(req).await? {
+                    Response::Versions(p) => p,
+                    other => return Err(self.inner.unexpected(&other)),
+                };
+                if *first.get_or_insert((page.total, page.digest)) != (page.total, page.digest) {
+                    break true;
+                }
+                if page.metas.is_empty() && (out.len() as u64) < page.total {
+                    return Err(self
+                        .inner
+                        .io("the peer sent no versions where more were due".into()));
+                }
+                out.extend(page.metas);
+                if out.len() as u64 >= page.total {
+                    break false;
+                }
+            };
+            if !changed {
+                return Ok(out);
+            }
         }
+        Err(self.inner.io(format!(
+            "the versions of {bucket}/{key} changed under every read of them"
+        )))
     }
 
     async fn delete_version(

@@ -1221,3 +1221,31 @@ async fn a_walk_over_objects_of_many_parts_fits_its_frames() {
     assert_eq!(remote.len(), 300);
     assert_eq!(remote, t(l.walk("b", &o)).await.unwrap());
 }
+
+/// A key of many versions of many parts is read whole through a remote drive, in pages that
+/// each fit a frame (each version here is about 500 KB on the wire; all of them, 10 MB).
+#[tokio::test]
+async fn versions_of_many_parts_are_read_in_pages_that_fit_their_frames() {
+    let f = Fixture::new().await;
+    let (r, l) = (f.remote(), f.local());
+    t(r.make_volume("b")).await.unwrap();
+    let parts: Vec<PartInfo> = (1..=10_000)
+        .map(|n| PartInfo {
+            number: n,
+            size: 5 << 20,
+            etag: format!("{n:032x}"),
+        })
+        .collect();
+    for i in 0..20 {
+        let mut m = meta("k", 10_000 * (5 << 20), None, Some(vec![9]));
+        m.version_id = Some(Uuid::new_v4());
+        m.mod_time_ns += i;
+        m.parts = parts.clone();
+        t(l.rename_data(Uuid::new_v4(), "b", "k", &m))
+            .await
+            .unwrap();
+    }
+    let remote = t(r.read_versions("b", "k")).await.unwrap();
+    assert_eq!(remote.len(), 20);
+    assert_eq!(remote, t(l.read_versions("b", "k")).await.unwrap());
+}

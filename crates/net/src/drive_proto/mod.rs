@@ -47,8 +47,8 @@ use uuid::Uuid;
 use crate::codec::{self, BufExt, BufMutExt, Codec, CodecError};
 
 /// The drive protocol version this build speaks (2: the one internode codec; 3: object
-/// metadata in the codec's layout instead of its JSON file format; 4: a walk's answer bounded in
-/// bytes, saying whether more follow).
+/// metadata in the codec's layout instead of its JSON file format; 4: walk answers and a key's
+/// versions bounded in bytes, in pages).
 pub const DRIVE_PROTO_VERSION: u8 = 4;
 
 /// First method id of the drive protocol (see the registry, [`crate::methods`]).
@@ -271,10 +271,12 @@ drive_protocol! {
     ReadVersion = 30 { bucket: String, key: String, version_id: Option<Uuid> } -> ObjectMeta,
         check names_bk(bucket, key),
         call |d| d.read_version(&bucket, &key, version_id).await;
-    /// Every version of a key, newest first, without inline data.
-    ReadVersions = 31 { bucket: String, key: String } -> Vec<ObjectMeta>,
+    /// The versions of a key after the first `skip`, newest first, without inline data: as
+    /// many as fit in `max_bytes` encoded (at least one). A key of hundreds of versions of
+    /// thousands of parts each would not fit a frame.
+    ReadVersions = 31 { bucket: String, key: String, skip: u64, max_bytes: u64 } -> VersionsPage,
         check names_bk(bucket, key),
-        call |d| d.read_versions(&bucket, &key).await;
+        call |d| d.read_versions(&bucket, &key).await.map(|v| VersionsPage::fit(v, skip, max_bytes));
     DeleteVersion = 32 { bucket: String, key: String, version_id: Option<Uuid> } -> (),
         check names_bk(bucket, key),
         call |d| d.delete_version(&bucket, &key, version_id).await;
@@ -312,8 +314,8 @@ pub enum Response {
     Uploads(Vec<UploadMeta>),
     /// A drive's `format.json`, if it has one.
     Format(Option<FormatV1>),
-    /// The versions of a key, newest first.
-    Metas(Vec<ObjectMeta>),
+    /// Some of the versions of a key, newest first.
+    Versions(VersionsPage),
     /// Names (of a bucket's configuration blobs).
     Names(Vec<String>),
 }
@@ -347,7 +349,7 @@ response_from! {
     Vec<PartMeta> => Parts,
     Vec<UploadMeta> => Uploads,
     Option<FormatV1> => Format,
-    Vec<ObjectMeta> => Metas,
+    VersionsPage => Versions,
     Vec<String> => Names,
 }
 
@@ -367,7 +369,7 @@ impl Codec for Response {
             Response::Parts(p) => tagged(b, 10, p),
             Response::Uploads(u) => tagged(b, 11, u),
             Response::Format(f) => tagged(b, 12, f),
-            Response::Metas(m) => tagged(b, 13, m),
+            Response::Versions(m) => tagged(b, 13, m),
             Response::Names(n) => tagged(b, 14, n),
         }
     }
@@ -387,7 +389,7 @@ impl Codec for Response {
             10 => Response::Parts(b.get_value()?),
             11 => Response::Uploads(b.get_value()?),
             12 => Response::Format(b.get_value()?),
-            13 => Response::Metas(b.get_value()?),
+            13 => Response::Versions(b.get_value()?),
             14 => Response::Names(b.get_value()?),
             kind => {
                 return Err(CodecError::Unknown {
@@ -456,21 +458,66 @@ crate::codec_struct!(WalkPage { entries, more });
 impl WalkPage {
     /// The first of `entries` that fit in `max_bytes` encoded, and at least one.
     pub fn fit(mut entries: Vec<WalkEntry>, max_bytes: u64) -> WalkPage {
-        let mut scratch = BytesMut::new();
-        let mut total = 0u64;
-        let mut fit = entries.len();
-        for (i, e) in entries.iter().enumerate() {
-            scratch.clear();
-            e.encode(&mut scratch);
-            total += scratch.len() as u64;
-            if total > max_bytes && i > 0 {
-                fit = i;
-                break;
-            }
-        }
+        let fit = fitting(&entries, max_bytes);
         let more = fit < entries.len();
         entries.truncate(fit);
         WalkPage { entries, more }
+    }
+}
+
+/// How many of the first `items` fit in `max_bytes` encoded: at least one, if there is one.
+fn fitting<T: Codec>(items: &[T], max_bytes: u64) -> usize {
+    let mut scratch = BytesMut::new();
+    let mut total = 0u64;
+    for (i, e) in items.iter().enumerate() {
+        scratch.clear();
+        e.encode(&mut scratch);
+        total += scratch.len() as u64;
+        if total > max_bytes && i > 0 {
+            return i;
+        }
+    }
+    items.len()
+}
+
+/// A page of a key's versions: those after the first `skip` that fit, with how many the key has
+/// and a digest of which they are, so that a caller reading it in pages sees whether the key
+/// changed between two of them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VersionsPage {
+    pub metas: Vec<ObjectMeta>,
+    /// How many versions the key has.
+    pub total: u64,
+    /// FNV-1a of every version's id and time, in order.
+    pub digest: u64,
+}
+
+crate::codec_struct!(VersionsPage {
+    metas,
+    total,
+    digest
+});
+
+impl VersionsPage {
+    /// The versions of `all` after the first `skip` that fit in `max_bytes` encoded.
+    pub fn fit(all: Vec<ObjectMeta>, skip: u64, max_bytes: u64) -> VersionsPage {
+        const FNV_PRIME: u64 = 0x0100_0000_01b3;
+        let mut digest = 0xcbf2_9ce4_8422_2325u64;
+        for v in &all {
+            let id = v.version_id.map_or([0; 16], |u| *u.as_bytes());
+            for b in id.iter().chain(&v.mod_time_ns.to_be_bytes()) {
+                digest = (digest ^ u64::from(*b)).wrapping_mul(FNV_PRIME);
+            }
+        }
+        let total = all.len() as u64;
+        let skip = usize::try_from(skip).unwrap_or(usize::MAX).min(all.len());
+        let mut metas: Vec<ObjectMeta> = all.into_iter().skip(skip).collect();
+        metas.truncate(fitting(&metas, max_bytes));
+        VersionsPage {
+            metas,
+            total,
+            digest,
+        }
     }
 }
 

@@ -89,6 +89,8 @@ fn all_requests() -> Vec<Request> {
         Request::ReadVersions {
             bucket: b.clone(),
             key: k.clone(),
+            skip: 3,
+            max_bytes: 4 << 20,
         },
         Request::DeleteVersion {
             bucket: b.clone(),
@@ -262,14 +264,22 @@ fn all_responses() -> Vec<Response> {
         }),
         Response::Meta(meta(Some((0..=255).collect()))),
         Response::Meta(meta(None)),
-        Response::Metas(vec![meta(None), {
-            let mut m = meta(None);
-            m.version_id = Some(Uuid::new_v4());
-            m.delete_marker = true;
-            m.data_dir = None;
-            m
-        }]),
-        Response::Metas(vec![]),
+        Response::Versions(VersionsPage {
+            metas: vec![meta(None), {
+                let mut m = meta(None);
+                m.version_id = Some(Uuid::new_v4());
+                m.delete_marker = true;
+                m.data_dir = None;
+                m
+            }],
+            total: 5,
+            digest: u64::MAX,
+        }),
+        Response::Versions(VersionsPage {
+            metas: vec![],
+            total: 0,
+            digest: 0,
+        }),
         Response::Names(vec!["cors".into(), "versioning".into()]),
         Response::Names(vec![]),
         Response::Writer(Uuid::new_v4()),
@@ -604,4 +614,35 @@ proptest! {
         let back = decode_drive_error(c, &m).unwrap();
         prop_assert_eq!(format!("{back:?}"), format!("{e:?}"));
     }
+}
+
+/// A page of versions holds those after `skip` that fit (at least one), and its digest tells a
+/// key changed between two pages apart.
+#[test]
+fn versions_pages_fit_and_their_digest_sees_a_change() {
+    let v = |t: i64| {
+        let mut m = meta(None);
+        m.version_id = Some(Uuid::new_v4());
+        m.mod_time_ns = t;
+        m
+    };
+    let all: Vec<ObjectMeta> = (0..5).map(|t| v(100 - t)).collect();
+    let one = encode_response(&Response::Meta(all[0].clone())).len() as u64;
+    let p = VersionsPage::fit(all.clone(), 0, u64::MAX);
+    assert_eq!((p.metas.len(), p.total), (5, 5));
+    let p2 = VersionsPage::fit(all.clone(), 1, 2 * one);
+    assert_eq!(p2.metas, all[1..3]);
+    assert_eq!(p2.digest, p.digest);
+    assert_eq!(
+        VersionsPage::fit(all.clone(), 4, 0).metas,
+        all[4..],
+        "at least one"
+    );
+    assert!(VersionsPage::fit(all.clone(), 9, 0).metas.is_empty());
+    let mut changed = all.clone();
+    changed.insert(0, v(200));
+    changed.pop();
+    let c = VersionsPage::fit(changed, 0, u64::MAX);
+    assert_eq!(c.total, p.total);
+    assert_ne!(c.digest, p.digest, "same count, other versions");
 }
