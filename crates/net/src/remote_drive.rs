@@ -82,7 +82,7 @@ impl RemoteDriveConfig {
             slow_call_timeout: c.call_timeout * 6,
             append_chunk: frame.min(1 << 20),
             appends_in_flight: 4,
-            walk_page: 250,
+            walk_page: 1000,
             walk_bytes: frame,
         }
     }

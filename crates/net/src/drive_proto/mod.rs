@@ -222,7 +222,7 @@ drive_protocol! {
     /// one): objects of thousands of parts would not fit a frame by the hundred.
     Walk = 16 { bucket: String, opts: WalkOptions, max_bytes: u64 } -> WalkPage,
         check validate_bucket(bucket),
-        call |d| d.walk(&bucket, &opts).await.map(|e| WalkPage::fit(e, max_bytes));
+        call |d| walk_fitting(d, &bucket, opts, max_bytes).await;
     ReadBucketConfig = 17 { bucket: String, name: String } -> Bytes,
         check names_config(bucket, name),
         call |d| d.read_bucket_config(&bucket, &name).await;
@@ -455,14 +455,48 @@ pub struct WalkPage {
 
 crate::codec_struct!(WalkPage { entries, more });
 
-impl WalkPage {
-    /// The first of `entries` that fit in `max_bytes` encoded, and at least one.
-    pub fn fit(mut entries: Vec<WalkEntry>, max_bytes: u64) -> WalkPage {
-        let fit = fitting(&entries, max_bytes);
-        let more = fit < entries.len();
-        entries.truncate(fit);
-        WalkPage { entries, more }
+/// Entries a drive server walks at a time to answer a walk: what it walks past the answer's
+/// bytes is at most this many (each a metadata read).
+const WALK_CHUNK: usize = 128;
+
+/// A walk of `drive` as a drive server answers it: up to `opts.limit` entries, walked
+/// [`WALK_CHUNK`] at a time, and no more than fit in `max_bytes` encoded (at least one).
+async fn walk_fitting(
+    drive: &dyn Drive,
+    bucket: &str,
+    mut opts: WalkOptions,
+    max_bytes: u64,
+) -> Result<WalkPage, DriveError> {
+    let limit = opts.limit;
+    let mut entries: Vec<WalkEntry> = Vec::new();
+    let mut bytes = 0u64;
+    let mut scratch = BytesMut::new();
+    loop {
+        // At least one walk, which says whether the bucket is there even for a limit of 0.
+        opts.limit = (limit - entries.len()).min(WALK_CHUNK);
+        let chunk = drive.walk(bucket, &opts).await?;
+        let exhausted = chunk.len() < opts.limit;
+        for e in chunk {
+            scratch.clear();
+            e.encode(&mut scratch);
+            bytes += scratch.len() as u64;
+            if bytes > max_bytes && !entries.is_empty() {
+                return Ok(WalkPage {
+                    entries,
+                    more: true,
+                });
+            }
+            entries.push(e);
+        }
+        if exhausted || entries.len() >= limit {
+            break;
+        }
+        opts.marker = entries.last().map(|e| e.name().to_owned());
     }
+    Ok(WalkPage {
+        entries,
+        more: false,
+    })
 }
 
 /// How many of the first `items` fit in `max_bytes` encoded: at least one, if there is one.
