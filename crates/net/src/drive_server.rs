@@ -774,7 +774,11 @@ mod tests {
                 key: k,
                 upload_id: u,
             },
-            Request::ListUploads { bucket: Some(b) },
+            Request::ListUploads {
+                bucket: Some(b),
+                after: vec![],
+                max_bytes: 1 << 20,
+            },
         ]
     }
 

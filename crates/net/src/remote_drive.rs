@@ -43,7 +43,7 @@ use tokio::task::JoinSet;
 use uuid::Uuid;
 
 use crate::dataplane::{DataPlane, DataPlaneError, ShardData, ShardRange};
-use crate::drive_proto::{self, codes, Request, Response, WalkPage};
+use crate::drive_proto::{self, codes, Request, Response, UploadsPage, WalkPage};
 use crate::rpc::{RpcClient, RpcError};
 use quarry_buf::PooledBuf;
 
@@ -66,8 +66,8 @@ pub struct RemoteDriveConfig {
     pub appends_in_flight: usize,
     /// Entries asked for per walk call; a longer walk is paged by marker.
     pub walk_page: usize,
-    /// Bytes of entries a walk call's answer may hold, and of versions a call reading a key's
-    /// versions; the peer answers fewer (and says more follow) where they would not fit.
+    /// Bytes of entries a walk call's answer may hold, and of versions or uploads a call
+    /// reading them; the peer answers fewer (and says more follow) where they would not fit.
     pub walk_bytes: usize,
 }
 
@@ -811,12 +811,30 @@ impl Drive for RemoteDrive {
     }
 
     async fn list_uploads(&self, bucket: Option<&str>) -> Result<Vec<UploadMeta>> {
-        let req = Request::ListUploads {
-            bucket: bucket.map(str::to_owned),
-        };
-        match self.slow_call(req).await? {
-            Response::Uploads(u) => Ok(u),
-            other => Err(self.inner.unexpected(&other)),
+        // In pages bounded in bytes, each after the last upload of the one before.
+        let mut out: Vec<UploadMeta> = Vec::new();
+        loop {
+            let after = out.last().map_or_else(Vec::new, |u| {
+                UploadsPage::order(u).map(str::to_owned).to_vec()
+            });
+            let req = Request::ListUploads {
+                bucket: bucket.map(str::to_owned),
+                after,
+                max_bytes: self.inner.config.walk_bytes as u64,
+            };
+            let page = match self.slow_call(req).await? {
+                Response::Uploads(p) => p,
+                other => return Err(self.inner.unexpected(&other)),
+            };
+            if page.more && page.uploads.is_empty() {
+                return Err(self
+                    .inner
+                    .io("the peer's uploads said more follow and sent nothing".into()));
+            }
+            out.extend(page.uploads);
+            if !page.more {
+                return Ok(out);
+            }
         }
     }
 }

@@ -1249,3 +1249,30 @@ async fn versions_of_many_parts_are_read_in_pages_that_fit_their_frames() {
     assert_eq!(remote.len(), 20);
     assert_eq!(remote, t(l.read_versions("b", "k")).await.unwrap());
 }
+
+/// Thousands of uploads (what a bucket whose clients abandon uploads gathers, and what the
+/// expiry of stale uploads lists) come through a remote drive in pages that fit their frames.
+#[tokio::test]
+async fn many_uploads_are_listed_in_pages_that_fit_their_frames() {
+    let f = Fixture::new().await;
+    let (r, l) = (f.remote(), f.local());
+    for b in ["b", "c"] {
+        t(r.make_volume(b)).await.unwrap();
+    }
+    for i in 0..2500 {
+        let mut u = upload(if i % 5 == 0 { "c" } else { "b" }, &format!("k{}", i % 700));
+        u.user_meta.insert("note".into(), "x".repeat(1500));
+        t(l.create_upload(&u)).await.unwrap();
+    }
+    let order = |mut v: Vec<UploadMeta>| {
+        v.sort_by(|a, b| (&a.bucket, &a.key, &a.upload_id).cmp(&(&b.bucket, &b.key, &b.upload_id)));
+        v
+    };
+    for bucket in [None, Some("b"), Some("c")] {
+        let remote = t(r.list_uploads(bucket)).await.unwrap();
+        let local = t(l.list_uploads(bucket)).await.unwrap();
+        assert_eq!(remote.len(), local.len());
+        assert_eq!(remote, order(local), "{bucket:?}");
+    }
+    assert_eq!(t(r.list_uploads(None)).await.unwrap().len(), 2500);
+}

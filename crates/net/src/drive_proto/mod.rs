@@ -255,9 +255,12 @@ drive_protocol! {
     DeleteUpload = 25 { bucket: String, key: String, upload_id: String } -> (),
         check names_upload(bucket, key, upload_id),
         call |d| d.delete_upload(&bucket, &key, &upload_id).await;
-    ListUploads = 26 { bucket: Option<String> } -> Vec<UploadMeta>,
+    /// Uploads (of `bucket`, or of every bucket) in (bucket, key, upload id) order after
+    /// `after` (empty, or those three), as many as fit in `max_bytes` encoded (at least one):
+    /// a drive may hold thousands, stale ones above all.
+    ListUploads = 26 { bucket: Option<String>, after: Vec<String>, max_bytes: u64 } -> UploadsPage,
         check bucket.as_deref().map_or(Ok(()), validate_bucket),
-        call |d| d.list_uploads(bucket.as_deref()).await;
+        call |d| d.list_uploads(bucket.as_deref()).await.map(|u| UploadsPage::fit(u, &after, max_bytes));
     ReadFormat = 27 {} -> Option<FormatV1>, call |d| d.read_format().await;
     WriteFormat = 28 { format: FormatV1 } -> (), call |d| d.write_format(&format).await;
     /// `read_shard` on the data plane: the same arguments as [`Request::ReadShard`], but the
@@ -311,7 +314,7 @@ pub enum Response {
     Walk(WalkPage),
     Upload(UploadMeta),
     Parts(Vec<PartMeta>),
-    Uploads(Vec<UploadMeta>),
+    Uploads(UploadsPage),
     /// A drive's `format.json`, if it has one.
     Format(Option<FormatV1>),
     /// Some of the versions of a key, newest first.
@@ -347,7 +350,7 @@ response_from! {
     WalkPage => Walk,
     UploadMeta => Upload,
     Vec<PartMeta> => Parts,
-    Vec<UploadMeta> => Uploads,
+    UploadsPage => Uploads,
     Option<FormatV1> => Format,
     VersionsPage => Versions,
     Vec<String> => Names,
@@ -512,6 +515,39 @@ fn fitting<T: Codec>(items: &[T], max_bytes: u64) -> usize {
         }
     }
     items.len()
+}
+
+/// A page of a drive's uploads, in (bucket, key, upload id) order, and whether more follow.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UploadsPage {
+    pub uploads: Vec<UploadMeta>,
+    pub more: bool,
+}
+
+crate::codec_struct!(UploadsPage { uploads, more });
+
+impl UploadsPage {
+    /// What an upload is ordered and paged by.
+    pub fn order(u: &UploadMeta) -> [&str; 3] {
+        [&u.bucket, &u.key, &u.upload_id]
+    }
+
+    /// The uploads of `all` after `after` (empty, or an upload's [`UploadsPage::order`]) in
+    /// that order, as many as fit in `max_bytes` encoded.
+    pub fn fit(mut all: Vec<UploadMeta>, after: &[String], max_bytes: u64) -> UploadsPage {
+        all.retain(|u| {
+            after.is_empty()
+                || Self::order(u)
+                    .iter()
+                    .copied()
+                    .gt(after.iter().map(String::as_str))
+        });
+        all.sort_unstable_by(|a, b| Self::order(a).cmp(&Self::order(b)));
+        let fit = fitting(&all, max_bytes);
+        let more = fit < all.len();
+        all.truncate(fit);
+        UploadsPage { uploads: all, more }
+    }
 }
 
 /// A page of a key's versions: those after the first `skip` that fit, with how many the key has

@@ -224,12 +224,20 @@ fn all_requests() -> Vec<Request> {
             key: k.clone(),
             upload_id: id,
         },
-        Request::ListUploads { bucket: None },
+        Request::ListUploads {
+            bucket: None,
+            after: vec![],
+            max_bytes: 4 << 20,
+        },
         Request::ReadFormat {},
         Request::WriteFormat {
             format: FormatV1::new(u, Uuid::new_v4(), vec![vec![u, Uuid::new_v4()]]),
         },
-        Request::ListUploads { bucket: Some(b) },
+        Request::ListUploads {
+            bucket: Some(b),
+            after: vec!["b".into(), "k".into(), "u".into()],
+            max_bytes: 0,
+        },
     ]
 }
 
@@ -306,7 +314,10 @@ fn all_responses() -> Vec<Response> {
         }),
         Response::Upload(upload()),
         Response::Parts(vec![part(1), part(10_000)]),
-        Response::Uploads(vec![upload(), upload()]),
+        Response::Uploads(UploadsPage {
+            uploads: vec![upload(), upload()],
+            more: true,
+        }),
     ]
 }
 
