@@ -114,6 +114,30 @@ impl WalkEntry {
             WalkEntry::Prefix(p) => p,
         }
     }
+
+    /// About what the entry takes in the internode codec, a little more rather than less: a
+    /// remote walk's answer must fit a frame, and a walk serving one stops at its budget by this
+    /// (an object of 10,000 parts is about 130 KB).
+    pub fn wire_estimate(&self) -> usize {
+        let map = |m: &std::collections::BTreeMap<String, String>| {
+            8 + m.iter().map(|(k, v)| 8 + k.len() + v.len()).sum::<usize>()
+        };
+        match self {
+            WalkEntry::Prefix(p) => 8 + p.len(),
+            WalkEntry::Object { key, meta } => {
+                160 + key.len()
+                    + meta.etag.len()
+                    + map(&meta.headers)
+                    + map(&meta.user_meta)
+                    + map(&meta.checksums)
+                    + meta.erasure.codec.len()
+                    + meta.erasure.bitrot.len()
+                    + meta.erasure.distribution.len()
+                    + meta.parts.iter().map(|p| 24 + p.etag.len()).sum::<usize>()
+                    + meta.inline.as_ref().map_or(0, |i| i.len())
+            }
+        }
+    }
 }
 
 /// Writes one shard file of an in-flight write under the drive's tmp area. Bytes are written in
@@ -309,6 +333,19 @@ pub trait Drive: Send + Sync + fmt::Debug + 'static {
 
     /// Lists keys in order; see [`WalkOptions`].
     async fn walk(&self, bucket: &str, opts: &WalkOptions) -> Result<Vec<WalkEntry>>;
+
+    /// [`Drive::walk`], stopping early (with at least one entry) once the entries walked take
+    /// about `max_bytes` in the internode codec ([`WalkEntry::wire_estimate`]); the `bool`
+    /// says it stopped so (more may follow). What a drive server answers a remote walk with.
+    async fn walk_bounded(
+        &self,
+        bucket: &str,
+        opts: &WalkOptions,
+        max_bytes: usize,
+    ) -> Result<(Vec<WalkEntry>, bool)> {
+        let _ = max_bytes;
+        Ok((self.walk(bucket, opts).await?, false))
+    }
 
     /// Reads the configuration blob `name` of `bucket` (`.quarry.sys/buckets/<bucket>/<name>`).
     /// `FileNotFound` when it is not set, `VolumeNotFound` when the bucket does not exist.

@@ -632,10 +632,17 @@ impl LocalDrive {
         Ok(())
     }
 
-    fn walk_sync(&self, bucket: &str, opts: &WalkOptions) -> Result<Vec<WalkEntry>> {
+    fn walk_sync(
+        &self,
+        bucket: &str,
+        opts: &WalkOptions,
+        max_bytes: usize,
+    ) -> Result<(Vec<WalkEntry>, bool)> {
         let dir = self.bucket_dir(bucket)?;
         check_bucket(&dir)?;
-        Ok(walk::walk(&dir, &self.epochs, opts, self.leaf_opt)?.0)
+        let (entries, _, stopped) =
+            walk::walk_bounded(&dir, &self.epochs, opts, self.leaf_opt, max_bytes)?;
+        Ok((entries, stopped))
     }
 }
 
@@ -862,7 +869,17 @@ impl Drive for LocalDrive {
 
     async fn walk(&self, bucket: &str, opts: &WalkOptions) -> Result<Vec<WalkEntry>> {
         let (this, bucket, opts) = (self.clone(), bucket.to_owned(), opts.clone());
-        blocking(move || this.walk_sync(&bucket, &opts)).await
+        blocking(move || this.walk_sync(&bucket, &opts, usize::MAX).map(|(e, _)| e)).await
+    }
+
+    async fn walk_bounded(
+        &self,
+        bucket: &str,
+        opts: &WalkOptions,
+        max_bytes: usize,
+    ) -> Result<(Vec<WalkEntry>, bool)> {
+        let (this, bucket, opts) = (self.clone(), bucket.to_owned(), opts.clone());
+        blocking(move || this.walk_sync(&bucket, &opts, max_bytes)).await
     }
 
     // Multipart uploads: the work is in local/multipart.rs.

@@ -66,12 +66,26 @@ pub(super) struct Reads {
 }
 
 /// Walks the bucket at `bucket_dir` (which exists).
+#[cfg(test)]
 pub(super) fn walk(
     bucket_dir: &Path,
     epochs: &Epochs,
     opts: &WalkOptions,
     leaf_opt: bool,
 ) -> io::Result<(Vec<WalkEntry>, Reads)> {
+    walk_bounded(bucket_dir, epochs, opts, leaf_opt, usize::MAX).map(|(e, r, _)| (e, r))
+}
+
+/// [`walk`], stopping once the entries walked are estimated to take `max_bytes` on the wire
+/// ([`WalkEntry::wire_estimate`]), with at least one; the `bool` says it stopped so (more may
+/// follow: the bound may be reached with the last entry there is).
+pub(super) fn walk_bounded(
+    bucket_dir: &Path,
+    epochs: &Epochs,
+    opts: &WalkOptions,
+    leaf_opt: bool,
+    max_bytes: usize,
+) -> io::Result<(Vec<WalkEntry>, Reads, bool)> {
     let bucket = bucket_dir
         .file_name()
         .and_then(|n| n.to_str())
@@ -82,6 +96,8 @@ pub(super) fn walk(
         opts,
         leaf_opt,
         out: Vec::new(),
+        bytes: 0,
+        max_bytes,
         reads: Reads::default(),
         key: String::new(),
         buf: Vec::new(),
@@ -89,20 +105,21 @@ pub(super) fn walk(
         started: SystemTime::now(),
     };
     if opts.limit == 0 {
-        return Ok((w.out, w.reads));
+        return Ok((w.out, w.reads, false));
     }
     let Some(rel) = prefix_dir_rel_path(&opts.prefix) else {
-        return Ok((w.out, w.reads)); // no valid key can start with this prefix
+        return Ok((w.out, w.reads, false)); // no valid key can start with this prefix
     };
     let start = match opts.prefix.rfind('/') {
         Some(i) => &opts.prefix[..=i],
         None => "",
     };
     if !start.is_empty() && w.before_marker(start) {
-        return Ok((w.out, w.reads));
+        return Ok((w.out, w.reads, false));
     }
     w.visit(&bucket_dir.join(rel), start, None)?;
-    Ok((w.out, w.reads))
+    let stopped = w.bytes >= w.max_bytes && w.out.len() < opts.limit;
+    Ok((w.out, w.reads, stopped))
 }
 
 /// What a visit learned of a child directory as an object, for when it comes to the range of
@@ -124,6 +141,9 @@ struct Walker<'a> {
     /// Whether directory link counts are 2 + number of subdirectories on this filesystem.
     leaf_opt: bool,
     out: Vec<WalkEntry>,
+    /// The estimated wire size of `out`, and where the walk stops.
+    bytes: usize,
+    max_bytes: usize,
     reads: Reads,
     /// Scratch space for building candidate keys.
     key: String,
@@ -138,7 +158,12 @@ struct Walker<'a> {
 
 impl Walker<'_> {
     fn full(&self) -> bool {
-        self.out.len() >= self.opts.limit
+        self.out.len() >= self.opts.limit || self.bytes >= self.max_bytes
+    }
+
+    fn push(&mut self, e: WalkEntry) {
+        self.bytes = self.bytes.saturating_add(e.wire_estimate());
+        self.out.push(e);
     }
 
     fn after_marker(&self, s: &str) -> bool {
@@ -260,7 +285,7 @@ impl Walker<'_> {
         if children.folder && !p.is_empty() && p.starts_with(prefix) && self.after_marker(p) {
             let meta_dir = dir.join(FOLDER_DIR);
             if let Some(meta) = read_meta(&meta_dir, &mut self.buf)? {
-                self.out.push(WalkEntry::Object {
+                self.push(WalkEntry::Object {
                     key: p.to_owned(),
                     meta: Arc::new(meta),
                 });
@@ -335,7 +360,7 @@ impl Walker<'_> {
             }
             if let Some(meta) = self.object_meta(dir, name, key, ino, seen)? {
                 seen.data_dir = meta.data_dir;
-                self.out.push(WalkEntry::Object {
+                self.push(WalkEntry::Object {
                     key: key.to_owned(),
                     meta,
                 });
@@ -361,7 +386,7 @@ impl Walker<'_> {
             return self.visit(&child, key, seen.data_dir);
         }
         if self.has_object_below(&child, seen.data_dir)? {
-            self.out.push(WalkEntry::Prefix(key.to_owned()));
+            self.push(WalkEntry::Prefix(key.to_owned()));
             return Ok(self.full());
         }
         Ok(false)
@@ -773,6 +798,54 @@ pub(super) mod tests {
         assert_eq!(again.len(), 50);
         assert!(again.iter().all(|(_, e)| e == "v2"), "{again:?}");
         assert_eq!(metas, 50);
+    }
+
+    /// A walk bounded in bytes stops once its entries' estimated wire size reaches the bound,
+    /// with at least one entry, and says so; a walk that reaches its limit or the end does not.
+    #[tokio::test]
+    async fn a_walk_bounded_in_bytes_stops_at_its_bound() {
+        let (_t, d) = drive().await;
+        d.make_volume("b").await.unwrap();
+        for i in 0..10 {
+            let key = format!("k{i}");
+            d.rename_data(Uuid::new_v4(), "b", &key, &meta(&key))
+                .await
+                .unwrap();
+        }
+        let bucket = d.root().join("b");
+        let run = |limit: usize, max_bytes: usize| {
+            let o = WalkOptions {
+                limit,
+                ..Default::default()
+            };
+            let (e, _, stopped) =
+                walk_bounded(&bucket, &d.epochs, &o, d.leaf_opt, max_bytes).unwrap();
+            (e.len(), stopped)
+        };
+        let one = walk(
+            &bucket,
+            &d.epochs,
+            &WalkOptions {
+                limit: 1,
+                ..Default::default()
+            },
+            d.leaf_opt,
+        )
+        .unwrap()
+        .0[0]
+            .wire_estimate();
+        assert!(one > 100, "{one}");
+        assert_eq!(run(100, usize::MAX), (10, false));
+        assert_eq!(run(100, 1), (1, true), "at least one");
+        assert_eq!(run(100, 3 * one), (3, true));
+        assert_eq!(run(100, 3 * one - 1), (3, true));
+        assert_eq!(run(3, 3 * one), (3, false), "the limit came first");
+        assert_eq!(run(100, 10 * one + 1), (10, false), "the end came first");
+        assert_eq!(
+            run(100, 10 * one),
+            (10, true),
+            "the bound reached with the last: more may follow (a next walk finds none)"
+        );
     }
 
     /// Pages of a large directory kept sorted between walks are those of reading it each time,

@@ -458,48 +458,21 @@ pub struct WalkPage {
 
 crate::codec_struct!(WalkPage { entries, more });
 
-/// Entries a drive server walks at a time to answer a walk: what it walks past the answer's
-/// bytes is at most this many (each a metadata read).
-const WALK_CHUNK: usize = 128;
-
-/// A walk of `drive` as a drive server answers it: up to `opts.limit` entries, walked
-/// [`WALK_CHUNK`] at a time, and no more than fit in `max_bytes` encoded (at least one).
+/// A walk of `drive` as a drive server answers it: up to `opts.limit` entries, and no more
+/// than fit in `max_bytes` encoded (at least one). The drive stops walking at about that many
+/// bytes, so that objects of thousands of parts are not read by the hundred to send a few.
 async fn walk_fitting(
     drive: &dyn Drive,
     bucket: &str,
-    mut opts: WalkOptions,
+    opts: WalkOptions,
     max_bytes: u64,
 ) -> Result<WalkPage, DriveError> {
-    let limit = opts.limit;
-    let mut entries: Vec<WalkEntry> = Vec::new();
-    let mut bytes = 0u64;
-    let mut scratch = BytesMut::new();
-    loop {
-        // At least one walk, which says whether the bucket is there even for a limit of 0.
-        opts.limit = (limit - entries.len()).min(WALK_CHUNK);
-        let chunk = drive.walk(bucket, &opts).await?;
-        let exhausted = chunk.len() < opts.limit;
-        for e in chunk {
-            scratch.clear();
-            e.encode(&mut scratch);
-            bytes += scratch.len() as u64;
-            if bytes > max_bytes && !entries.is_empty() {
-                return Ok(WalkPage {
-                    entries,
-                    more: true,
-                });
-            }
-            entries.push(e);
-        }
-        if exhausted || entries.len() >= limit {
-            break;
-        }
-        opts.marker = entries.last().map(|e| e.name().to_owned());
-    }
-    Ok(WalkPage {
-        entries,
-        more: false,
-    })
+    let budget = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+    let (mut entries, stopped) = drive.walk_bounded(bucket, &opts, budget).await?;
+    let fit = fitting(&entries, max_bytes);
+    let more = stopped || fit < entries.len();
+    entries.truncate(fit);
+    Ok(WalkPage { entries, more })
 }
 
 /// How many of the first `items` fit in `max_bytes` encoded: at least one, if there is one.
