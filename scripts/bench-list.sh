@@ -19,7 +19,9 @@
 # "100000 1000000", empty skips the single node), CLUSTER_KEYS (default 1000000; 0 skips the
 # cluster), PAGES (per walker, default 40),
 # READ_PAGES (per walker with --list-cache-bytes 0, where a page of a million keys costs seconds;
-# default PAGES/4), COLD_PAGES (default 10; 0 skips the cold runs), PORT (default 9400).
+# default PAGES/4), COLD_PAGES (default 10; 0 skips the cold runs), PORT (default 9400), LAYOUT
+# (`flat`, the default: keys flat/k00000000… in one directory; `nested`: nest/d00000/k00…, 100
+# keys a directory, so a page crosses ten directories, each small enough to be read per page).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN_DIR=${BIN_DIR:-target/release}
@@ -30,6 +32,13 @@ PAGES=${PAGES:-40}
 READ_PAGES=${READ_PAGES:-$(((PAGES + 3) / 4))}
 COLD_PAGES=${COLD_PAGES:-10}
 PORT=${PORT:-9400}
+LAYOUT=${LAYOUT:-flat}
+case "$LAYOUT" in
+flat) TOP=flat SUFFIX= ;;
+nested) TOP=nest SUFFIX=" nested" ;;
+*) echo "LAYOUT must be flat or nested" >&2; exit 2 ;;
+esac
+export LAYOUT
 export QUARRY_ROOT_USER=benchadmin QUARRY_ROOT_PASSWORD=bench-secret-key-123
 mkdir -p "$DATA"
 DATA=$(cd "$DATA" && pwd)
@@ -76,11 +85,24 @@ for g, bdirs in enumerate(groups):
             if links % 50000 == 0:  # ext4 allows 65,000 links to a file
                 copy = os.path.join(b, f".seed-copy-{links}")
                 shutil.copyfile(seed, copy)
-            k = os.path.join(b, "flat", f"k{i:08d}")
+            if os.environ["LAYOUT"] == "nested":
+                k = os.path.join(b, "nest", f"d{i // 100:05d}", f"k{i % 100:02d}")
+                os.makedirs(os.path.dirname(k), exist_ok=True)
+            else:
+                k = os.path.join(b, "flat", f"k{i:08d}")
             os.mkdir(k)
             os.link(copy, os.path.join(k, "quarry.meta"))
             links += 1
 PY
+}
+
+# The name of key I (its path in the bucket).
+key_name() { # I
+    if [ "$LAYOUT" = nested ]; then
+        printf 'nest/d%05d/k%02d' $(($1 / 100)) $(($1 % 100))
+    else
+        printf 'flat/k%08d' "$1"
+    fi
 }
 
 # One walker: PAGES pages after random keys (with SEQ=1: in order, page i after key 1000 i),
@@ -93,13 +115,13 @@ walker() { # HOST N PAGES OUT COLD
         else
             r=$(((RANDOM * 32768 + RANDOM) % (n - 1001)))
         fi
-        m=$(printf 'k%08d' "$r")
+        m=$(key_name "$r")
         if [ "$cold" = 1 ]; then echo 3 >/proc/sys/vm/drop_caches; fi
-        t=$(s3 GET "$host" "/$BUCKET?list-type=2&max-keys=1000&prefix=flat%2F&start-after=flat%2F$m" \
+        t=$(s3 GET "$host" "/$BUCKET?list-type=2&max-keys=1000&prefix=$TOP%2F&start-after=${m//\//%2F}" \
             -o "$page" -w '%{time_total}')
         first=$(grep -o '<Key>[^<]*</Key>' "$page" | sed -n 1p)
         if [ "$(grep -o '<Key>' "$page" | wc -l)" != 1000 ] ||
-            [ "$first" != "$(printf '<Key>flat/k%08d</Key>' $((r + 1)))" ]; then
+            [ "$first" != "<Key>$(key_name $((r + 1)))</Key>" ]; then
             echo "page after $m: not the 1000 keys after it (first: $first)" >&2
             return 1
         fi
@@ -161,21 +183,21 @@ run_all() { # NAME N START HOST...
 }
 
 for n in $KEYS; do
-    echo "== single node, $n keys"
+    echo "== single node, $n keys, $LAYOUT"
     start_single "$PORT"
     seed "127.0.0.1:$PORT"
     fill "$n" "$DATA"/single/d{1..4}
     sleep 3 # listings are kept once a directory is 2 s old
-    run_all single "$n" "start_single $PORT" "127.0.0.1:$PORT"
+    run_all "single$SUFFIX" "$n" "start_single $PORT" "127.0.0.1:$PORT"
     rm -rf "$DATA/single"
 done
 
 if [ "$CLUSTER_KEYS" -gt 0 ]; then
-    echo "== 4-node cluster, $CLUSTER_KEYS keys"
+    echo "== 4-node cluster, $CLUSTER_KEYS keys, $LAYOUT"
     start_cluster "$PORT"
     seed "${hosts[0]}"
     fill "$CLUSTER_KEYS" "$DATA"/cluster/node*/d*
     sleep 3
-    run_all cluster "$CLUSTER_KEYS" "start_cluster $PORT" "${hosts[@]}"
+    run_all "cluster$SUFFIX" "$CLUSTER_KEYS" "start_cluster $PORT" "${hosts[@]}"
     rm -rf "$DATA/cluster"
 fi
