@@ -44,8 +44,8 @@ pub const HS_MAGIC: [u8; 4] = *b"QHSK";
 /// The internode protocol version this node speaks: 1 until the one internode codec, 2 with it
 /// (every message's byte order and string framing changed), 3 since frame answers (a shard
 /// read's bulk frame whose tag covers the bitrot frame's hash only: [`crate::data`]), 4 since
-/// object metadata travels in the codec's layout (drive protocol 3), 5 since walk answers and a
-/// key's versions are bounded in bytes (drive protocol 4).
+/// object metadata travels in the codec's layout (drive protocol 3), 5 since walk answers, a
+/// key's versions and a drive's uploads come in pages bounded in bytes (drive protocol 4).
 pub const HS_VERSION: u8 = 5;
 /// Bytes before a handshake message's body.
 pub const HS_HEADER_LEN: usize = 8;

@@ -47,8 +47,8 @@ use uuid::Uuid;
 use crate::codec::{self, BufExt, BufMutExt, Codec, CodecError};
 
 /// The drive protocol version this build speaks (2: the one internode codec; 3: object
-/// metadata in the codec's layout instead of its JSON file format; 4: walk answers and a key's
-/// versions bounded in bytes, in pages).
+/// metadata in the codec's layout instead of its JSON file format; 4: walk answers, a key's
+/// versions and a drive's uploads bounded in bytes, in pages).
 pub const DRIVE_PROTO_VERSION: u8 = 4;
 
 /// First method id of the drive protocol (see the registry, [`crate::methods`]).
