@@ -1191,6 +1191,19 @@ async fn a_slow_append_holds_its_writer_back_within_the_peers_window() {
     assert_eq!(f.handler.open_writers(), 0);
 }
 
+/// The metadata of an object of 10,000 parts (as many as S3 allows) of 5 MiB.
+fn of_many_parts(key: &str) -> ObjectMeta {
+    let mut m = meta(key, 10_000 * (5 << 20), None, Some(vec![9]));
+    m.parts = (1..=10_000)
+        .map(|n| PartInfo {
+            number: n,
+            size: 5 << 20,
+            etag: format!("{n:032x}"),
+        })
+        .collect();
+    m
+}
+
 /// A walk over objects of many parts (S3 allows 10,000) fits its answers in frames: each call
 /// asks for as many entries as fit, whatever the objects hold.
 #[tokio::test]
@@ -1198,17 +1211,9 @@ async fn a_walk_over_objects_of_many_parts_fits_its_frames() {
     let f = Fixture::new().await;
     let (r, l) = (f.remote(), f.local());
     t(r.make_volume("b")).await.unwrap();
-    let parts: Vec<PartInfo> = (1..=10_000)
-        .map(|n| PartInfo {
-            number: n,
-            size: 5 << 20,
-            etag: format!("{n:032x}"),
-        })
-        .collect();
     for i in 0..300 {
         let key = format!("big/{i:04}");
-        let mut m = meta(&key, 10_000 * (5 << 20), None, Some(vec![9]));
-        m.parts = parts.clone();
+        let m = of_many_parts(&key);
         t(l.rename_data(Uuid::new_v4(), "b", &key, &m))
             .await
             .unwrap();
@@ -1229,18 +1234,10 @@ async fn versions_of_many_parts_are_read_in_pages_that_fit_their_frames() {
     let f = Fixture::new().await;
     let (r, l) = (f.remote(), f.local());
     t(r.make_volume("b")).await.unwrap();
-    let parts: Vec<PartInfo> = (1..=10_000)
-        .map(|n| PartInfo {
-            number: n,
-            size: 5 << 20,
-            etag: format!("{n:032x}"),
-        })
-        .collect();
     for i in 0..20 {
-        let mut m = meta("k", 10_000 * (5 << 20), None, Some(vec![9]));
+        let mut m = of_many_parts("k");
         m.version_id = Some(Uuid::new_v4());
         m.mod_time_ns += i;
-        m.parts = parts.clone();
         t(l.rename_data(Uuid::new_v4(), "b", "k", &m))
             .await
             .unwrap();
