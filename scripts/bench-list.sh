@@ -122,7 +122,7 @@ walker() { # HOST N PAGES OUT COLD
         first=$(grep -o '<Key>[^<]*</Key>' "$page" | sed -n 1p)
         if [ "$(grep -o '<Key>' "$page" | wc -l)" != 1000 ] ||
             [ "$first" != "<Key>$(key_name $((r + 1)))</Key>" ]; then
-            echo "page after $m: not the 1000 keys after it (first: $first)" >&2
+            echo "page after $m: not the 1000 keys after it (first: $first); servers' logs: $DATA/*.log" >&2
             return 1
         fi
         echo "$t" >>"$out"
