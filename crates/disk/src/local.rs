@@ -28,7 +28,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use meta_cache::{Changing, Epochs};
+use meta_cache::Epochs;
 use quarry_buf::PooledBuf;
 use tracing::{debug, warn};
 use uuid::Uuid;
@@ -328,11 +328,7 @@ impl LocalDrive {
     }
 
     fn write_meta_sync(&self, bucket: &str, key: &str, meta: &ObjectMeta) -> Result<()> {
-        let _changing = Changing {
-            epochs: &self.epochs,
-            bucket,
-            key,
-        };
+        let _changing = self.epochs.changing(bucket, key);
         let (obj_dir, mut journal) = self.read_journal_sync(bucket, key)?;
         if journal.get(meta.version_id).is_none() {
             return Err(DriveError::FileNotFound);
@@ -343,11 +339,7 @@ impl LocalDrive {
     }
 
     fn delete_version_sync(&self, bucket: &str, key: &str, version_id: Option<Uuid>) -> Result<()> {
-        let _changing = Changing {
-            epochs: &self.epochs,
-            bucket,
-            key,
-        };
+        let _changing = self.epochs.changing(bucket, key);
         let (obj_dir, mut journal) = self.read_journal_sync(bucket, key)?;
         let removed = journal.remove(version_id).ok_or(DriveError::FileNotFound)?;
         if journal.is_empty() {
@@ -507,11 +499,7 @@ impl LocalDrive {
         key: &str,
         meta: &ObjectMeta,
     ) -> Result<()> {
-        let _changing = Changing {
-            epochs: &self.epochs,
-            bucket,
-            key,
-        };
+        let _changing = self.epochs.changing(bucket, key);
         let bucket_dir = self.bucket_dir(bucket)?;
         let rel = key_rel_path(key)?;
         let obj_dir = bucket_dir.join(&rel);
@@ -595,11 +583,7 @@ impl LocalDrive {
     }
 
     fn delete_object_sync(&self, bucket: &str, key: &str) -> Result<()> {
-        let _changing = Changing {
-            epochs: &self.epochs,
-            bucket,
-            key,
-        };
+        let _changing = self.epochs.changing(bucket, key);
         let (bucket_dir, obj_dir) = self.object_dir(bucket, key)?;
         let meta_path = obj_dir.join(META_FILE);
         let data_dirs: Vec<(Uuid, u64)> = match read_journal_headers(&meta_path, &mut Vec::new()) {

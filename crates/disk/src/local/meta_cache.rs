@@ -117,6 +117,15 @@ impl Epochs {
             .fetch_add(1, Ordering::SeqCst);
     }
 
+    /// A guard that notes a change to `key` of `bucket` when dropped ([`Changing`]).
+    pub fn changing<'a>(&'a self, bucket: &'a str, key: &'a str) -> Changing<'a> {
+        Changing {
+            epochs: self,
+            bucket,
+            key,
+        }
+    }
+
     /// Notes a change to every key (a bucket removed).
     pub fn changed_all(&self) {
         for e in self.slots.iter() {
@@ -148,9 +157,9 @@ pub(super) fn key_hash(bucket: &str, key: &str) -> u64 {
 /// Calls [`Epochs::changed`] when dropped: held by each call that changes a key's directory,
 /// so that every way out of it (errors included, after a part of the change was made) bumps.
 pub(super) struct Changing<'a> {
-    pub epochs: &'a Epochs,
-    pub bucket: &'a str,
-    pub key: &'a str,
+    epochs: &'a Epochs,
+    bucket: &'a str,
+    key: &'a str,
 }
 
 impl Drop for Changing<'_> {
