@@ -438,26 +438,24 @@ async fn buckets_and_deletes() {
 async fn listing_finds_a_missing_bucket_from_its_walks() {
     let f = fixture(4).await;
     put(&f.layer, "k", b"v").await;
-    let list = |max_keys| {
+    let list_in = |bucket, max_keys| {
         f.layer.list_objects(
-            "bkt",
+            bucket,
             ListOptions {
                 max_keys,
                 ..Default::default()
             },
         )
     };
-    let missing = |max_keys| {
-        f.layer.list_objects(
-            "nope",
-            ListOptions {
-                max_keys,
-                ..Default::default()
-            },
-        )
-    };
-    assert!(matches!(missing(1000).await, Err(Error::BucketNotFound)));
-    assert!(matches!(missing(0).await, Err(Error::BucketNotFound)));
+    let list = |max_keys| list_in("bkt", max_keys);
+    assert!(matches!(
+        list_in("nope", 1000).await,
+        Err(Error::BucketNotFound)
+    ));
+    assert!(matches!(
+        list_in("nope", 0).await,
+        Err(Error::BucketNotFound)
+    ));
     // Gone from two drives of four (2+2): a read quorum still has it.
     for p in &f.paths[..2] {
         std::fs::remove_dir_all(p.join("bkt")).unwrap();
