@@ -115,9 +115,10 @@ impl WalkEntry {
         }
     }
 
-    /// About what the entry takes in the internode codec, a little more rather than less: a
-    /// remote walk's answer must fit a frame, and a walk serving one stops at its budget by this
-    /// (an object of 10,000 parts is about 130 KB).
+    /// About what the entry takes in the internode codec, and never less (the net crate's
+    /// tests hold it to that): a remote walk's answer must fit a frame, a walk serving one stops
+    /// at its budget by this, and the server sends an answer within it without measuring it (an
+    /// object of 10,000 parts is about 130 KB).
     pub fn wire_estimate(&self) -> usize {
         let map = |m: &std::collections::BTreeMap<String, String>| {
             8 + m.iter().map(|(k, v)| 8 + k.len() + v.len()).sum::<usize>()

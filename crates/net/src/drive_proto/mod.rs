@@ -469,9 +469,17 @@ async fn walk_fitting(
 ) -> Result<WalkPage, DriveError> {
     let budget = usize::try_from(max_bytes).unwrap_or(usize::MAX);
     let (mut entries, stopped) = drive.walk_bounded(bucket, &opts, budget).await?;
-    let fit = fitting(&entries, max_bytes);
-    let more = stopped || fit < entries.len();
-    entries.truncate(fit);
+    // The estimates are never under the encoding: within the budget by them, the answer fits
+    // without encoding every entry once more to measure it.
+    let estimate = entries
+        .iter()
+        .fold(0usize, |n, e| n.saturating_add(e.wire_estimate()));
+    let mut more = stopped;
+    if estimate > budget {
+        let fit = fitting(&entries, max_bytes);
+        more |= fit < entries.len();
+        entries.truncate(fit);
+    }
     Ok(WalkPage { entries, more })
 }
 

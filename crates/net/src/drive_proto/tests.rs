@@ -657,3 +657,59 @@ fn versions_pages_fit_and_their_digest_sees_a_change() {
     assert_eq!(c.total, p.total);
     assert_ne!(c.digest, p.digest, "same count, other versions");
 }
+
+/// A walk entry's estimate (what a drive's walk stops at, and what a drive server trusts to
+/// send an answer without measuring it) is never under its encoding.
+#[test]
+fn a_walk_entrys_estimate_is_never_under_its_encoding() {
+    let encoded = |e: &WalkEntry| {
+        let mut b = BytesMut::new();
+        e.encode(&mut b);
+        b.len()
+    };
+    let mut big = meta(Some(vec![7; 5000]));
+    big.version_id = Some(Uuid::new_v4());
+    big.checksums
+        .insert("crc64nvme".into(), "AAAAAAAAAAA=".into());
+    big.parts = (1..=1000)
+        .map(|n| PartInfo {
+            number: n,
+            size: 5 << 20,
+            etag: format!("{n:032x}"),
+        })
+        .collect();
+    let mut bare = meta(None);
+    bare.version_id = Some(Uuid::new_v4());
+    bare.etag.clear();
+    bare.headers.clear();
+    bare.user_meta.clear();
+    bare.erasure.codec.clear();
+    bare.erasure.bitrot.clear();
+    bare.erasure.distribution.clear();
+    bare.parts.clear();
+    let entries = [
+        WalkEntry::Prefix("a/".repeat(300)),
+        WalkEntry::Prefix(String::new()),
+        WalkEntry::Object {
+            key: "k".into(),
+            meta: meta(None).into(),
+        },
+        WalkEntry::Object {
+            key: "ü".repeat(300),
+            meta: big.into(),
+        },
+        WalkEntry::Object {
+            key: String::new(),
+            meta: bare.into(),
+        },
+    ];
+    for e in &entries {
+        assert!(
+            e.wire_estimate() >= encoded(e),
+            "{}: estimate {} < encoding {}",
+            e.name(),
+            e.wire_estimate(),
+            encoded(e)
+        );
+    }
+}
