@@ -66,9 +66,9 @@ pub struct RemoteDriveConfig {
     pub appends_in_flight: usize,
     /// Entries asked for per walk call; a longer walk is paged by marker.
     pub walk_page: usize,
-    /// Bytes of entries a walk call's answer may hold, and of versions or uploads a call
-    /// reading them; the peer answers fewer (and says more follow) where they would not fit.
-    pub walk_bytes: usize,
+    /// Bytes a paged answer may hold: a walk's entries, a key's versions, a drive's uploads.
+    /// The peer answers fewer (and says more follow) where they would not fit.
+    pub page_bytes: usize,
 }
 
 impl RemoteDriveConfig {
@@ -83,7 +83,7 @@ impl RemoteDriveConfig {
             append_chunk: frame.min(1 << 20),
             appends_in_flight: 4,
             walk_page: 1000,
-            walk_bytes: frame,
+            page_bytes: frame,
         }
     }
 }
@@ -421,7 +421,7 @@ impl Drive for RemoteDrive {
                     bucket: bucket.to_owned(),
                     key: key.to_owned(),
                     skip: out.len() as u64,
-                    max_bytes: self.inner.config.walk_bytes as u64,
+                    max_bytes: self.inner.config.page_bytes as u64,
                 };
                 let page = match self.call(req).await? {
                     Response::Versions(p) => p,
@@ -634,7 +634,7 @@ impl Drive for RemoteDrive {
                     delimited: opts.delimited,
                     limit: want,
                 },
-                max_bytes: self.inner.config.walk_bytes as u64,
+                max_bytes: self.inner.config.page_bytes as u64,
             };
             let WalkPage { entries, more } = match self.slow_call(req).await? {
                 Response::Walk(p) => p,
@@ -820,7 +820,7 @@ impl Drive for RemoteDrive {
             let req = Request::ListUploads {
                 bucket: bucket.map(str::to_owned),
                 after,
-                max_bytes: self.inner.config.walk_bytes as u64,
+                max_bytes: self.inner.config.page_bytes as u64,
             };
             let page = match self.slow_call(req).await? {
                 Response::Uploads(p) => p,

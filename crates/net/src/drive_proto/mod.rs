@@ -562,7 +562,8 @@ impl VersionsPage {
         }
         let total = all.len() as u64;
         let skip = usize::try_from(skip).unwrap_or(usize::MAX).min(all.len());
-        let mut metas: Vec<ObjectMeta> = all.into_iter().skip(skip).collect();
+        let mut metas = all;
+        metas.drain(..skip);
         metas.truncate(fitting(&metas, max_bytes));
         VersionsPage {
             metas,
