@@ -625,7 +625,7 @@ impl LocalDrive {
         let dir = self.bucket_dir(bucket)?;
         check_bucket(&dir)?;
         let (entries, _, stopped) =
-            walk::walk_bounded(&dir, &self.epochs, opts, self.leaf_opt, max_bytes)?;
+            walk::walk_bounded(&dir, bucket, &self.epochs, opts, self.leaf_opt, max_bytes)?;
         Ok((entries, stopped))
     }
 }

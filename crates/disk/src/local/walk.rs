@@ -65,7 +65,7 @@ pub(super) struct Reads {
     pub stats: usize,
 }
 
-/// Walks the bucket at `bucket_dir` (which exists).
+/// Walks the bucket at `bucket_dir` (which exists), unbounded: what the tests call.
 #[cfg(test)]
 pub(super) fn walk(
     bucket_dir: &Path,
@@ -73,23 +73,25 @@ pub(super) fn walk(
     opts: &WalkOptions,
     leaf_opt: bool,
 ) -> io::Result<(Vec<WalkEntry>, Reads)> {
-    walk_bounded(bucket_dir, epochs, opts, leaf_opt, usize::MAX).map(|(e, r, _)| (e, r))
+    let bucket = bucket_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("a bucket's name");
+    walk_bounded(bucket_dir, bucket, epochs, opts, leaf_opt, usize::MAX).map(|(e, r, _)| (e, r))
 }
 
-/// [`walk`], stopping once the entries walked are estimated to take `max_bytes` on the wire
+/// [`walk`] of bucket `bucket` (the name change epochs know its keys by), stopping once the
+/// entries walked are estimated to take `max_bytes` on the wire
 /// ([`WalkEntry::wire_estimate`]), with at least one; the `bool` says it stopped so (more may
 /// follow: the bound may be reached with the last entry there is).
 pub(super) fn walk_bounded(
     bucket_dir: &Path,
+    bucket: &str,
     epochs: &Epochs,
     opts: &WalkOptions,
     leaf_opt: bool,
     max_bytes: usize,
 ) -> io::Result<(Vec<WalkEntry>, Reads, bool)> {
-    let bucket = bucket_dir
-        .file_name()
-        .and_then(|n| n.to_str())
-        .unwrap_or("");
     let mut w = Walker {
         bucket,
         epochs,
@@ -819,7 +821,7 @@ pub(super) mod tests {
                 ..Default::default()
             };
             let (e, _, stopped) =
-                walk_bounded(&bucket, &d.epochs, &o, d.leaf_opt, max_bytes).unwrap();
+                walk_bounded(&bucket, "b", &d.epochs, &o, d.leaf_opt, max_bytes).unwrap();
             (e.len(), stopped)
         };
         let one = walk(
